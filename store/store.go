@@ -1,0 +1,167 @@
+// Package store is the contract between Tenure's engine and a lease store.
+//
+// A store keeps one lease record per key and decides, on its own clock, who
+// holds each key. Every backend (memstore, sqlite, postgres, redis, …)
+// implements [Store] and runs the conformance suite in store/storetest.
+//
+// # Rules every backend follows
+//
+//  1. A key can be acquired when it has no record, when its last term was
+//     released, or when its last term expired at least grace ago (store
+//     clock). The owner of a live term may acquire it again; that starts a new
+//     term, so a restarted process reusing its owner id never inherits an old
+//     term.
+//  2. Every acquisition starts a term whose epoch is strictly greater than
+//     every earlier epoch of that key. Records are kept after release and
+//     expiry so that the epoch is never forgotten.
+//  3. Renew succeeds only for the (owner, epoch) that holds a live, unreleased
+//     term, stamps the new expiry as store-now + ttl at the moment the
+//     statement runs, and records whether the runner is running.
+//  4. Release ends the term at once: a peer may acquire without waiting for
+//     grace. Releasing a term that is not the current one changes nothing.
+//  5. Time is the store's: expiry is never computed from a client clock.
+//  6. A call that returns an error (including a cancelled or timed-out ctx)
+//     has an unknown effect; callers treat it as unconfirmed.
+//
+// # How to implement a backend
+//
+//   - implement [Store]; add [Watcher] if the store can push releases;
+//   - validate keys and owners with [ValidateKey] and [ValidateOwner] and any
+//     table or prefix name with [ValidateName];
+//   - never put a credential into an error: use [RedactURL];
+//   - add `var _ store.Store = (*Store)(nil)` and run storetest.Run in a test.
+package store
+
+import (
+	"context"
+	"time"
+)
+
+// Store is a lease store. Implementations are safe for concurrent use.
+type Store interface {
+	// Acquire starts a new term of key for owner when the key is free (see
+	// the package rules). When a peer's term blocks it, Acquire returns a
+	// result with Acquired false and the blocking lease, and a nil error.
+	Acquire(ctx context.Context, req AcquireRequest) (AcquireResult, error)
+
+	// Renew extends every listed term of owner to store-now + ttl in one
+	// round trip. The result has one entry per item, in the same order:
+	// true when renewed, false when lost (another owner, a newer epoch, a
+	// released or an expired term).
+	Renew(ctx context.Context, owner string, ttl time.Duration, items []RenewItem) ([]bool, error)
+
+	// Release ends every listed term of owner now, in one round trip. Terms
+	// that are no longer owner's current term are left untouched.
+	Release(ctx context.Context, owner string, terms []Term) error
+
+	// List returns every lease record whose key starts with prefix, sorted
+	// by key, with liveness and time left computed on the store's clock.
+	List(ctx context.Context, prefix string) ([]Lease, error)
+}
+
+// Watcher is implemented by stores that push lease events (Postgres
+// LISTEN/NOTIFY, Redis pub/sub, etcd watch, in-process channels).
+type Watcher interface {
+	// Watch delivers events for keys with the given prefix until ctx is
+	// done or the channel breaks; either way the returned channel is then
+	// closed. Events may be dropped under load; they are hints that make a
+	// poll happen early, never the only source of truth.
+	Watch(ctx context.Context, prefix string) (<-chan Event, error)
+}
+
+// Migrator is implemented by stores with a schema to create.
+type Migrator interface {
+	// Migrate creates the store's schema if it does not exist. Stores also
+	// do this on first use; Migrate makes it explicit (tenure migrate).
+	Migrate(ctx context.Context) error
+}
+
+// Revoker is implemented by stores that let an operator end a term they do
+// not own (tenure release). Revoke moves the key to a new epoch owned by
+// nobody, so the holder's next renewal is refused (it is fenced), and lets
+// peers acquire once grace has passed.
+type Revoker interface {
+	Revoke(ctx context.Context, key string) (revoked bool, err error)
+}
+
+// AcquireRequest asks for a new term of Key for Owner.
+type AcquireRequest struct {
+	Key   string
+	Owner string
+	// TTL is how long the term lives unless renewed.
+	TTL time.Duration
+	// Grace is how long past a peer's expiry the key stays blocked.
+	Grace time.Duration
+	// Running is recorded as the runner state of the new term.
+	Running bool
+}
+
+// AcquireResult is the answer to an acquisition.
+type AcquireResult struct {
+	// Acquired is true when a new term was started for the requester.
+	Acquired bool
+	// Epoch is the new term's epoch when Acquired.
+	Epoch int64
+	// Holder is the blocking lease when not Acquired: a live term of a
+	// peer or one that expired less than grace ago.
+	Holder Lease
+}
+
+// RenewItem names one term to renew.
+type RenewItem struct {
+	Key   string
+	Epoch int64
+	// Running records whether the runner is running, so peers can report it.
+	Running bool
+}
+
+// Term identifies one term of a key.
+type Term struct {
+	Key   string
+	Epoch int64
+}
+
+// Lease is one key's record as the store sees it now.
+type Lease struct {
+	Key   string
+	Owner string
+	Epoch int64
+	// Live is true while the term is unreleased and unexpired.
+	Live bool
+	// Released is true when the term ended by release or revocation.
+	Released bool
+	// Running is the runner state the holder last reported.
+	Running bool
+	// TimeLeft is the time until expiry on the store's clock; zero or
+	// negative once the term has expired or was released.
+	TimeLeft time.Duration
+}
+
+// EventKind says what happened to a key.
+type EventKind int
+
+const (
+	// Released: the term ended by release; the key may be acquired at once.
+	Released EventKind = iota + 1
+	// Acquired: a new term started.
+	Acquired
+)
+
+func (k EventKind) String() string {
+	switch k {
+	case Released:
+		return "released"
+	case Acquired:
+		return "acquired"
+	default:
+		return "unknown"
+	}
+}
+
+// Event is a push notification from a [Watcher].
+type Event struct {
+	Kind  EventKind
+	Key   string
+	Owner string
+	Epoch int64
+}

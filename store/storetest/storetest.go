@@ -1,0 +1,50 @@
+// Package storetest is the conformance suite every lease store must pass.
+//
+// A backend's test calls [Run] with a [Harness] that makes fresh, isolated
+// stores (a new table or namespace per call) and says how time passes for
+// the store:
+//
+//	func TestConformance(t *testing.T) {
+//		storetest.Run(t, storetest.Harness{
+//			New:     func(t *testing.T) store.Store { return newIsolatedStore(t) },
+//			Advance: storetest.Sleep, // a real server's clock
+//		})
+//	}
+package storetest
+
+import (
+	"testing"
+	"time"
+
+	"github.com/tenure-dev/tenure/store"
+)
+
+// Harness tells the suite how to drive one backend.
+type Harness struct {
+	// New returns an empty store isolated from every other store New
+	// returned (its own table, namespace or file). It registers its own
+	// cleanup with t.Cleanup.
+	New func(t *testing.T) store.Store
+
+	// Advance lets d pass on the store's clock. Stores on a real server pass
+	// [Sleep]; an in-memory store with an injected clock moves it.
+	Advance func(t *testing.T, s store.Store, d time.Duration)
+
+	// Unit is the time scale for TTLs and grace periods in the suite:
+	// small for an injected clock, large enough to dwarf a round trip for a
+	// real server. Zero means 200ms.
+	Unit time.Duration
+
+	// LockKey, when set, holds a write lock on key's record (for example a
+	// SELECT … FOR UPDATE in an open transaction) until the returned func is
+	// called. The suite uses it to show that a renewal blocked behind the
+	// lock stamps its expiry after the wait. Stores without row locks leave
+	// it nil and the test is skipped.
+	LockKey func(t *testing.T, s store.Store, key string) (unlock func())
+}
+
+// Sleep is the Advance of stores whose clock is a real server's.
+func Sleep(t *testing.T, _ store.Store, d time.Duration) {
+	t.Helper()
+	time.Sleep(d)
+}
