@@ -1,0 +1,304 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/tenure-dev/tenure/store"
+)
+
+// statements holds the SQL of one table, built once by buildStatements.
+// Durations travel as microseconds (bigint) and are turned into intervals on
+// the server, so no client clock is involved.
+type statements struct {
+	create, acquire, holder, renew, release, list, revoke string
+}
+
+// eventJSON is the NOTIFY payload of one row, parsed by parseEvent. Keys
+// and owners are at most 512 bytes without control characters, so the
+// payload stays far below PostgreSQL's 8000-byte limit.
+const eventJSON = `json_build_object('e', %s, 'k', l.key, 'o', l.owner, 'n', l.epoch)::text`
+
+func buildStatements(t string) statements {
+	acquired := fmt.Sprintf(eventJSON, `'acquired'`)
+	released := fmt.Sprintf(eventJSON, `'released'`)
+	return statements{
+		create: `CREATE TABLE IF NOT EXISTS ` + t + ` (
+	key        text COLLATE "C" PRIMARY KEY,
+	owner      text        NOT NULL,
+	epoch      bigint      NOT NULL,
+	expires_at timestamptz NOT NULL,
+	released   boolean     NOT NULL DEFAULT false,
+	running    boolean     NOT NULL DEFAULT false,
+	updated_at timestamptz NOT NULL DEFAULT clock_timestamp()
+)`,
+
+		// Rules 1–2. ON CONFLICT locks the existing row before it evaluates
+		// the WHERE and SET clauses, so their clock_timestamp() is read after
+		// any wait; excluded.expires_at is not used for that reason (the
+		// VALUES row is computed before the wait).
+		acquire: `INSERT INTO ` + t + ` AS l (key, owner, epoch, expires_at, released, running, updated_at)
+VALUES ($1, $2, 1, clock_timestamp() + $3 * interval '1 microsecond', false, $5, clock_timestamp())
+ON CONFLICT (key) DO UPDATE SET
+	owner = excluded.owner,
+	epoch = l.epoch + 1,
+	expires_at = clock_timestamp() + $3 * interval '1 microsecond',
+	released = false,
+	running = excluded.running,
+	updated_at = clock_timestamp()
+WHERE l.released
+	OR l.owner = excluded.owner
+	OR l.expires_at + $4 * interval '1 microsecond' <= clock_timestamp()
+RETURNING l.epoch, pg_notify($6, ` + acquired + `)`,
+
+		// The state of a key for a refused acquisition; sent in the same
+		// batch, so it costs no extra round trip. It is a new statement with
+		// a new snapshot, so it sees the row that blocked the INSERT even when
+		// that row was committed after the INSERT began.
+		holder: `SELECT l.owner, l.epoch, l.released, l.running,
+	NOT l.released AND l.expires_at > c.now,
+	(extract(epoch FROM l.expires_at - c.now) * 1000000)::bigint
+FROM ` + t + ` AS l, (SELECT clock_timestamp() AS now) AS c
+WHERE l.key = $1`,
+
+		// Rule 3 in one statement. A plain UPDATE computes its new row and
+		// checks its WHERE before waiting for a row lock held by another
+		// transaction, and does not recompute them when that transaction
+		// only locked the row: a renewal queued behind SELECT … FOR UPDATE
+		// would stamp an expiry from before its wait, and could renew a term
+		// that expired during it. So the statement first locks the rows (in
+		// key order, so two batches never deadlock), then reads the clock
+		// once every lock is held (stamp depends on all of locked), and
+		// only then checks liveness and stamps the expiry.
+		renew: `WITH u AS (
+	SELECT * FROM unnest($2::text[], $3::bigint[], $4::boolean[]) AS u(key, epoch, running)
+), locked AS (
+	SELECT l.key, l.epoch, u.running
+	FROM ` + t + ` AS l JOIN u ON l.key = u.key COLLATE "C" AND l.epoch = u.epoch
+	WHERE l.owner = $1 AND NOT l.released
+	ORDER BY l.key
+	FOR UPDATE OF l
+), stamp AS (
+	SELECT clock_timestamp() AS now FROM (SELECT count(*) FROM locked) AS c
+)
+UPDATE ` + t + ` AS l SET
+	expires_at = stamp.now + $5 * interval '1 microsecond',
+	running = locked.running,
+	updated_at = stamp.now
+FROM locked, stamp
+WHERE l.key = locked.key AND l.epoch = locked.epoch
+	AND l.owner = $1 AND NOT l.released AND l.expires_at > stamp.now
+RETURNING l.key, l.epoch`,
+
+		// Rule 4 in one statement, locking in key order like renew. The
+		// new row (and so clock_timestamp()) is computed above the join with
+		// locked, after the lock. NOTIFY is delivered at commit.
+		release: `WITH u AS (
+	SELECT * FROM unnest($2::text[], $3::bigint[]) AS u(key, epoch)
+), locked AS (
+	SELECT l.key, l.epoch
+	FROM ` + t + ` AS l JOIN u ON l.key = u.key COLLATE "C" AND l.epoch = u.epoch
+	WHERE l.owner = $1 AND NOT l.released
+	ORDER BY l.key
+	FOR UPDATE OF l
+)
+UPDATE ` + t + ` AS l SET
+	released = true,
+	running = false,
+	expires_at = clock_timestamp(),
+	updated_at = clock_timestamp()
+FROM locked
+WHERE l.key = locked.key AND l.epoch = locked.epoch AND l.owner = $1 AND NOT l.released
+RETURNING pg_notify($4, ` + released + `)`,
+
+		// One clock reading for every row, so TimeLeft values are mutually
+		// consistent. The "C" collation makes both the prefix test and the
+		// order byte-exact.
+		list: `SELECT l.key, l.owner, l.epoch, l.released, l.running,
+	NOT l.released AND l.expires_at > c.now,
+	(extract(epoch FROM l.expires_at - c.now) * 1000000)::bigint
+FROM ` + t + ` AS l, (SELECT clock_timestamp() AS now) AS c
+WHERE l.key >= $1 AND starts_with(l.key, $1)
+ORDER BY l.key`,
+
+		// A new epoch owned by nobody, expired now: the holder's next
+		// renewal is refused and peers may acquire once grace has passed.
+		// The notification lets watchers poll and schedule that retry.
+		revoke: `UPDATE ` + t + ` AS l SET
+	owner = '',
+	epoch = l.epoch + 1,
+	expires_at = clock_timestamp(),
+	released = false,
+	running = false,
+	updated_at = clock_timestamp()
+WHERE l.key = $1 AND NOT l.released AND l.owner <> ''
+RETURNING l.epoch, pg_notify($2, ` + acquired + `)`,
+	}
+}
+
+// Acquire starts a new term of req.Key for req.Owner when the key is free,
+// or reports the lease that blocks it. One round trip either way.
+func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.AcquireResult, error) {
+	if err := store.ValidateAcquire(req); err != nil {
+		return store.AcquireResult{}, err
+	}
+	if err := s.ready(ctx); err != nil {
+		return store.AcquireResult{}, err
+	}
+	for attempt := 1; ; attempt++ {
+		res, err := s.acquireOnce(ctx, req)
+		if err != nil {
+			return store.AcquireResult{}, fmt.Errorf("postgres: acquire %q: %w", req.Key, err)
+		}
+		// The holder is read by a second statement; between the two the
+		// blocking term may have ended. Reporting a free key as held would
+		// only delay the caller to its next round, so try again.
+		h := res.Holder
+		free := h.Released || (!h.Live && -h.TimeLeft >= req.Grace)
+		if res.Acquired || !free || attempt == 3 {
+			return res, nil
+		}
+	}
+}
+
+func (s *Store) acquireOnce(ctx context.Context, req store.AcquireRequest) (store.AcquireResult, error) {
+	b := &pgx.Batch{}
+	b.Queue(s.sql.acquire, req.Key, req.Owner, req.TTL.Microseconds(), req.Grace.Microseconds(), req.Running, s.table)
+	b.Queue(s.sql.holder, req.Key)
+	br := s.pool.SendBatch(ctx, b)
+	res, err := readAcquire(br, req.Key)
+	if cerr := br.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	return res, err
+}
+
+func readAcquire(br pgx.BatchResults, key string) (store.AcquireResult, error) {
+	var epoch int64
+	err := br.QueryRow().Scan(&epoch, nil)
+	switch {
+	case err == nil:
+		return store.AcquireResult{Acquired: true, Epoch: epoch}, nil
+	case !errors.Is(err, pgx.ErrNoRows):
+		return store.AcquireResult{}, err
+	}
+	h := store.Lease{Key: key}
+	var left int64
+	if err := br.QueryRow().Scan(&h.Owner, &h.Epoch, &h.Released, &h.Running, &h.Live, &left); err != nil {
+		// The INSERT found a conflicting row, so it exists; no rows here
+		// would mean it was deleted behind the store's back.
+		return store.AcquireResult{}, fmt.Errorf("read holder: %w", err)
+	}
+	h.TimeLeft = time.Duration(left) * time.Microsecond
+	return store.AcquireResult{Holder: h}, nil
+}
+
+// Renew extends every listed term of owner in one statement.
+func (s *Store) Renew(ctx context.Context, owner string, ttl time.Duration, items []store.RenewItem) ([]bool, error) {
+	if err := store.ValidateRenew(owner, ttl, items); err != nil {
+		return nil, err
+	}
+	out := make([]bool, len(items))
+	if len(items) == 0 {
+		return out, nil
+	}
+	if err := s.ready(ctx); err != nil {
+		return nil, err
+	}
+	keys := make([]string, len(items))
+	epochs := make([]int64, len(items))
+	running := make([]bool, len(items))
+	for i, it := range items {
+		keys[i], epochs[i], running[i] = it.Key, it.Epoch, it.Running
+	}
+	rows, err := s.pool.Query(ctx, s.sql.renew, owner, keys, epochs, running, ttl.Microseconds())
+	if err != nil {
+		return nil, fmt.Errorf("postgres: renew %d leases: %w", len(items), err)
+	}
+	renewed := make(map[store.Term]bool, len(items))
+	var t store.Term
+	_, err = pgx.ForEachRow(rows, []any{&t.Key, &t.Epoch}, func() error {
+		renewed[t] = true
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("postgres: renew %d leases: %w", len(items), err)
+	}
+	for i, it := range items {
+		out[i] = renewed[store.Term{Key: it.Key, Epoch: it.Epoch}]
+	}
+	return out, nil
+}
+
+// Release ends every listed term of owner in one statement and notifies
+// watchers of each term it ended.
+func (s *Store) Release(ctx context.Context, owner string, terms []store.Term) error {
+	if err := store.ValidateRelease(owner, terms); err != nil {
+		return err
+	}
+	if len(terms) == 0 {
+		return nil
+	}
+	if err := s.ready(ctx); err != nil {
+		return err
+	}
+	keys := make([]string, len(terms))
+	epochs := make([]int64, len(terms))
+	for i, t := range terms {
+		keys[i], epochs[i] = t.Key, t.Epoch
+	}
+	if _, err := s.pool.Exec(ctx, s.sql.release, owner, keys, epochs, s.table); err != nil {
+		return fmt.Errorf("postgres: release %d leases: %w", len(terms), err)
+	}
+	return nil
+}
+
+// List returns every lease whose key starts with prefix, sorted by key.
+func (s *Store) List(ctx context.Context, prefix string) ([]store.Lease, error) {
+	if err := s.ready(ctx); err != nil {
+		return nil, err
+	}
+	rows, err := s.pool.Query(ctx, s.sql.list, prefix)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: list %q: %w", prefix, err)
+	}
+	var (
+		out  []store.Lease
+		l    store.Lease
+		left int64
+	)
+	_, err = pgx.ForEachRow(rows, []any{&l.Key, &l.Owner, &l.Epoch, &l.Released, &l.Running, &l.Live, &left}, func() error {
+		l.TimeLeft = time.Duration(left) * time.Microsecond
+		out = append(out, l)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("postgres: list %q: %w", prefix, err)
+	}
+	return out, nil
+}
+
+// Revoke fences the current term of key: it moves the key to a new epoch
+// owned by nobody, expired now. It reports false when there was no
+// unreleased term to revoke.
+func (s *Store) Revoke(ctx context.Context, key string) (bool, error) {
+	if err := store.ValidateKey(key); err != nil {
+		return false, err
+	}
+	if err := s.ready(ctx); err != nil {
+		return false, err
+	}
+	var epoch int64
+	err := s.pool.QueryRow(ctx, s.sql.revoke, key, s.table).Scan(&epoch, nil)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return false, nil
+	case err != nil:
+		return false, fmt.Errorf("postgres: revoke %q: %w", key, err)
+	}
+	return true, nil
+}

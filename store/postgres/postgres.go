@@ -1,0 +1,290 @@
+// Package postgres is Tenure's PostgreSQL lease store, built on jackc/pgx v5.
+//
+// One table holds a row per key (created on first use, or by [Store.Migrate]).
+// Every decision is taken by a single statement on the server's clock,
+// clock_timestamp() — not now(), which is frozen at the start of the
+// transaction. Statements that may wait behind a row lock take their locks
+// first and read the clock afterwards, so a renewal that queued behind
+// another transaction never stamps an expiry from before its wait.
+//
+// Renew and Release send one statement for the whole batch (arrays unnested
+// on the server). Release and Acquire send NOTIFY on a channel named like the
+// table, which [Store.Watch] turns into events so peers take a released key
+// at once instead of at their next poll.
+//
+// Table layout (the key column uses the "C" collation, so keys compare byte
+// for byte: "Job", "job" and "job " are three keys):
+//
+//	key        text COLLATE "C" PRIMARY KEY
+//	owner      text        -- '' after a revocation
+//	epoch      bigint      -- strictly increasing per key, never reset
+//	expires_at timestamptz
+//	released   boolean
+//	running    boolean     -- the holder's runner state
+//	updated_at timestamptz
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"net/url"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/tenure-dev/tenure/store"
+)
+
+// DefaultTable is the table used when Options.Table is empty.
+const DefaultTable = "tenure_leases"
+
+// Options configures a Store. The zero value uses the defaults.
+type Options struct {
+	// Table is the lease table, unqualified (the connection's search_path
+	// picks the schema; set it in the URL, e.g. ?search_path=ops). It must
+	// match ^[A-Za-z_][A-Za-z0-9_]{0,62}$ and is quoted, so its case is
+	// kept. The NOTIFY channel has the same name. Empty means DefaultTable.
+	Table string
+
+	// NoAutoMigrate stops the store from creating its table on first use,
+	// for deployments whose application role may not run DDL; run
+	// [Store.Migrate] (tenure migrate) with a privileged role instead.
+	NoAutoMigrate bool
+}
+
+// Store is a lease store on a PostgreSQL table. It is safe for concurrent
+// use.
+type Store struct {
+	pool      *pgxpool.Pool
+	ownsPool  bool
+	table     string // validated, unquoted; also the NOTIFY channel
+	ident     string // quoted table identifier for SQL
+	autoMig   bool
+	sql       statements
+	closed    atomic.Bool
+	migrated  atomic.Bool
+	migrateMu sync.Mutex
+
+	watchMu  sync.Mutex
+	watchers map[*watcher]struct{}
+	watchWG  sync.WaitGroup
+}
+
+var (
+	_ store.Store    = (*Store)(nil)
+	_ store.Watcher  = (*Store)(nil)
+	_ store.Migrator = (*Store)(nil)
+	_ store.Revoker  = (*Store)(nil)
+)
+
+// Open connects to the PostgreSQL server at rawURL (postgres:// or
+// postgresql://, with any parameter pgx understands, such as
+// pool_max_conns or search_path) and checks that it answers. The password
+// never appears in a returned error. Close closes the pool.
+func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
+	secrets := urlSecrets(rawURL)
+	u, err := url.Parse(rawURL)
+	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+		detail := "scheme must be postgres:// or postgresql://"
+		if err != nil {
+			detail = store.RedactError(err, secrets...).Error()
+		}
+		return nil, fmt.Errorf("postgres: %s: %s: %w", store.RedactURL(rawURL), detail, store.ErrInvalidURL)
+	}
+	cfg, err := pgxpool.ParseConfig(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %s: %v: %w", store.RedactURL(rawURL),
+			store.RedactError(err, secrets...), store.ErrInvalidURL)
+	}
+	if pw := cfg.ConnConfig.Password; pw != "" {
+		secrets = append(secrets, pw)
+	}
+	s, err := newStore(nil, opts)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: connect to %s: %w", store.RedactURL(rawURL), store.RedactError(err, secrets...))
+	}
+	// pgxpool connects lazily; a ping turns a wrong host, database or
+	// password into an error here rather than at the first renewal.
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("postgres: connect to %s: %w", store.RedactURL(rawURL), store.RedactError(err, secrets...))
+	}
+	s.pool = pool
+	s.ownsPool = true
+	return s, nil
+}
+
+// New makes a Store on an existing pool. Close leaves the pool open: it
+// belongs to the caller.
+func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
+	if pool == nil {
+		return nil, errors.New("postgres: nil pool")
+	}
+	s, err := newStore(pool, opts)
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func newStore(pool *pgxpool.Pool, opts Options) (*Store, error) {
+	table := opts.Table
+	if table == "" {
+		table = DefaultTable
+	}
+	if err := store.ValidateName("postgres: table", table); err != nil {
+		return nil, err
+	}
+	ident := pgx.Identifier{table}.Sanitize()
+	return &Store{
+		pool:     pool,
+		table:    table,
+		ident:    ident,
+		autoMig:  !opts.NoAutoMigrate,
+		sql:      buildStatements(ident),
+		watchers: make(map[*watcher]struct{}),
+	}, nil
+}
+
+// Table returns the name of the lease table (and of the NOTIFY channel).
+func (s *Store) Table() string { return s.table }
+
+// Close ends every watch and, for a Store made by Open, closes the pool.
+// Calls after Close fail with store.ErrClosed.
+func (s *Store) Close() error {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	s.watchMu.Lock()
+	for w := range s.watchers {
+		w.cancel()
+	}
+	s.watchMu.Unlock()
+	s.watchWG.Wait()
+	if s.ownsPool {
+		s.pool.Close()
+	}
+	return nil
+}
+
+// Migrate creates the lease table if it does not exist.
+func (s *Store) Migrate(ctx context.Context) error {
+	if s.closed.Load() {
+		return store.ErrClosed
+	}
+	s.migrateMu.Lock()
+	defer s.migrateMu.Unlock()
+	if err := s.migrate(ctx); err != nil {
+		return err
+	}
+	s.migrated.Store(true)
+	return nil
+}
+
+// ready fails once the store is closed and, on first use, creates the
+// table. The mutex makes concurrent first calls wait for one migration
+// instead of racing each other.
+func (s *Store) ready(ctx context.Context) error {
+	if s.closed.Load() {
+		return store.ErrClosed
+	}
+	if !s.autoMig || s.migrated.Load() {
+		return nil
+	}
+	s.migrateMu.Lock()
+	defer s.migrateMu.Unlock()
+	if s.migrated.Load() {
+		return nil
+	}
+	if err := s.migrate(ctx); err != nil {
+		return err
+	}
+	s.migrated.Store(true)
+	return nil
+}
+
+func (s *Store) migrate(ctx context.Context) error {
+	// An existing table needs no DDL, and a role without CREATE on the
+	// schema may still use it.
+	var exists bool
+	if err := s.pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, s.ident).Scan(&exists); err != nil {
+		return fmt.Errorf("postgres: look up table %s: %w", s.table, err)
+	}
+	if exists {
+		return nil
+	}
+	// CREATE TABLE IF NOT EXISTS is not safe against itself: two sessions
+	// creating the same table at once can both pass the check and one then
+	// fails with a unique violation on pg_type. A transaction-scoped
+	// advisory lock per table name serialises them across processes.
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrateLockID(s.table)); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, s.sql.create)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("postgres: create table %s: %w", s.table, err)
+	}
+	return nil
+}
+
+// migrateLockID is the advisory lock key guarding the creation of table.
+func migrateLockID(table string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte("tenure/postgres/migrate:" + table))
+	return int64(h.Sum64())
+}
+
+var (
+	userinfoPasswordRE = regexp.MustCompile(`://[^/@]*?:([^@/]*)@`)
+	paramPasswordRE    = regexp.MustCompile(`(?i)password=('(?:[^'\\]|\\.)*'|[^&\s]+)`)
+)
+
+// urlSecrets pulls every password-looking part out of raw, even when raw
+// does not parse, so a driver error that quotes the string can be redacted.
+func urlSecrets(raw string) []string {
+	var out []string
+	if u, err := url.Parse(raw); err == nil {
+		if u.User != nil {
+			if pw, ok := u.User.Password(); ok && pw != "" {
+				out = append(out, pw)
+			}
+		}
+		for k, vs := range u.Query() {
+			if strings.Contains(strings.ToLower(k), "password") {
+				for _, v := range vs {
+					if v != "" {
+						out = append(out, v, url.QueryEscape(v))
+					}
+				}
+			}
+		}
+	}
+	for _, m := range userinfoPasswordRE.FindAllStringSubmatch(raw, -1) {
+		if m[1] != "" {
+			out = append(out, m[1])
+			if dec, err := url.PathUnescape(m[1]); err == nil && dec != "" {
+				out = append(out, dec)
+			}
+		}
+	}
+	for _, m := range paramPasswordRE.FindAllStringSubmatch(raw, -1) {
+		v := strings.Trim(m[1], "'")
+		if v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
+}
