@@ -1,0 +1,315 @@
+package tenure
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// keyState is the supervisor's record of one key. Guarded by Supervisor.mu.
+type keyState struct {
+	key        string
+	job        Job
+	configured bool // false once removed; the record lives on until released
+
+	run      *runState // the live runner, nil when none
+	starting bool      // a start action is in flight
+
+	newTerm     bool      // a new term began: Reload before the next start
+	acquiredAt  time.Time // when the current term was acquired, until its runner starts
+	failures    int       // consecutive runs that ended while held
+	retryAt     time.Time // no start before this (backoff)
+	nextAcquire time.Time // no acquisition attempt before this
+	restart     bool      // start again at once when the runner returns
+	releasing   bool      // a release of its lease is in flight
+	lastErr     error
+
+	removed chan struct{} // closed when a removal has finished
+}
+
+// wantsRun: the key should have a runner here, lease permitting.
+func (ks *keyState) wantsRun() bool { return ks.configured && !ks.job.Disabled }
+
+// wantsLease: the key should be acquired by this replica.
+func (ks *keyState) wantsLease() bool { return ks.wantsRun() && ks.job.Mode == Exclusive }
+
+// runState is one live runner.
+type runState struct {
+	lease    Lease
+	leased   bool // runs under a lease (false: Everywhere or single-instance)
+	cancel   context.CancelCauseFunc
+	done     chan struct{}
+	started  time.Time
+	cause    error // why it was stopped, nil while running normally
+	watchdog *time.Timer
+}
+
+// stop cancels the runner with cause; the first cause wins.
+func (r *runState) stop(cause error) {
+	if r.cause == nil {
+		r.cause = cause
+	}
+	r.cancel(cause)
+}
+
+func (r *runState) stopped() bool { return r.cause != nil }
+
+// reconcile compares every key's wanted state with what runs, and
+// schedules start and stop actions; it never blocks on a store or runner.
+func (s *Supervisor) reconcile() {
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.stopping || !s.active {
+		return
+	}
+	for _, ks := range s.keys {
+		s.reconcileKey(ks, now)
+	}
+}
+
+func (s *Supervisor) reconcileKey(ks *keyState, now time.Time) {
+	leased := s.leased && ks.job.Mode == Exclusive
+	if ks.run != nil {
+		switch {
+		case !ks.wantsRun():
+			ks.run.stop(ErrKeyRemoved)
+		case leased != ks.run.leased:
+			ks.run.stop(ErrRestart) // mode changed
+		case leased && !s.keeper.Holds(ks.key):
+			ks.run.stop(ErrDeadline)
+		}
+		return
+	}
+	if s.leased && !ks.wantsLease() && !ks.starting && !ks.releasing {
+		// Removed, disabled or turned Everywhere: hand the lease back now
+		// that no runner uses it.
+		if t, ok := s.keeper.Term(ks.key); ok {
+			ks.releasing = true
+			s.actions.Go(func() { s.release(ks, t.Epoch) })
+			return
+		}
+	}
+	if !ks.wantsRun() {
+		if !ks.starting && !ks.releasing {
+			s.finishRemoval(ks)
+		}
+		return
+	}
+	if !ks.starting && !now.Before(ks.retryAt) && (!leased || s.keeper.Holds(ks.key)) {
+		ks.starting = true
+		s.actions.Go(func() { s.start(ks.key) })
+	}
+}
+
+func (s *Supervisor) finishRemoval(ks *keyState) {
+	if ks.configured {
+		return
+	}
+	if s.keys[ks.key] == ks {
+		delete(s.keys, ks.key)
+	}
+	if ks.removed != nil {
+		close(ks.removed)
+		ks.removed = nil
+	}
+}
+
+// release ends one term and finishes the key's removal if it was removed.
+func (s *Supervisor) release(ks *keyState, epoch int64) {
+	key := ks.key
+	if t, ok := s.keeper.Term(key); ok && t.Epoch == epoch {
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.CallTimeout)
+		if err := s.keeper.Release(ctx, t); err != nil {
+			s.log.Warn("could not release lease; it expires on its own", "key", key, "epoch", epoch, "err", err)
+		} else {
+			s.log.Info("released lease", "key", key, "epoch", epoch)
+			s.metrics.released()
+		}
+		cancel()
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ks.releasing = false
+	if ks.run == nil && !ks.starting {
+		s.finishRemoval(ks)
+	}
+	s.reconcileKey(ks, time.Now())
+}
+
+// start launches the key's runner if, after an optional reload, the lease
+// is still held: no path starts a runner on a non-holder.
+func (s *Supervisor) start(key string) {
+	s.mu.Lock()
+	ks := s.keys[key]
+	if ks == nil {
+		s.mu.Unlock()
+		return
+	}
+	job, reload := ks.job, ks.newTerm && ks.job.Reload != nil || ks.job.Runner == nil
+	s.mu.Unlock()
+
+	runner := job.Runner
+	var err error
+	if reload {
+		runner, err = s.reload(job, key)
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ks.starting = false
+	if s.keys[key] != ks {
+		return
+	}
+	if err != nil {
+		s.startFailed(ks, fmt.Errorf("reload: %w", err))
+		return
+	}
+	if err := s.startLocked(ks, runner); err != nil {
+		s.log.Debug("runner not started", "key", key, "reason", err)
+	}
+}
+
+func (s *Supervisor) reload(job Job, key string) (Runner, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.StopTimeout+s.cfg.TTL)
+	defer cancel()
+	r, err := job.Reload(ctx, key)
+	if err == nil && r == nil {
+		err = fmt.Errorf("Reload returned no runner: %w", ErrConfig)
+	}
+	return r, err
+}
+
+// startLocked is the fence: it checks, under the lock, that the key should
+// run here and that its lease is held, then launches the runner.
+func (s *Supervisor) startLocked(ks *keyState, runner Runner) error {
+	if s.stopping || !s.active {
+		return ErrNotRunning
+	}
+	if !ks.wantsRun() {
+		return ErrKeyRemoved
+	}
+	if ks.run != nil {
+		return nil // already running
+	}
+	leased := s.leased && ks.job.Mode == Exclusive
+	lease := Lease{Key: ks.key, Owner: s.cfg.Owner}
+	if leased {
+		t, ok := s.keeper.Term(ks.key)
+		if !ok || !s.keeper.Holds(ks.key) {
+			return ErrLeaseLost
+		}
+		lease.Epoch = t.Epoch
+	}
+	ks.newTerm = false
+	if !ks.acquiredAt.IsZero() {
+		s.metrics.observeHandoff(time.Since(ks.acquiredAt))
+		ks.acquiredAt = time.Time{}
+	}
+	ctx, cancel := context.WithCancelCause(s.runCtx)
+	r := &runState{lease: lease, leased: leased, cancel: cancel, done: make(chan struct{}), started: time.Now()}
+	ks.run = r
+	if leased {
+		s.armWatchdog(ks)
+	}
+	s.metrics.runnerStarted(ks.failures > 0)
+	s.log.Info("runner started", "key", ks.key, "epoch", lease.Epoch)
+	s.actions.Go(func() { s.runRunner(ctx, ks, r, runner) })
+	return nil
+}
+
+// runRunner runs one runner and handles its return.
+func (s *Supervisor) runRunner(ctx context.Context, ks *keyState, r *runState, runner Runner) {
+	err := runSafely(ctx, runner, r.lease)
+	r.cancel(nil)
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	defer close(r.done)
+	if r.watchdog != nil {
+		r.watchdog.Stop()
+	}
+	if ks.run == r {
+		ks.run = nil
+	}
+	ranFor := time.Since(r.started)
+	switch {
+	case r.stopped():
+		s.log.Info("runner stopped", "key", ks.key, "epoch", r.lease.Epoch, "cause", r.cause)
+		if ks.restart {
+			ks.restart = false
+			ks.retryAt = time.Time{}
+		}
+	default:
+		if ranFor >= s.cfg.BackoffMax {
+			ks.failures = 0
+		}
+		if err == nil {
+			err = fmt.Errorf("runner returned while its lease was held")
+		}
+		s.startFailed(ks, err)
+	}
+	if s.stopping {
+		return
+	}
+	s.reconcileKey(ks, time.Now())
+	s.poke()
+}
+
+// startFailed records a failed start and schedules the next try with
+// exponential backoff.
+func (s *Supervisor) startFailed(ks *keyState, err error) {
+	ks.failures++
+	ks.lastErr = err
+	delay := s.cfg.BackoffMin
+	for i := 1; i < ks.failures && delay < s.cfg.BackoffMax; i++ {
+		delay *= 2
+	}
+	delay = min(delay, s.cfg.BackoffMax)
+	ks.retryAt = time.Now().Add(delay)
+	s.metrics.runnerFailed()
+	s.log.Warn("runner failed; retrying with backoff", "key", ks.key, "failures", ks.failures, "retry_in", delay, "err", err)
+	s.poke()
+}
+
+// runSafely turns a runner's panic into an error so one key's bug cannot
+// take the supervisor, and every other key's lease, down with it.
+func runSafely(ctx context.Context, runner Runner, lease Lease) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("runner panicked: %v", p)
+		}
+	}()
+	return runner.Run(ctx, lease)
+}
+
+// armWatchdog cancels the runner at the moment the keeper stops holding
+// its lease, independent of the supervision loop, which may be busy in a
+// store call: fail closed does not wait for the next round.
+func (s *Supervisor) armWatchdog(ks *keyState) {
+	r := ks.run
+	t, ok := s.keeper.Term(ks.key)
+	if !ok {
+		r.stop(ErrLeaseLost)
+		return
+	}
+	wait := time.Until(t.StopAt(s.keeper.Timing()))
+	if r.watchdog != nil {
+		r.watchdog.Reset(wait)
+		return
+	}
+	r.watchdog = time.AfterFunc(wait, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if ks.run != r || r.stopped() {
+			return
+		}
+		if !s.keeper.Holds(ks.key) {
+			s.log.Warn("stopping runner: no renewal confirmed before the lease's safety deadline", "key", ks.key, "epoch", r.lease.Epoch)
+			s.metrics.deadlineStop()
+			r.stop(ErrDeadline)
+			return
+		}
+		s.armWatchdog(ks) // renewed meanwhile
+	})
+}

@@ -1,0 +1,195 @@
+package tenure
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/tenure-dev/tenure/store"
+)
+
+// Defaults applied to zero fields of Config.
+const (
+	DefaultTTL         = 15 * time.Second
+	DefaultGrace       = 5 * time.Second
+	DefaultStopTimeout = 5 * time.Second
+)
+
+// LeaseMode says whether a Supervisor arbitrates keys through leases.
+type LeaseMode int
+
+const (
+	// LeasesAuto (the zero value) uses leases when Config.MultiInstance is
+	// set and runs every key locally otherwise.
+	LeasesAuto LeaseMode = iota
+	// LeasesOn always uses leases; a Config without a Store is refused.
+	LeasesOn
+	// LeasesOff runs every key locally (single-instance mode), even with a
+	// Store configured.
+	LeasesOff
+)
+
+func (m LeaseMode) String() string {
+	switch m {
+	case LeasesAuto:
+		return "auto"
+	case LeasesOn:
+		return "on"
+	case LeasesOff:
+		return "off"
+	}
+	return fmt.Sprintf("LeaseMode(%d)", int(m))
+}
+
+// Config configures a Supervisor. The zero value of every field means its
+// default; New validates the whole and names the field at fault.
+type Config struct {
+	// Store holds the leases. Nil runs in single-instance mode (every key
+	// runs locally), unless Leases is LeasesOn, which is then an error.
+	Store store.Store
+
+	// Leases turns lease arbitration on or off; see LeaseMode.
+	Leases LeaseMode
+	// MultiInstance is the application's signal that several replicas may
+	// run (more than one worker, a replica count above one). It turns
+	// leases on under LeasesAuto.
+	MultiInstance bool
+
+	// Owner identifies this replica in the store. Default:
+	// hostname:pid:random, unique per process start so that a restarted
+	// process never mistakes an old term for its own.
+	Owner string
+
+	// TTL is how long a lease lives without renewal. Default 15s.
+	TTL time.Duration
+	// Grace is how long past a lease's expiry a peer waits before taking it.
+	// Default 5s. Zero grace is allowed only with NoGrace set, since grace
+	// is the margin that absorbs clock-rate drift and scheduling delays.
+	Grace time.Duration
+	// NoGrace permits Grace == 0.
+	NoGrace bool
+	// RenewEvery is the renewal interval. Default TTL/3; must be < TTL/2.
+	RenewEvery time.Duration
+	// CallTimeout bounds every store call. Default RenewEvery/2; must be
+	// <= RenewEvery/2 so a stalled call cannot push a renewal past the
+	// deadline it protects.
+	CallTimeout time.Duration
+	// StopTimeout is how long a runner is given to return after its
+	// context is cancelled. Default 5s.
+	StopTimeout time.Duration
+
+	// BackoffMin and BackoffMax bound the exponential delay between
+	// restarts of a runner that returned while its lease was held. Defaults:
+	// RenewEvery and 16×RenewEvery. A run that lasted at least BackoffMax
+	// resets the delay.
+	BackoffMin, BackoffMax time.Duration
+
+	// Prefix limits the keys this supervisor reads from the store when it
+	// learns who leads what (one List per round). Default: every key.
+	Prefix string
+
+	// Logger receives events (acquire, loss, release, start failure).
+	// Default: slog.Default().
+	Logger *slog.Logger
+	// Metrics, when set, is updated by the supervisor; register it with a
+	// Prometheus registry.
+	Metrics *Metrics
+}
+
+// ErrConfig is wrapped by every configuration error.
+var ErrConfig = errors.New("tenure: invalid config")
+
+func configErr(field, format string, args ...any) error {
+	return fmt.Errorf("%s: %s: %w", field, fmt.Sprintf(format, args...), ErrConfig)
+}
+
+// leasesActive decides whether leases are on, or why the config is refused.
+func (c Config) leasesActive() (bool, error) {
+	switch c.Leases {
+	case LeasesOff:
+		return false, nil
+	case LeasesOn:
+		if c.Store == nil {
+			return false, configErr("Store", "leases are on (Leases: LeasesOn) but no store is configured")
+		}
+		return true, nil
+	case LeasesAuto:
+		if !c.MultiInstance {
+			return false, nil
+		}
+		if c.Store == nil {
+			return false, configErr("Store", "leases are on (MultiInstance under LeasesAuto) but no store is configured")
+		}
+		return true, nil
+	}
+	return false, configErr("Leases", "unknown mode %d", int(c.Leases))
+}
+
+// withDefaults fills zero fields and validates the timing rule.
+func (c Config) withDefaults() (Config, error) {
+	if c.TTL == 0 {
+		c.TTL = DefaultTTL
+	}
+	if c.Grace == 0 && !c.NoGrace {
+		c.Grace = DefaultGrace
+	}
+	if c.RenewEvery == 0 {
+		c.RenewEvery = c.TTL / 3
+	}
+	if c.CallTimeout == 0 {
+		c.CallTimeout = c.RenewEvery / 2
+	}
+	if c.StopTimeout == 0 {
+		c.StopTimeout = DefaultStopTimeout
+	}
+	if c.BackoffMin == 0 {
+		c.BackoffMin = c.RenewEvery
+	}
+	if c.BackoffMax == 0 {
+		c.BackoffMax = 16 * c.RenewEvery
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Owner == "" {
+		c.Owner = DefaultOwner()
+	}
+	switch {
+	case c.TTL < 3*time.Millisecond:
+		return c, configErr("TTL", "%v is too short (at least 3ms)", c.TTL)
+	case c.Grace < 0:
+		return c, configErr("Grace", "%v is negative", c.Grace)
+	case c.RenewEvery <= 0:
+		return c, configErr("RenewEvery", "%v must be positive", c.RenewEvery)
+	case c.RenewEvery*2 >= c.TTL:
+		return c, configErr("RenewEvery", "%v must be less than TTL/2 (%v): a lease must survive one missed renewal", c.RenewEvery, c.TTL/2)
+	case c.CallTimeout <= 0:
+		return c, configErr("CallTimeout", "%v must be positive", c.CallTimeout)
+	case c.CallTimeout*2 > c.RenewEvery:
+		return c, configErr("CallTimeout", "%v must be at most RenewEvery/2 (%v)", c.CallTimeout, c.RenewEvery/2)
+	case c.StopTimeout < 0:
+		return c, configErr("StopTimeout", "%v is negative", c.StopTimeout)
+	case c.BackoffMin <= 0 || c.BackoffMax < c.BackoffMin:
+		return c, configErr("BackoffMin", "%v..%v is not a valid range", c.BackoffMin, c.BackoffMax)
+	}
+	if err := store.ValidateOwner(c.Owner); err != nil {
+		return c, configErr("Owner", "%v", err)
+	}
+	return c, nil
+}
+
+// DefaultOwner returns hostname:pid:random, the owner id used when
+// Config.Owner is empty.
+func DefaultOwner() string {
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "host"
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("%s:%d:%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+}

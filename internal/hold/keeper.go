@@ -1,0 +1,407 @@
+// Package hold keeps one replica's side of the lease contract: which terms
+// it holds, until when each may safely be used, and who holds the rest.
+//
+// The timing rule: a grant or renewal sent at local monotonic time t and
+// confirmed by the store makes the store stamp an expiry no earlier than
+// t + TTL, and a peer may take the key no earlier than that expiry + Grace.
+// The local deadline is therefore t + TTL, and the keeper reports a key as
+// held only while now + RenewEvery < deadline: the runner is stopped at
+// least RenewEvery + Grace before any peer may start, whether or not the
+// store answers. Only the rate of the local monotonic clock matters; clocks
+// of different hosts are never compared.
+package hold
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/tenure-dev/tenure/store"
+)
+
+// Timing is the lease timing a keeper applies. It is validated by the
+// caller (tenure.Config).
+type Timing struct {
+	TTL         time.Duration
+	Grace       time.Duration
+	RenewEvery  time.Duration
+	CallTimeout time.Duration
+}
+
+// Outcome is the result of one renewal.
+type Outcome int
+
+const (
+	// Renewed: the store confirmed the term; the deadline moved forward.
+	Renewed Outcome = iota + 1
+	// Lost: the store refused (another owner, a newer epoch, expired or
+	// released): stop the runner now, and never release this term.
+	Lost
+	// Unconfirmed: the call failed or timed out. The term may or may not
+	// still be ours; the deadline keeps running.
+	Unconfirmed
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case Renewed:
+		return "renewed"
+	case Lost:
+		return "lost"
+	case Unconfirmed:
+		return "unconfirmed"
+	}
+	return "unknown"
+}
+
+// Term is a lease this replica holds, as the keeper sees it.
+type Term struct {
+	Key   string
+	Epoch int64
+	// Deadline is the local monotonic time by which a peer may be able to
+	// take the key (send time of the last confirmed grant or renewal + TTL).
+	Deadline time.Time
+}
+
+// Keeper is safe for concurrent use. Store calls are made without holding
+// its lock, each bounded by Timing.CallTimeout.
+type Keeper struct {
+	st     store.Store
+	owner  string
+	timing Timing
+	now    func() time.Time
+
+	mu       sync.Mutex
+	held     map[string]Term
+	observed map[string]observation
+}
+
+// observation is a peer's lease as last read, with the local time of the
+// read so time left can be aged.
+type observation struct {
+	lease store.Lease
+	at    time.Time
+}
+
+// New returns a keeper for owner. now is the local monotonic clock; nil
+// means time.Now (whose readings carry a monotonic component).
+func New(st store.Store, owner string, timing Timing, now func() time.Time) *Keeper {
+	if now == nil {
+		now = time.Now
+	}
+	return &Keeper{
+		st: st, owner: owner, timing: timing, now: now,
+		held:     make(map[string]Term),
+		observed: make(map[string]observation),
+	}
+}
+
+// Owner is the owner id this keeper acquires leases as.
+func (k *Keeper) Owner() string { return k.owner }
+
+// Timing returns the keeper's timing.
+func (k *Keeper) Timing() Timing { return k.timing }
+
+// Now reads the keeper's clock.
+func (k *Keeper) Now() time.Time { return k.now() }
+
+// Holds reports whether a runner for key may keep running until the next
+// renewal: the key is held and now + RenewEvery is before its deadline.
+func (k *Keeper) Holds(key string) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.holdsLocked(key)
+}
+
+func (k *Keeper) holdsLocked(key string) bool {
+	t, ok := k.held[key]
+	return ok && k.now().Add(k.timing.RenewEvery).Before(t.Deadline)
+}
+
+// Term returns the term of key that this replica believes it holds, even
+// when it is too near its deadline to be used.
+func (k *Keeper) Term(key string) (Term, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	t, ok := k.held[key]
+	return t, ok
+}
+
+// StopAt is the local time at which Holds(key) turns false unless a
+// renewal is confirmed first.
+func (t Term) StopAt(timing Timing) time.Time { return t.Deadline.Add(-timing.RenewEvery) }
+
+// Held returns every term this replica believes it holds, sorted by key.
+func (k *Keeper) Held() []Term {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	terms := slices.Collect(maps.Values(k.held))
+	slices.SortFunc(terms, func(a, b Term) int { return compareStrings(a.Key, b.Key) })
+	return terms
+}
+
+// Forget drops the local record of key without touching the store (the
+// lease is lost, or its runner is gone and the deadline has passed).
+func (k *Keeper) Forget(key string, epoch int64) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if t, ok := k.held[key]; ok && t.Epoch == epoch {
+		delete(k.held, key)
+	}
+}
+
+// Acquired is the result of an acquisition attempt.
+type Acquired struct {
+	// OK: this replica holds key (newly or already).
+	OK bool
+	// New: a new term was started by this call.
+	New   bool
+	Epoch int64
+	// Holder is the blocking peer lease when not OK.
+	Holder store.Lease
+	// RetryAt is the local time at which the blocking lease may first be
+	// taken (its expiry + grace), when not OK.
+	RetryAt time.Time
+}
+
+// Acquire holds key, starting a new term if needed. A key this replica
+// already holds safely is returned without a store call. A record near its
+// deadline is re-acquired, which starts a new term.
+func (k *Keeper) Acquire(ctx context.Context, key string, running bool) (Acquired, error) {
+	k.mu.Lock()
+	if k.holdsLocked(key) {
+		t := k.held[key]
+		k.mu.Unlock()
+		return Acquired{OK: true, Epoch: t.Epoch}, nil
+	}
+	k.mu.Unlock()
+
+	sent := k.now()
+	res, err := bounded(ctx, k.timing.CallTimeout, func(ctx context.Context) (store.AcquireResult, error) {
+		return k.st.Acquire(ctx, store.AcquireRequest{
+			Key: key, Owner: k.owner, TTL: k.timing.TTL, Grace: k.timing.Grace, Running: running,
+		})
+	})
+	if err != nil {
+		return Acquired{}, err
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if !res.Acquired {
+		// A peer holds the row, so any local record of ours is stale.
+		delete(k.held, key)
+		k.observed[key] = observation{lease: res.Holder, at: sent}
+		return Acquired{Holder: res.Holder, RetryAt: sent.Add(max(res.Holder.TimeLeft, 0) + k.timing.Grace)}, nil
+	}
+	k.held[key] = Term{Key: key, Epoch: res.Epoch, Deadline: sent.Add(k.timing.TTL)}
+	delete(k.observed, key)
+	return Acquired{OK: true, New: true, Epoch: res.Epoch}, nil
+}
+
+// RenewAll renews every held term in one store call. running reports
+// whether the key's runner is running, recorded for peers to see. The
+// result has an outcome per key renewed; the error, if any, is why they are
+// unconfirmed.
+func (k *Keeper) RenewAll(ctx context.Context, running func(key string) bool) (map[string]Outcome, error) {
+	terms := k.Held()
+	if len(terms) == 0 {
+		return nil, nil
+	}
+	items := make([]store.RenewItem, len(terms))
+	for i, t := range terms {
+		items[i] = store.RenewItem{Key: t.Key, Epoch: t.Epoch, Running: running != nil && running(t.Key)}
+	}
+	sent := k.now()
+	results, err := bounded(ctx, k.timing.CallTimeout, func(ctx context.Context) ([]bool, error) {
+		return k.st.Renew(ctx, k.owner, k.timing.TTL, items)
+	})
+	out := make(map[string]Outcome, len(terms))
+	if err == nil && len(results) != len(items) {
+		err = errors.New("hold: store returned a renewal result of the wrong length")
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for i, t := range terms {
+		cur, ok := k.held[t.Key]
+		if !ok || cur.Epoch != t.Epoch {
+			continue // released or re-acquired while the call was out
+		}
+		switch {
+		case err != nil:
+			out[t.Key] = Unconfirmed
+		case results[i]:
+			// Never move the deadline past send time + TTL, and never back.
+			if d := sent.Add(k.timing.TTL); d.After(cur.Deadline) {
+				cur.Deadline = d
+				k.held[t.Key] = cur
+			}
+			out[t.Key] = Renewed
+		default:
+			delete(k.held, t.Key)
+			out[t.Key] = Lost
+		}
+	}
+	return out, err
+}
+
+// Release ends the given terms (best effort: they expire anyway). Terms are
+// dropped locally before the call so nothing renews them meanwhile.
+func (k *Keeper) Release(ctx context.Context, terms ...Term) error {
+	var toRelease []store.Term
+	k.mu.Lock()
+	for _, t := range terms {
+		if cur, ok := k.held[t.Key]; ok && cur.Epoch == t.Epoch {
+			delete(k.held, t.Key)
+			toRelease = append(toRelease, store.Term{Key: t.Key, Epoch: t.Epoch})
+		}
+	}
+	k.mu.Unlock()
+	if len(toRelease) == 0 {
+		return nil
+	}
+	_, err := bounded(ctx, k.timing.CallTimeout, func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, k.st.Release(ctx, k.owner, toRelease)
+	})
+	return err
+}
+
+// ObserveAll refreshes the cached view of every key's lease with one list
+// call. Keys this replica holds are not cached as observations.
+func (k *Keeper) ObserveAll(ctx context.Context, prefix string) error {
+	at := k.now()
+	leases, err := bounded(ctx, k.timing.CallTimeout, func(ctx context.Context) ([]store.Lease, error) {
+		return k.st.List(ctx, prefix)
+	})
+	if err != nil {
+		return err
+	}
+	obs := make(map[string]observation, len(leases))
+	for _, l := range leases {
+		obs[l.Key] = observation{lease: l, at: at}
+	}
+	k.mu.Lock()
+	k.observed = obs
+	k.mu.Unlock()
+	return nil
+}
+
+// Observed returns the last observed lease of key held by someone else,
+// with its time left aged by the local time since it was read.
+func (k *Keeper) Observed(key string) (store.Lease, bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.observedLocked(key)
+}
+
+func (k *Keeper) observedLocked(key string) (store.Lease, bool) {
+	if _, mine := k.held[key]; mine {
+		return store.Lease{}, false
+	}
+	o, ok := k.observed[key]
+	if !ok {
+		return store.Lease{}, false
+	}
+	l := o.lease
+	if l.Live {
+		l.TimeLeft -= k.now().Sub(o.at)
+		if l.TimeLeft <= 0 {
+			l.Live = false
+		}
+	}
+	return l, true
+}
+
+// LeaderOf returns the owner of key's live lease as last seen, or "".
+func (k *Keeper) LeaderOf(key string) string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if _, mine := k.held[key]; mine {
+		return k.owner
+	}
+	if l, ok := k.observedLocked(key); ok && l.Live && l.Owner != "" {
+		return l.Owner
+	}
+	return ""
+}
+
+// PeerLeads reports whether a live lease of another owner was last seen
+// for key.
+func (k *Keeper) PeerLeads(key string) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	l, ok := k.observedLocked(key)
+	return ok && l.Live && l.Owner != "" && l.Owner != k.owner
+}
+
+// PeerKeys returns every key a live peer leads, as last seen, sorted.
+func (k *Keeper) PeerKeys() []string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	var keys []string
+	for key := range k.observed {
+		if l, ok := k.observedLocked(key); ok && l.Live && l.Owner != "" && l.Owner != k.owner {
+			keys = append(keys, key)
+		}
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// ObservedKeys returns every key seen in the store, sorted.
+func (k *Keeper) ObservedKeys() []string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	keys := slices.Collect(maps.Keys(k.observed))
+	slices.Sort(keys)
+	return keys
+}
+
+// ErrCallTimeout: a store call did not answer within Timing.CallTimeout.
+var ErrCallTimeout = errors.New("hold: store call timed out")
+
+// bounded runs call with a context that ends after timeout, and returns
+// when it ends even if the store ignores the context, so a stalled store
+// cannot hold a renewal past the deadline it protects. A call that answers
+// after its timeout is reported as an error: its effect is unconfirmed.
+func bounded[T any](ctx context.Context, timeout time.Duration, call func(context.Context) (T, error)) (T, error) {
+	if timeout <= 0 {
+		return call(ctx)
+	}
+	ctx, cancel := context.WithTimeoutCause(ctx, timeout, ErrCallTimeout)
+	defer cancel()
+	type result struct {
+		v   T
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		v, err := call(ctx)
+		done <- result{v, err}
+	}()
+	select {
+	case r := <-done:
+		if r.err == nil && ctx.Err() != nil {
+			// It answered, but too late to count: the deadline it would
+			// extend was computed from a send time that is now stale.
+			var zero T
+			return zero, context.Cause(ctx)
+		}
+		return r.v, r.err
+	case <-ctx.Done():
+		var zero T
+		return zero, context.Cause(ctx)
+	}
+}
+
+func compareStrings(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,190 @@
+package tenure
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/tenure-dev/tenure/store"
+)
+
+// Set adds key with job, or replaces its job. It is accepted on every
+// replica; only the lease holder (or every replica, for Everywhere) runs
+// it. A running runner whose job changed is restarted with the new job
+// under the same term.
+func (s *Supervisor) Set(key string, job Job) error {
+	if err := store.ValidateKey(key); err != nil {
+		return err
+	}
+	if err := job.validate(); err != nil {
+		return fmt.Errorf("key %q: %w", key, err)
+	}
+	s.mu.Lock()
+	ks := s.keys[key]
+	if ks == nil {
+		ks = &keyState{key: key}
+		s.keys[key] = ks
+	}
+	changed := ks.configured && ks.run != nil && !sameJob(ks.job, job)
+	ks.job, ks.configured = job, true
+	if changed {
+		ks.restart = true
+		ks.run.stop(ErrRestart)
+	}
+	s.mu.Unlock()
+	s.poke()
+	return nil
+}
+
+func sameJob(a, b Job) bool {
+	return a.Mode == b.Mode && a.Disabled == b.Disabled && sameRunner(a.Runner, b.Runner)
+}
+
+// sameRunner compares runners that are comparable; func-typed runners
+// (RunnerFunc) never compare equal, so setting one counts as a change.
+func sameRunner(a, b Runner) (same bool) {
+	defer func() {
+		if recover() != nil {
+			same = false
+		}
+	}()
+	return a == b
+}
+
+// Remove stops key's runner, releases its lease once the runner has
+// returned, and forgets the key. It waits up to StopTimeout (or ctx); a
+// runner still alive then keeps its lease renewed until it returns, and
+// Remove reports ErrStopTimeout.
+func (s *Supervisor) Remove(ctx context.Context, key string) error {
+	s.mu.Lock()
+	ks := s.keys[key]
+	if ks == nil || !ks.configured {
+		s.mu.Unlock()
+		return fmt.Errorf("key %q: %w", key, ErrUnknownKey)
+	}
+	ks.configured = false
+	if ks.removed == nil {
+		ks.removed = make(chan struct{})
+	}
+	removed := ks.removed
+	if !s.active {
+		s.finishRemoval(ks)
+		s.mu.Unlock()
+		return nil
+	}
+	if ks.run != nil {
+		ks.run.stop(ErrKeyRemoved)
+	}
+	s.reconcileKey(ks, time.Now())
+	s.mu.Unlock()
+	s.poke()
+	return s.await(ctx, key, removed)
+}
+
+// SetEnabled enables or disables key. Disabling stops its runner and
+// releases its lease once the runner has returned.
+func (s *Supervisor) SetEnabled(key string, enabled bool) error {
+	s.mu.Lock()
+	ks := s.keys[key]
+	if ks == nil || !ks.configured {
+		s.mu.Unlock()
+		return fmt.Errorf("key %q: %w", key, ErrUnknownKey)
+	}
+	ks.job.Disabled = !enabled
+	if ks.run != nil && !enabled {
+		ks.run.stop(ErrKeyRemoved)
+	}
+	s.mu.Unlock()
+	s.poke()
+	return nil
+}
+
+func (s *Supervisor) await(ctx context.Context, key string, done <-chan struct{}) error {
+	t := time.NewTimer(s.cfg.StopTimeout)
+	defer t.Stop()
+	select {
+	case <-done:
+		return nil
+	case <-t.C:
+		return fmt.Errorf("key %q: %w; its lease is kept until it returns", key, ErrStopTimeout)
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Restart stops key's runner and starts it again under the same term. It
+// returns false, starting nothing, when this replica does not hold the key.
+func (s *Supervisor) Restart(ctx context.Context, key string) (bool, error) {
+	s.mu.Lock()
+	ks := s.keys[key]
+	if ks == nil || !ks.wantsRun() {
+		s.mu.Unlock()
+		return false, fmt.Errorf("key %q: %w", key, ErrUnknownKey)
+	}
+	if s.leased && ks.job.Mode == Exclusive && !s.keeper.Holds(key) {
+		s.mu.Unlock()
+		return false, nil
+	}
+	r := ks.run
+	ks.failures, ks.retryAt = 0, time.Time{}
+	if r != nil {
+		ks.restart = true
+		r.stop(ErrRestart)
+	}
+	s.mu.Unlock()
+	if r != nil {
+		if err := s.await(ctx, key, r.done); err != nil {
+			return false, err
+		}
+	}
+	return s.EnsureRunning(ctx, key)
+}
+
+// EnsureRunning makes sure key's runner runs here if this replica holds
+// (or can acquire) its lease, and reports whether it runs. It never starts
+// a runner on a non-holder.
+func (s *Supervisor) EnsureRunning(ctx context.Context, key string) (bool, error) {
+	s.mu.Lock()
+	ks := s.keys[key]
+	if ks == nil || !ks.wantsRun() {
+		s.mu.Unlock()
+		return false, fmt.Errorf("key %q: %w", key, ErrUnknownKey)
+	}
+	if !s.active {
+		s.mu.Unlock()
+		return false, ErrNotRunning
+	}
+	needLease := s.leased && ks.job.Mode == Exclusive
+	s.mu.Unlock()
+	if needLease {
+		res, err := s.keeper.Acquire(ctx, key, false)
+		if err != nil {
+			return false, err
+		}
+		if !res.OK {
+			return false, nil
+		}
+		if res.New {
+			s.mu.Lock()
+			ks.newTerm = true
+			s.mu.Unlock()
+		}
+	}
+	s.mu.Lock()
+	if ks.run != nil {
+		running := !ks.run.stopped()
+		s.mu.Unlock()
+		return running, nil
+	}
+	if ks.starting {
+		s.mu.Unlock()
+		return true, nil
+	}
+	ks.starting = true
+	ks.retryAt = time.Time{}
+	s.mu.Unlock()
+	s.start(key)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return ks.run != nil, nil
+}

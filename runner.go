@@ -1,0 +1,80 @@
+package tenure
+
+import (
+	"context"
+	"fmt"
+)
+
+// Lease is what a runner is given: the key it runs for and the term that
+// lets it. Pass Epoch to the fence helpers so a downstream database can
+// reject writes made after a newer term began.
+type Lease struct {
+	Key   string
+	Epoch int64
+	Owner string
+}
+
+// Runner is the work done for one key while this replica may do it.
+//
+// Run works until ctx is cancelled — the lease was lost, its deadline is
+// near, the key was removed or disabled, or the supervisor is stopping —
+// and then returns promptly (within Config.StopTimeout). A return while the
+// lease is still held is treated as a failure to run: the supervisor starts
+// it again after an exponential backoff, without delaying any other key.
+type Runner interface {
+	Run(ctx context.Context, lease Lease) error
+}
+
+// RunnerFunc adapts a function to Runner.
+type RunnerFunc func(ctx context.Context, lease Lease) error
+
+// Run calls f(ctx, lease).
+func (f RunnerFunc) Run(ctx context.Context, lease Lease) error { return f(ctx, lease) }
+
+// Mode says how many replicas run a key.
+type Mode int
+
+const (
+	// Exclusive (the default): only the lease holder runs the key.
+	Exclusive Mode = iota
+	// Everywhere: every replica runs the key, without a lease (a webhook
+	// receiver, a local cache warmer).
+	Everywhere
+)
+
+func (m Mode) String() string {
+	switch m {
+	case Exclusive:
+		return "exclusive"
+	case Everywhere:
+		return "everywhere"
+	}
+	return fmt.Sprintf("Mode(%d)", int(m))
+}
+
+// Job is what a supervisor runs for one key.
+type Job struct {
+	// Runner does the work. Required unless Reload is set.
+	Runner Runner
+	// Mode is Exclusive (default) or Everywhere.
+	Mode Mode
+	// Disabled keeps the key configured but not running: a holder stops
+	// its runner and releases the lease.
+	Disabled bool
+	// Reload, when set, is called after each new term is acquired and
+	// before the runner starts, and returns the runner to start. It lets a
+	// new holder start from configuration saved since this replica started
+	// (rotated credentials, settings changed on a peer). An error counts as
+	// a failed start and is retried with backoff.
+	Reload func(ctx context.Context, key string) (Runner, error)
+}
+
+func (j Job) validate() error {
+	if j.Runner == nil && j.Reload == nil {
+		return fmt.Errorf("job has neither Runner nor Reload: %w", ErrConfig)
+	}
+	if j.Mode != Exclusive && j.Mode != Everywhere {
+		return fmt.Errorf("job mode %v: %w", j.Mode, ErrConfig)
+	}
+	return nil
+}

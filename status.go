@@ -1,0 +1,136 @@
+package tenure
+
+import (
+	"maps"
+	"slices"
+)
+
+// KeyStatus is one key as this replica sees it.
+type KeyStatus struct {
+	Key string `json:"key"`
+	// Configured: the key is in this replica's configuration. A key only
+	// seen in the lease table (configured on a peer) has it false.
+	Configured bool `json:"configured"`
+	Enabled    bool `json:"enabled"`
+	Mode       Mode `json:"-"`
+	// Running: the runner runs here, or — for a key a peer leads — the
+	// peer reported its runner running at its last renewal.
+	Running bool `json:"running"`
+	// Leased: the key is arbitrated by a lease, so the fields below mean
+	// something. False for Everywhere keys and in single-instance mode.
+	Leased bool `json:"leased"`
+	// Leader is the owner of the key's live lease, or "" when none is live.
+	Leader     string `json:"leader,omitempty"`
+	LeaderHere bool   `json:"leader_here"`
+	// Epoch is the leader's term, when known.
+	Epoch int64 `json:"epoch,omitempty"`
+	// LastError is the last failure of this replica's runner, if any.
+	LastError string `json:"last_error,omitempty"`
+}
+
+// Status returns every key known here — configured locally or seen in the
+// store — sorted by key.
+func (s *Supervisor) Status() []KeyStatus {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	keys := make(map[string]bool)
+	for key, ks := range s.keys {
+		if ks.configured {
+			keys[key] = true
+		}
+	}
+	if s.leased {
+		for _, key := range s.keeper.ObservedKeys() {
+			keys[key] = true
+		}
+	}
+	out := make([]KeyStatus, 0, len(keys))
+	for _, key := range slices.Sorted(maps.Keys(keys)) {
+		out = append(out, s.statusLocked(key))
+	}
+	return out
+}
+
+// KeyStatus returns one key's status (the zero status for an unknown key,
+// with Key set).
+func (s *Supervisor) KeyStatus(key string) KeyStatus {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.statusLocked(key)
+}
+
+func (s *Supervisor) statusLocked(key string) KeyStatus {
+	st := KeyStatus{Key: key}
+	ks := s.keys[key]
+	if ks != nil && ks.configured {
+		st.Configured, st.Enabled, st.Mode = true, !ks.job.Disabled, ks.job.Mode
+		st.Running = ks.run != nil && !ks.run.stopped()
+		if ks.lastErr != nil {
+			st.LastError = ks.lastErr.Error()
+		}
+	}
+	if !s.leased || st.Mode == Everywhere && st.Configured {
+		return st
+	}
+	st.Leased = true
+	if t, ok := s.keeper.Term(key); ok {
+		st.Leader, st.LeaderHere, st.Epoch = s.cfg.Owner, true, t.Epoch
+		return st
+	}
+	if l, ok := s.keeper.Observed(key); ok && l.Live && l.Owner != "" {
+		st.Leader, st.Epoch = l.Owner, l.Epoch
+		st.LeaderHere = l.Owner == s.cfg.Owner
+		if !st.Running {
+			st.Running = l.Running
+		}
+	}
+	return st
+}
+
+// LeaderOf returns the owner of key's live lease as last seen by this
+// replica, or "" when none is live or leases are off.
+func (s *Supervisor) LeaderOf(key string) string {
+	if !s.leased {
+		return ""
+	}
+	s.mu.Lock()
+	ks := s.keys[key]
+	everywhere := ks != nil && ks.configured && ks.job.Mode == Everywhere
+	s.mu.Unlock()
+	if everywhere {
+		return ""
+	}
+	return s.keeper.LeaderOf(key)
+}
+
+// PeerKeys returns the keys a live peer leads, as last seen, including keys
+// this replica has no configuration for — so the application can leave
+// related work (notifications, queued messages) to that peer. It returns
+// nil when leases are off.
+func (s *Supervisor) PeerKeys() []string {
+	if !s.leased {
+		return nil
+	}
+	keys := s.keeper.PeerKeys()
+	if keys == nil {
+		keys = []string{}
+	}
+	return keys
+}
+
+// Holds reports whether this replica holds key's lease and may run it.
+// Always true in single-instance mode.
+func (s *Supervisor) Holds(key string) bool {
+	if !s.leased {
+		return true
+	}
+	return s.keeper.Holds(key)
+}
+
+// isRunning is what renewals report to peers.
+func (s *Supervisor) isRunning(key string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ks := s.keys[key]
+	return ks != nil && ks.run != nil && !ks.run.stopped()
+}

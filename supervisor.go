@@ -1,0 +1,398 @@
+package tenure
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/tenure-dev/tenure/internal/hold"
+	"github.com/tenure-dev/tenure/store"
+)
+
+// Errors a runner's context is cancelled with (context.Cause) and that
+// Supervisor methods return.
+var (
+	// ErrLeaseLost: the store refused a renewal; a peer or a newer term holds the key.
+	ErrLeaseLost = errors.New("tenure: lease lost")
+	// ErrDeadline: renewals went unconfirmed until the lease's safety deadline.
+	ErrDeadline = errors.New("tenure: lease deadline reached without a confirmed renewal")
+	// ErrKeyRemoved: the key was removed or disabled.
+	ErrKeyRemoved = errors.New("tenure: key removed or disabled")
+	// ErrStopping: the supervisor is shutting down.
+	ErrStopping = errors.New("tenure: supervisor stopping")
+	// ErrRestart: the runner is being restarted (Restart, or a new Job).
+	ErrRestart = errors.New("tenure: runner restarting")
+	// ErrStopTimeout: a runner did not return within Config.StopTimeout; its
+	// lease is kept (left to expire on shutdown).
+	ErrStopTimeout = errors.New("tenure: runner did not stop in time")
+	// ErrUnknownKey: the key is not configured on this supervisor.
+	ErrUnknownKey = errors.New("tenure: unknown key")
+	// ErrNotRunning: the supervisor's Run is not active.
+	ErrNotRunning = errors.New("tenure: supervisor not running")
+	// ErrAlreadyRunning: Run was called twice.
+	ErrAlreadyRunning = errors.New("tenure: supervisor already running")
+)
+
+// Supervisor runs a Runner for each configured key while, and only while,
+// this replica holds the key's lease. Create it with New, add keys with
+// Set, and call Run. Its methods are safe for concurrent use.
+type Supervisor struct {
+	cfg     Config
+	leased  bool
+	keeper  *hold.Keeper // nil in single-instance mode
+	log     *slog.Logger
+	metrics *Metrics
+
+	wake chan struct{} // pokes the loop; buffered, never blocks
+
+	mu       sync.Mutex
+	keys     map[string]*keyState
+	active   bool // Run is running
+	stopping bool // Run is shutting down
+	// runCtx is Run's context without its cancellation: runners inherit its
+	// values, and are cancelled one by one, in order, by shutdown.
+	runCtx    context.Context
+	actions   sync.WaitGroup // start actions and runner goroutines
+	lastRound time.Time
+}
+
+// New validates cfg and returns a Supervisor.
+func New(cfg Config) (*Supervisor, error) {
+	leased, err := cfg.leasesActive()
+	if err != nil {
+		return nil, err
+	}
+	cfg, err = cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	s := &Supervisor{
+		cfg:     cfg,
+		leased:  leased,
+		log:     cfg.Logger.With("owner", cfg.Owner),
+		metrics: cfg.Metrics,
+		wake:    make(chan struct{}, 1),
+		keys:    make(map[string]*keyState),
+	}
+	if leased {
+		s.keeper = hold.New(cfg.Store, cfg.Owner, hold.Timing{
+			TTL: cfg.TTL, Grace: cfg.Grace, RenewEvery: cfg.RenewEvery, CallTimeout: cfg.CallTimeout,
+		}, nil)
+	}
+	return s, nil
+}
+
+// Owner is this replica's owner id.
+func (s *Supervisor) Owner() string { return s.cfg.Owner }
+
+// Leased reports whether keys are arbitrated through leases (false in
+// single-instance mode).
+func (s *Supervisor) Leased() bool { return s.leased }
+
+// Config returns the configuration in force, defaults filled in.
+func (s *Supervisor) Config() Config { return s.cfg }
+
+func (s *Supervisor) poke() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Run supervises the keys until ctx is cancelled, then stops every runner
+// (cancel, wait up to StopTimeout) and releases the leases of those that
+// returned. A runner that does not return keeps its lease, which is left to
+// expire; Run then returns an error wrapping ErrStopTimeout.
+func (s *Supervisor) Run(ctx context.Context) error {
+	s.mu.Lock()
+	if s.active {
+		s.mu.Unlock()
+		return ErrAlreadyRunning
+	}
+	// Runners outlive ctx's cancellation until shutdown stops them in order.
+	runCtx, cancelRunCtx := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelRunCtx()
+	s.active, s.stopping, s.runCtx = true, false, runCtx
+	s.mu.Unlock()
+
+	var watchers sync.WaitGroup
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	if w, ok := s.cfg.Store.(store.Watcher); ok && s.leased {
+		watchers.Go(func() { s.watch(watchCtx, w) })
+	}
+
+	s.loop(ctx)
+
+	stopWatch()
+	watchers.Wait()
+	err := s.shutdown()
+	s.mu.Lock()
+	s.active, s.runCtx = false, nil
+	s.mu.Unlock()
+	return err
+}
+
+// loop runs supervision rounds every RenewEvery, and acquisition passes in
+// between when a push event, a config change or a retry time calls for one.
+func (s *Supervisor) loop(ctx context.Context) {
+	nextRound := time.Now()
+	for {
+		now := time.Now()
+		if !now.Before(nextRound) {
+			s.round(ctx)
+			nextRound = now.Add(s.cfg.RenewEvery)
+			now = time.Now()
+		} else {
+			s.acquirePass(ctx)
+			s.reconcile()
+		}
+		wait := nextRound.Sub(now)
+		if due, ok := s.nextDue(); ok && due.Sub(now) < wait {
+			wait = max(due.Sub(now), 0)
+		}
+		timer := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return
+		case <-timer.C:
+		case <-s.wake:
+			timer.Stop()
+		}
+	}
+}
+
+// round is one supervision round: one batched renewal, acquisitions of
+// wanted free keys, one read of the whole lease table, then start and stop
+// actions scheduled per key.
+func (s *Supervisor) round(ctx context.Context) {
+	start := time.Now()
+	if s.leased {
+		s.renew(ctx)
+		s.acquirePass(ctx)
+		if err := s.keeper.ObserveAll(ctx, s.cfg.Prefix); err != nil {
+			s.log.Debug("could not read the lease table", "err", err)
+		}
+		s.scheduleFreedKeys()
+	}
+	s.reconcile()
+	s.mu.Lock()
+	s.lastRound = start
+	s.mu.Unlock()
+	s.metrics.observeRound(time.Since(start))
+}
+
+// renew renews every held lease in one call and stops the runners of the
+// leases the store refused.
+func (s *Supervisor) renew(ctx context.Context) {
+	outcomes, err := s.keeper.RenewAll(ctx, s.isRunning)
+	if err != nil {
+		s.log.Warn("could not confirm lease renewals; their deadlines keep running", "keys", len(outcomes), "err", err)
+	}
+	for key, o := range outcomes {
+		s.metrics.renewal(o)
+		switch o {
+		case hold.Lost:
+			s.log.Warn("lease lost: another owner or a newer term holds the key", "key", key)
+			s.metrics.loss()
+			s.mu.Lock()
+			if ks := s.keys[key]; ks != nil && ks.run != nil {
+				ks.run.stop(ErrLeaseLost)
+			}
+			s.mu.Unlock()
+		case hold.Renewed:
+			s.mu.Lock()
+			if ks := s.keys[key]; ks != nil && ks.run != nil {
+				s.armWatchdog(ks)
+			}
+			s.mu.Unlock()
+		}
+	}
+	s.metrics.setHeld(len(s.keeper.Held()))
+}
+
+// acquirePass tries to acquire every wanted key that is not held and whose
+// next attempt is due.
+func (s *Supervisor) acquirePass(ctx context.Context) {
+	if !s.leased {
+		return
+	}
+	now := time.Now()
+	s.mu.Lock()
+	var due []string
+	for key, ks := range s.keys {
+		if ks.wantsLease() && !s.keeper.Holds(key) && !now.Before(ks.nextAcquire) {
+			due = append(due, key)
+		}
+	}
+	s.mu.Unlock()
+	slices.Sort(due)
+	for _, key := range due {
+		if ctx.Err() != nil {
+			return
+		}
+		res, err := s.keeper.Acquire(ctx, key, false)
+		s.mu.Lock()
+		ks := s.keys[key]
+		switch {
+		case ks == nil:
+		case err != nil:
+			s.log.Warn("could not acquire lease; retrying next round", "key", key, "err", err)
+			ks.nextAcquire = now.Add(s.cfg.RenewEvery)
+		case res.OK && res.New:
+			s.log.Info("acquired lease", "key", key, "epoch", res.Epoch)
+			s.metrics.acquired()
+			ks.newTerm = true
+			ks.acquiredAt = time.Now()
+			ks.nextAcquire = time.Time{}
+		case !res.OK:
+			ks.nextAcquire = res.RetryAt
+		}
+		s.mu.Unlock()
+	}
+}
+
+// scheduleFreedKeys makes the next attempt immediate for wanted keys the
+// lease table shows as released or past grace, so a store without a push
+// channel still hands over within one round.
+func (s *Supervisor) scheduleFreedKeys() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	poke := false
+	for key, ks := range s.keys {
+		if !ks.wantsLease() || s.keeper.Holds(key) {
+			continue
+		}
+		if l, ok := s.keeper.Observed(key); ok && l.Released && !ks.nextAcquire.IsZero() {
+			ks.nextAcquire = time.Time{}
+			poke = true
+		}
+	}
+	if poke {
+		s.poke()
+	}
+}
+
+// nextDue is the earliest time a key needs the loop: an acquisition retry
+// or a runner restart after backoff.
+func (s *Supervisor) nextDue() (time.Time, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var due time.Time
+	found := false
+	consider := func(t time.Time) {
+		if !found || t.Before(due) {
+			due, found = t, true
+		}
+	}
+	for key, ks := range s.keys {
+		if s.leased && ks.wantsLease() && !s.keeper.Holds(key) {
+			consider(ks.nextAcquire)
+		}
+		if ks.run == nil && !ks.retryAt.IsZero() && ks.wantsRun() {
+			consider(ks.retryAt)
+		}
+	}
+	return due, found
+}
+
+// watch turns the store's push events into immediate acquisition attempts,
+// re-subscribing after a broken channel; polling covers the gaps.
+func (s *Supervisor) watch(ctx context.Context, w store.Watcher) {
+	for ctx.Err() == nil {
+		events, err := w.Watch(ctx, s.cfg.Prefix)
+		if err != nil {
+			s.log.Debug("could not watch the store; polling only", "err", err)
+		} else {
+			for ev := range events {
+				if ev.Kind == store.Released {
+					s.onReleased(ev.Key)
+				}
+			}
+		}
+		t := time.NewTimer(s.cfg.RenewEvery)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+		case <-t.C:
+		}
+	}
+}
+
+func (s *Supervisor) onReleased(key string) {
+	s.mu.Lock()
+	ks := s.keys[key]
+	wanted := ks != nil && ks.wantsLease()
+	if wanted {
+		ks.nextAcquire = time.Time{}
+	}
+	s.mu.Unlock()
+	if wanted {
+		s.poke()
+	}
+}
+
+// shutdown stops every runner, waits up to StopTimeout, and releases the
+// leases whose runners returned, in one call.
+func (s *Supervisor) shutdown() error {
+	s.mu.Lock()
+	s.stopping = true
+	var waits []*runState
+	for _, ks := range s.keys {
+		if ks.run != nil {
+			ks.run.stop(ErrStopping)
+			waits = append(waits, ks.run)
+		}
+	}
+	s.mu.Unlock()
+
+	deadline := time.NewTimer(s.cfg.StopTimeout)
+	defer deadline.Stop()
+	var stuck []string
+	for _, r := range waits {
+		select {
+		case <-r.done:
+		case <-deadline.C:
+			deadline.Reset(0)
+			stuck = append(stuck, r.lease.Key)
+		}
+	}
+	var errs []error
+	if s.leased {
+		var release []hold.Term
+		for _, t := range s.keeper.Held() {
+			if !slices.Contains(stuck, t.Key) {
+				release = append(release, t)
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.CallTimeout)
+		if err := s.keeper.Release(ctx, release...); err != nil {
+			s.log.Warn("could not release leases on shutdown; they expire on their own", "err", err)
+		} else {
+			for _, t := range release {
+				s.log.Info("released lease", "key", t.Key, "epoch", t.Epoch)
+				s.metrics.released()
+			}
+		}
+		cancel()
+		s.metrics.setHeld(len(s.keeper.Held()))
+	}
+	for _, key := range stuck {
+		s.log.Error("runner did not stop in time; its lease is left to expire", "key", key, "stop_timeout", s.cfg.StopTimeout)
+		errs = append(errs, fmt.Errorf("key %q: %w", key, ErrStopTimeout))
+	}
+	s.waitActions(stuck)
+	return errors.Join(errs...)
+}
+
+// waitActions waits for start actions and runner goroutines, except those
+// of stuck runners, which may never return.
+func (s *Supervisor) waitActions(stuck []string) {
+	if len(stuck) == 0 {
+		s.actions.Wait()
+	}
+}
