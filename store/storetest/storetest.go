@@ -41,6 +41,22 @@ type Harness struct {
 	// lock stamps its expiry after the wait. Stores without row locks leave
 	// it nil and the test is skipped.
 	LockKey func(t *testing.T, s store.Store, key string) (unlock func())
+
+	// Tolerance is how far a time left the suite reads may stray from the
+	// value it expects, beyond the time it measured passing (clock
+	// resolution, scheduling, a server clock slewed by NTP). Zero means
+	// Unit/4.
+	Tolerance time.Duration
+
+	// InstantAdvance says Advance moves an injected clock and costs no wall
+	// time, so the randomized test may let much more store time pass. Its
+	// own clock is then the sum of the advances instead of the wall clock.
+	InstantAdvance bool
+
+	// Operations is the length of the randomized test. Zero means 2000
+	// with InstantAdvance and 1000 otherwise, a few seconds on a local
+	// server.
+	Operations int
 }
 
 // Sleep is the Advance of stores whose clock is a real server's.

@@ -1,0 +1,291 @@
+package storetest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tenure-dev/tenure/store"
+)
+
+func (c *suite) testFreeKeyIsGrantedAndPeersSeeTheHolder(t *testing.T) {
+	s := c.fresh(t)
+	const key = "jobs/nightly-report"
+	e := c.mustAcquire(t, s, key, "a")
+
+	h := c.mustBeRefused(t, s, key, "b")
+	checkLease(t, "holder seen by peer b", h, store.Lease{Key: key, Owner: "a", Epoch: e, Live: true})
+	if h.TimeLeft <= 0 || h.TimeLeft > c.ttl+time.Millisecond {
+		t.Errorf("holder of %q (owner a, epoch %d) seen by b: TimeLeft %v, want in (0, %v]", key, e, h.TimeLeft, c.ttl)
+	}
+	checkLease(t, "List after the grant", c.lease(t, s, key), store.Lease{Key: key, Owner: "a", Epoch: e, Live: true})
+}
+
+func (c *suite) testExpiredTermBlocksPeersUntilGraceHasPassed(t *testing.T) {
+	s := c.fresh(t)
+	const key = "k"
+	e := c.mustAcquire(t, s, key, "a")
+
+	c.advance(t, s, c.ttl+c.grace/2)
+	h := c.mustBeRefused(t, s, key, "b")
+	checkLease(t, "holder seen by b after expiry, within grace", h, store.Lease{Key: key, Owner: "a", Epoch: e})
+	if h.TimeLeft > 0 {
+		t.Errorf("expired holder of %q (owner a, epoch %d): TimeLeft %v, want ≤ 0", key, e, h.TimeLeft)
+	}
+	l := c.lease(t, s, key)
+	checkLease(t, "List after expiry", l, store.Lease{Key: key, Owner: "a", Epoch: e})
+	if l.TimeLeft > 0 {
+		t.Errorf("List after expiry of %q (owner a, epoch %d): TimeLeft %v, want ≤ 0", key, e, l.TimeLeft)
+	}
+
+	c.advance(t, s, c.grace/2+c.unit)
+	if e2 := c.mustAcquire(t, s, key, "b"); e2 <= e {
+		t.Errorf("b took %q after expiry+grace with epoch %d, want > %d (a's epoch)", key, e2, e)
+	}
+}
+
+func (c *suite) testOwnerReacquiringStartsANewTerm(t *testing.T) {
+	s := c.fresh(t)
+	const key = "k"
+	e1 := c.mustAcquire(t, s, key, "a")
+	e2 := c.mustAcquire(t, s, key, "a")
+	if e2 <= e1 {
+		t.Fatalf("a re-acquired its live term of %q: epoch %d, want > %d", key, e2, e1)
+	}
+	if c.renewOne(t, s, "a", key, e1) {
+		t.Errorf("renewal of %q by a with the old epoch %d succeeded; the new term %d must fence it", key, e1, e2)
+	}
+	if !c.renewOne(t, s, "a", key, e2) {
+		t.Errorf("renewal of %q by a with the new epoch %d was refused", key, e2)
+	}
+	checkLease(t, "List after re-acquisition", c.lease(t, s, key), store.Lease{Key: key, Owner: "a", Epoch: e2, Live: true})
+}
+
+func (c *suite) testConcurrentAcquisitionsGrantExactlyOne(t *testing.T) {
+	s := c.fresh(t)
+	const key, n = "contended", 50
+	results := make([]store.AcquireResult, n)
+	errs := make([]error, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			<-start
+			results[i], errs[i] = s.Acquire(c.ctx(t), c.request(key, owner(i)))
+		})
+	}
+	close(start)
+	wg.Wait()
+
+	winner := -1
+	for i, res := range results {
+		if errs[i] != nil {
+			t.Errorf("Acquire(key %q, owner %q) among %d concurrent callers: %v", key, owner(i), n, errs[i])
+			continue
+		}
+		if res.Acquired {
+			if winner >= 0 {
+				t.Errorf("both %q (epoch %d) and %q (epoch %d) acquired %q", owner(winner), results[winner].Epoch, owner(i), res.Epoch, key)
+			}
+			winner = i
+		}
+	}
+	if winner < 0 {
+		t.Fatalf("none of %d concurrent callers acquired free key %q", n, key)
+	}
+	w := results[winner]
+	for i, res := range results {
+		if errs[i] == nil && !res.Acquired && (res.Holder.Owner != owner(winner) || res.Holder.Epoch != w.Epoch) {
+			t.Errorf("%q was refused by holder %s; the only term is %q epoch %d", owner(i), fmtLease(res.Holder), owner(winner), w.Epoch)
+		}
+	}
+	checkLease(t, "List after the race", c.lease(t, s, key), store.Lease{Key: key, Owner: owner(winner), Epoch: w.Epoch, Live: true})
+}
+
+func owner(i int) string { return fmt.Sprintf("owner-%02d", i) }
+
+// testKeysAreByteExact pins that keys are compared byte for byte: no case
+// folding, no trailing-space padding (MySQL's PAD SPACE collations), no
+// Unicode normalization.
+func (c *suite) testKeysAreByteExact(t *testing.T) {
+	s := c.fresh(t)
+	keys := []string{"Job", "job", "job ", " job", "caf\u00e9", "cafe\u0301", "ss", "\u00df", "k\u212a", "kK"}
+	epochs := map[string]int64{}
+	for i, k := range keys {
+		epochs[k] = c.mustAcquire(t, s, k, owner(i))
+	}
+	got := c.list(t, s, "")
+	want := slices.Clone(keys)
+	slices.Sort(want)
+	if len(got) != len(want) {
+		t.Fatalf("List(\"\") returned %d records, want %d: %v", len(got), len(want), leaseKeys(got))
+	}
+	for i, l := range got {
+		if l.Key != want[i] {
+			t.Errorf("List(\"\")[%d].Key = %q, want %q (byte order, byte-exact)", i, l.Key, want[i])
+			continue
+		}
+		wantOwner := owner(slices.Index(keys, l.Key))
+		checkLease(t, fmt.Sprintf("record of %q", l.Key), l, store.Lease{Key: l.Key, Owner: wantOwner, Epoch: epochs[l.Key], Live: true})
+	}
+	if got := leaseKeys(c.list(t, s, "job")); !slices.Equal(got, []string{"job", "job "}) {
+		t.Errorf("List(%q) keys = %q, want %q", "job", got, []string{"job", "job "})
+	}
+}
+
+// testLongestKeysAndOwnersAreKept pins that 512-byte keys and owners, in
+// ASCII and in two-byte runes, are stored without truncation.
+func (c *suite) testLongestKeysAndOwnersAreKept(t *testing.T) {
+	s := c.fresh(t)
+	long := strings.Repeat("\u00e9", store.MaxKeyBytes/2)
+	for _, key := range []string{strings.Repeat("k", store.MaxKeyBytes), long} {
+		e := c.mustAcquire(t, s, key, long)
+		checkLease(t, fmt.Sprintf("record of the %d-byte key %.12q…", len(key), key), c.lease(t, s, key),
+			store.Lease{Key: key, Owner: long, Epoch: e, Live: true})
+		if !c.renewOne(t, s, long, key, e) {
+			t.Errorf("renewal of the %d-byte key %.12q… (epoch %d) by its 512-byte owner was refused", len(key), key, e)
+		}
+	}
+}
+
+func (c *suite) testInvalidInputIsRejected(t *testing.T) {
+	s := c.fresh(t)
+	bad := map[string]string{
+		"empty":         "",
+		"513 bytes":     strings.Repeat("k", store.MaxKeyBytes+1),
+		"invalid UTF-8": "k\xff",
+		"NUL":           "k\x00k",
+		"newline":       "k\n",
+		"DEL":           "k\x7f",
+		"C1 control":    "k\u0085",
+	}
+	ctx := c.ctx(t)
+	good := c.request("k", "a")
+	for name, v := range bad {
+		req := good
+		req.Key = v
+		_, err := s.Acquire(ctx, req)
+		wantErr(t, "Acquire with key "+name, err, store.ErrInvalidKey)
+		_, err = s.Renew(ctx, "a", c.ttl, []store.RenewItem{{Key: "k", Epoch: 1}, {Key: v, Epoch: 1}})
+		wantErr(t, "Renew with key "+name, err, store.ErrInvalidKey)
+		err = s.Release(ctx, "a", []store.Term{{Key: "k", Epoch: 1}, {Key: v, Epoch: 1}})
+		wantErr(t, "Release with key "+name, err, store.ErrInvalidKey)
+		if r, ok := s.(store.Revoker); ok {
+			_, err = r.Revoke(ctx, v)
+			wantErr(t, "Revoke with key "+name, err, store.ErrInvalidKey)
+		}
+
+		req = good
+		req.Owner = v
+		_, err = s.Acquire(ctx, req)
+		wantErr(t, "Acquire with owner "+name, err, store.ErrInvalidOwner)
+		_, err = s.Renew(ctx, v, c.ttl, []store.RenewItem{{Key: "k", Epoch: 1}})
+		wantErr(t, "Renew with owner "+name, err, store.ErrInvalidOwner)
+		err = s.Release(ctx, v, []store.Term{{Key: "k", Epoch: 1}})
+		wantErr(t, "Release with owner "+name, err, store.ErrInvalidOwner)
+	}
+	for _, ttl := range []time.Duration{0, -time.Second, time.Millisecond - 1} {
+		req := good
+		req.TTL = ttl
+		_, err := s.Acquire(ctx, req)
+		wantErr(t, fmt.Sprintf("Acquire with ttl %v", ttl), err, store.ErrInvalidDuration)
+		_, err = s.Renew(ctx, "a", ttl, []store.RenewItem{{Key: "k", Epoch: 1}})
+		wantErr(t, fmt.Sprintf("Renew with ttl %v", ttl), err, store.ErrInvalidDuration)
+	}
+	req := good
+	req.Grace = -time.Millisecond
+	_, err := s.Acquire(ctx, req)
+	wantErr(t, "Acquire with grace -1ms", err, store.ErrInvalidDuration)
+
+	if ls := c.list(t, s, ""); len(ls) != 0 {
+		t.Errorf("rejected calls left records behind: %v", leaseKeys(ls))
+	}
+	// Zero grace is valid: an expired key is free at once.
+	req.Grace = 0
+	if res := c.acquire(t, s, req); !res.Acquired {
+		t.Errorf("Acquire with grace 0 on a free key was refused, holder %s", fmtLease(res.Holder))
+	}
+}
+
+func wantErr(t *testing.T, what string, err, want error) {
+	t.Helper()
+	if !errors.Is(err, want) {
+		t.Errorf("%s: error %v, want one matching %v", what, err, want)
+	}
+}
+
+// testDoneContextNeverSucceeds pins rule 6 from the caller's side: a call
+// whose ctx is already cancelled or past its deadline reports an error, so
+// the engine can never mistake it for a renewal or a grant.
+func (c *suite) testDoneContextNeverSucceeds(t *testing.T) {
+	dones := map[string]func() context.Context{
+		"cancelled": func() context.Context {
+			ctx, cancel := context.WithCancel(context.Background())
+			cancel()
+			return ctx
+		},
+		"past deadline": func() context.Context {
+			ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+			t.Cleanup(cancel)
+			return ctx
+		},
+	}
+	for name, done := range dones {
+		t.Run(strings.ReplaceAll(name, " ", "-"), func(t *testing.T) {
+			s := c.fresh(t)
+			e := c.mustAcquire(t, s, "held", "a")
+
+			if res, err := s.Acquire(done(), c.request("free", "a")); err == nil {
+				t.Errorf("Acquire(key %q) with a %s ctx: no error (acquired %t, epoch %d)", "free", name, res.Acquired, res.Epoch)
+			}
+			if ok, err := s.Renew(done(), "a", c.ttl, []store.RenewItem{{Key: "held", Epoch: e}}); err == nil {
+				t.Errorf("Renew(key %q, owner a, epoch %d) with a %s ctx: no error (results %v)", "held", e, name, ok)
+			}
+			if _, err := s.List(done(), ""); err == nil {
+				t.Errorf("List with a %s ctx: no error", name)
+			}
+			if r, ok := s.(store.Revoker); ok {
+				if revoked, err := r.Revoke(done(), "held"); err == nil {
+					t.Errorf("Revoke(key %q) with a %s ctx: no error (revoked %t)", "held", name, revoked)
+				}
+			}
+			if err := s.Release(done(), "a", []store.Term{{Key: "held", Epoch: e}}); err == nil {
+				t.Errorf("Release(key %q, owner a, epoch %d) with a %s ctx: no error", "held", e, name)
+			}
+			if w, ok := s.(store.Watcher); ok {
+				ch, err := w.Watch(done(), "")
+				if err == nil && !closesWithin(ch, 5*c.unit) {
+					t.Errorf("Watch with a %s ctx: no error and a channel still open after %v", name, 5*c.unit)
+				}
+			}
+		})
+	}
+}
+
+// closesWithin drains ch and reports whether it closes within d.
+func closesWithin(ch <-chan store.Event, d time.Duration) bool {
+	timeout := time.After(d)
+	for {
+		select {
+		case _, ok := <-ch:
+			if !ok {
+				return true
+			}
+		case <-timeout:
+			return false
+		}
+	}
+}
+
+func leaseKeys(ls []store.Lease) []string {
+	keys := make([]string, len(ls))
+	for i, l := range ls {
+		keys[i] = l.Key
+	}
+	return keys
+}
