@@ -1,0 +1,74 @@
+// Package redis is Tenure's lease store on Redis (single node, Sentinel or
+// Cluster), built on github.com/redis/go-redis/v9.
+//
+//	s, err := redis.Open(ctx, "redis://:secret@10.0.0.5:6379/0", redis.Options{})
+//	// or, with a client you configured (Sentinel, Cluster, TLS, …):
+//	s, err := redis.New(client, redis.Options{Namespace: "billing"})
+//
+// # Layout
+//
+// A namespace (default "tenure") owns three names, all with the hash tag
+// {namespace} so that they share one Cluster slot and the batched scripts
+// can touch every lease in one call:
+//
+//	{tenure}:leases  hash: lease key → "epoch,expiry,released,running,owner"
+//	{tenure}:keys    sorted set of lease keys, all scores 0 (byte order)
+//	{tenure}:events  pub/sub channel of acquisitions and releases
+//
+// One packed field per lease keeps memory small (about 200 bytes per lease
+// for both structures together at 100,000 leases) and lets List read a
+// prefix as a ZRANGEBYLEX range plus HMGET inside one script — no HSCAN, no
+// per-key round trip. Records carry no Redis TTL: they stay after release
+// and expiry, so an epoch is never forgotten while the data survives.
+// Nothing deletes them; a pool whose keys come and go leaves one small
+// record per key ever used.
+//
+// # Clock and atomicity
+//
+// Every operation is one Lua script (EVALSHA, falling back to EVAL when the
+// server lost its script cache). Scripts read the server's own TIME, in
+// microseconds, so expiry never comes from a client clock. Renewal and
+// release handle up to 1,000 terms per script call; larger batches are split
+// into several calls sent in one pipeline, which is still one round trip.
+// Redis 5 or newer is required (scripts that call TIME before writing).
+//
+// # Epochs survive lost data
+//
+// A new term's epoch is max(stored epoch + 1, server time in µs). While the
+// record exists this is the usual "one more than before"; when Redis lost it
+// (a restart without persistence, a FLUSHALL), the clock part still puts the
+// new epoch above every earlier one, because each earlier epoch was at most
+// the server time of its own acquisition plus the number of acquisitions of
+// that key within the same microseconds. Epochs are therefore large numbers
+// (about 1.8e15 in 2027), well inside int64 and exact in Lua's doubles.
+//
+// What this does not cover:
+//
+//   - Asynchronous replication. Redis acknowledges a write before its
+//     replicas have it; a failover can promote a replica that missed an
+//     acquisition or a renewal. The epoch rule still yields a larger epoch
+//     for the next term, but two processes may then both believe they hold
+//     the key until the lost holder's deadline passes: at most one holder
+//     per key is not guaranteed across such a failover. Fencing with the
+//     epoch (package fence) is what protects downstream data then.
+//   - Clocks that go back. If the promoted replica's or restarted server's
+//     clock is behind the old server's by more than the time since the last
+//     acquisition, a key whose record was lost can get an epoch that an
+//     earlier term already had. Keep server clocks synchronised (NTP) and
+//     prefer persistence (AOF with appendfsync everysec or always) where
+//     fencing matters.
+//
+// # Events
+//
+// Acquire publishes an Acquired event and Release a Released event on the
+// namespace's channel, from inside the script. [Store.Watch] subscribes to it;
+// on Cluster the channel is an ordinary (not sharded) one, so any node
+// serves the subscription. Events are hints: a subscription that breaks
+// closes the watch channel and events in the gap are lost.
+//
+// # Timeouts
+//
+// Store calls end at their context deadline only if the client honours
+// deadlines: [Open] sets ContextTimeoutEnabled, and [New] rejects go-redis
+// clients that do not have it.
+package redis

@@ -1,0 +1,309 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/tenure-dev/tenure/store"
+)
+
+// maxBatch is the most terms one script call renews or releases. Larger
+// batches are split into several calls sent in one pipeline: still one
+// round trip, but Redis serves other clients between the calls instead of
+// stalling for the whole batch.
+const maxBatch = 1000
+
+// Acquire starts a new term of req.Key for req.Owner when the key is free.
+func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.AcquireResult, error) {
+	if err := store.ValidateAcquire(req); err != nil {
+		return store.AcquireResult{}, err
+	}
+	if s.isClosed() {
+		return store.AcquireResult{}, store.ErrClosed
+	}
+	reply, err := acquireScript.Run(ctx, s.client, s.keys,
+		req.Key, req.Owner, micros(req.TTL), micros(req.Grace), flag(req.Running), s.channel,
+	).Slice()
+	if err != nil {
+		return store.AcquireResult{}, s.wrap("acquire", err)
+	}
+	res, err := parseAcquire(req.Key, reply)
+	if err != nil {
+		return store.AcquireResult{}, fmt.Errorf("redis: acquire %q: %w", req.Key, err)
+	}
+	return res, nil
+}
+
+func parseAcquire(key string, reply []any) (store.AcquireResult, error) {
+	if len(reply) < 2 {
+		return store.AcquireResult{}, fmt.Errorf("unexpected reply %v", reply)
+	}
+	epoch, err := toInt(reply[1])
+	if err != nil {
+		return store.AcquireResult{}, err
+	}
+	if acquired, _ := reply[0].(int64); acquired == 1 {
+		return store.AcquireResult{Acquired: true, Epoch: epoch}, nil
+	}
+	if len(reply) != 6 {
+		return store.AcquireResult{}, fmt.Errorf("unexpected reply %v", reply)
+	}
+	owner, _ := reply[2].(string)
+	left, _ := reply[3].(int64)
+	running, _ := reply[4].(int64)
+	live, _ := reply[5].(int64)
+	return store.AcquireResult{Holder: store.Lease{
+		Key:      key,
+		Owner:    owner,
+		Epoch:    epoch,
+		Live:     live == 1,
+		Running:  running == 1,
+		TimeLeft: time.Duration(left) * time.Microsecond,
+	}}, nil
+}
+
+// Renew extends every listed term of owner in one round trip.
+func (s *Store) Renew(ctx context.Context, owner string, ttl time.Duration, items []store.RenewItem) ([]bool, error) {
+	if err := store.ValidateRenew(owner, ttl, items); err != nil {
+		return nil, err
+	}
+	if s.isClosed() {
+		return nil, store.ErrClosed
+	}
+	renewed := make([]bool, 0, len(items))
+	if len(items) == 0 {
+		return renewed, nil
+	}
+	var calls [][]any
+	for start := 0; start < len(items); start += maxBatch {
+		chunk := items[start:min(start+maxBatch, len(items))]
+		args := make([]any, 0, 2+3*len(chunk))
+		args = append(args, owner, micros(ttl))
+		for _, it := range chunk {
+			args = append(args, it.Key, strconv.FormatInt(it.Epoch, 10), flag(it.Running))
+		}
+		calls = append(calls, args)
+	}
+	replies, err := s.runBatches(ctx, renewScript, calls)
+	if err != nil {
+		return nil, s.wrap("renew", err)
+	}
+	for _, r := range replies {
+		oks, ok := r.([]any)
+		if !ok {
+			return nil, fmt.Errorf("redis: renew: unexpected reply %v", r)
+		}
+		for _, v := range oks {
+			n, _ := v.(int64)
+			renewed = append(renewed, n == 1)
+		}
+	}
+	if len(renewed) != len(items) {
+		return nil, fmt.Errorf("redis: renew: %d answers for %d items", len(renewed), len(items))
+	}
+	return renewed, nil
+}
+
+// Release ends every listed current term of owner now, in one round trip,
+// and publishes a Released event for each.
+func (s *Store) Release(ctx context.Context, owner string, terms []store.Term) error {
+	if err := store.ValidateRelease(owner, terms); err != nil {
+		return err
+	}
+	if s.isClosed() {
+		return store.ErrClosed
+	}
+	if len(terms) == 0 {
+		return nil
+	}
+	var calls [][]any
+	for start := 0; start < len(terms); start += maxBatch {
+		chunk := terms[start:min(start+maxBatch, len(terms))]
+		args := make([]any, 0, 2+2*len(chunk))
+		args = append(args, owner, s.channel)
+		for _, t := range chunk {
+			args = append(args, t.Key, strconv.FormatInt(t.Epoch, 10))
+		}
+		calls = append(calls, args)
+	}
+	if _, err := s.runBatches(ctx, releaseScript, calls); err != nil {
+		return s.wrap("release", err)
+	}
+	return nil
+}
+
+// runBatches runs script once per argument list. One list is one EVALSHA
+// (EVAL when the server lost its script cache); several go in one pipeline,
+// which is reloaded and sent again when the server answers NOSCRIPT. Both
+// callers' scripts are idempotent, so a second send is harmless.
+func (s *Store) runBatches(ctx context.Context, script *goredis.Script, calls [][]any) ([]any, error) {
+	if len(calls) == 1 {
+		v, err := script.Run(ctx, s.client, s.keys, calls[0]...).Result()
+		if err != nil {
+			return nil, err
+		}
+		return []any{v}, nil
+	}
+	for attempt := 0; ; attempt++ {
+		cmds, err := s.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
+			for _, args := range calls {
+				script.EvalSha(ctx, p, s.keys, args...)
+			}
+			return nil
+		})
+		if err != nil && attempt == 0 && anyNoScript(cmds) {
+			if err := script.Load(ctx, s.client).Err(); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		out := make([]any, len(cmds))
+		for i, c := range cmds {
+			out[i] = c.(*goredis.Cmd).Val()
+		}
+		return out, nil
+	}
+}
+
+func anyNoScript(cmds []goredis.Cmder) bool {
+	for _, c := range cmds {
+		if goredis.HasErrorPrefix(c.Err(), "NOSCRIPT") {
+			return true
+		}
+	}
+	return false
+}
+
+// List returns every record whose key starts with prefix (byte-exact),
+// sorted by key, read atomically with the server's clock in one call.
+func (s *Store) List(ctx context.Context, prefix string) ([]store.Lease, error) {
+	if s.isClosed() {
+		return nil, store.ErrClosed
+	}
+	lo, hi := lexRange(prefix)
+	reply, err := listScript.Run(ctx, s.client, s.keys, lo, hi).Slice()
+	if err != nil {
+		return nil, s.wrap("list", err)
+	}
+	if len(reply) == 0 || len(reply)%2 != 1 {
+		return nil, fmt.Errorf("redis: list: unexpected reply of %d elements", len(reply))
+	}
+	now, err := toInt(reply[0])
+	if err != nil {
+		return nil, fmt.Errorf("redis: list: %w", err)
+	}
+	leases := make([]store.Lease, 0, len(reply)/2)
+	for i := 1; i < len(reply); i += 2 {
+		key, _ := reply[i].(string)
+		rec, _ := reply[i+1].(string)
+		l, err := decodeRecord(key, rec, now)
+		if err != nil {
+			return nil, fmt.Errorf("redis: list: %w", err)
+		}
+		leases = append(leases, l)
+	}
+	return leases, nil
+}
+
+// lexRange turns a byte prefix into a ZRANGEBYLEX range: from the prefix
+// itself (inclusive) to the first string after every string with that
+// prefix (exclusive).
+func lexRange(prefix string) (lo, hi string) {
+	if prefix == "" {
+		return "-", "+"
+	}
+	succ := []byte(prefix)
+	for len(succ) > 0 && succ[len(succ)-1] == 0xff {
+		succ = succ[:len(succ)-1]
+	}
+	if len(succ) == 0 {
+		return "[" + prefix, "+"
+	}
+	succ[len(succ)-1]++
+	return "[" + prefix, "(" + string(succ)
+}
+
+// decodeRecord parses a packed record (see scripts.go) into a Lease with
+// time left computed from the server's now, in microseconds.
+func decodeRecord(key, rec string, now int64) (store.Lease, error) {
+	f := strings.SplitN(rec, ",", 5)
+	if len(f) != 5 {
+		return store.Lease{}, fmt.Errorf("corrupt record for key %q", key)
+	}
+	epoch, err1 := strconv.ParseInt(f[0], 10, 64)
+	expiry, err2 := strconv.ParseInt(f[1], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return store.Lease{}, fmt.Errorf("corrupt record for key %q: %w", key, err)
+	}
+	released := f[2] == "1"
+	return store.Lease{
+		Key:      key,
+		Owner:    f[4],
+		Epoch:    epoch,
+		Live:     !released && now < expiry,
+		Released: released,
+		Running:  f[3] == "1",
+		TimeLeft: time.Duration(expiry-now) * time.Microsecond,
+	}, nil
+}
+
+// Revoke moves key to a new epoch owned by nobody: its holder is fenced at
+// its next renewal, and peers may acquire once grace has passed. It reports
+// false when the key has no unreleased, owned term.
+func (s *Store) Revoke(ctx context.Context, key string) (bool, error) {
+	if err := store.ValidateKey(key); err != nil {
+		return false, err
+	}
+	if s.isClosed() {
+		return false, store.ErrClosed
+	}
+	n, err := revokeScript.Run(ctx, s.client, s.keys, key).Int64()
+	if err != nil {
+		return false, s.wrap("revoke", err)
+	}
+	return n == 1, nil
+}
+
+func (s *Store) wrap(op string, err error) error {
+	if errors.Is(err, goredis.ErrClosed) {
+		return fmt.Errorf("redis: %s: %w", op, errors.Join(store.ErrClosed, err))
+	}
+	return fmt.Errorf("redis: %s: %w", op, err)
+}
+
+// micros converts a duration to whole microseconds, the unit of the
+// scripts' clock; the validated minimum of 1ms keeps it positive.
+func micros(d time.Duration) int64 { return d.Microseconds() }
+
+func flag(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// toInt reads an epoch or timestamp that a script returned as a decimal
+// string (exact beyond 2^53) or as an integer.
+func toInt(v any) (int64, error) {
+	switch v := v.(type) {
+	case int64:
+		return v, nil
+	case string:
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("bad integer %q: %w", v, err)
+		}
+		return n, nil
+	default:
+		return 0, fmt.Errorf("unexpected %T %v where an integer was expected", v, v)
+	}
+}

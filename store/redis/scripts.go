@@ -1,0 +1,175 @@
+package redis
+
+import goredis "github.com/redis/go-redis/v9"
+
+// Every script gets the same two keys, which share the namespace's hash tag
+// and therefore one Cluster slot:
+//
+//	KEYS[1] = {ns}:leases  hash, field = lease key, value = packed record
+//	KEYS[2] = {ns}:keys    sorted set of lease keys (all scores 0), so List
+//	                        reads a byte-ordered prefix range without HSCAN
+//
+// A packed record is "epoch,expiry,released,running,owner": epoch and expiry
+// are decimal integers (expiry in microseconds of the server's TIME),
+// released and running are 0 or 1, and owner is everything after the fourth
+// comma (owners may hold commas; never control characters). A revoked term
+// has the empty owner.
+//
+// Lua 5.1 numbers are doubles, exact up to 2^53; microsecond timestamps are
+// about 2^50.7 today, so arithmetic stays exact for centuries. Epochs are
+// compared as strings, which is exact for any value a client sends.
+
+// prelude is shared by every script; each script is self-contained so it can
+// be cached by SHA on its own.
+const prelude = `
+if redis.replicate_commands then redis.replicate_commands() end
+
+local function now_us()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+local function int(n)
+  return string.format('%.0f', n)
+end
+
+local function decode(key, v)
+  local e, x, rel, run, owner = string.match(v, '^(%d+),(%-?%d+),([01]),([01]),(.*)$')
+  if not e then
+    error('tenure: corrupt lease record for key ' .. key)
+  end
+  return e, tonumber(x), rel == '1', run == '1', owner
+end
+
+local function encode(e, x, rel, run, owner)
+  return e .. ',' .. int(x) .. ',' .. (rel and '1' or '0') .. ',' .. (run and '1' or '0') .. ',' .. owner
+end
+
+-- next_epoch is max(stored + 1, now): the clock part keeps epochs rising
+-- even when Redis lost the record (restart without persistence, failover
+-- to a replica that missed the write).
+local function next_epoch(e, now)
+  local n = now
+  if e then
+    n = math.max(tonumber(e) + 1, now)
+  end
+  return int(n)
+end
+`
+
+// acquireScript starts a term when the key is free (rule 1 of package store).
+//
+//	ARGV: key, owner, ttl µs, grace µs, running 0|1, event channel
+//	→ {1, epoch} or {0, epoch, owner, time left µs, running 0|1, live 0|1}
+var acquireScript = goredis.NewScript(prelude + `
+local key, owner = ARGV[1], ARGV[2]
+local ttl, grace = tonumber(ARGV[3]), tonumber(ARGV[4])
+local now = now_us()
+local v = redis.call('HGET', KEYS[1], key)
+local e = nil
+if v then
+  local x, rel, run, o
+  e, x, rel, run, o = decode(key, v)
+  if not rel and o ~= owner and now < x + grace then
+    local live = 0
+    if now < x then live = 1 end
+    return {0, e, o, x - now, run and 1 or 0, live}
+  end
+else
+  redis.call('ZADD', KEYS[2], 0, key)
+end
+local epoch = next_epoch(e, now)
+redis.call('HSET', KEYS[1], key, encode(epoch, now + ttl, false, ARGV[5] == '1', owner))
+redis.call('PUBLISH', ARGV[6], 'A\t' .. epoch .. '\t' .. owner .. '\t' .. key)
+return {1, epoch}
+`)
+
+// renewScript extends every listed live term of owner (rule 3).
+//
+//	ARGV: owner, ttl µs, then key, epoch, running 0|1 for each item
+//	→ one 1 (renewed) or 0 (lost) per item
+var renewScript = goredis.NewScript(prelude + `
+local owner, ttl = ARGV[1], tonumber(ARGV[2])
+local now = now_us()
+local res = {}
+for i = 3, #ARGV, 3 do
+  local key = ARGV[i]
+  local ok = 0
+  local v = redis.call('HGET', KEYS[1], key)
+  if v then
+    local e, x, rel, run, o = decode(key, v)
+    if e == ARGV[i + 1] and o == owner and not rel and now < x then
+      redis.call('HSET', KEYS[1], key, encode(e, now + ttl, false, ARGV[i + 2] == '1', o))
+      ok = 1
+    end
+  end
+  res[#res + 1] = ok
+end
+return res
+`)
+
+// releaseScript ends every listed current term of owner now (rule 4) and
+// announces each release on the event channel.
+//
+//	ARGV: owner, event channel, then key, epoch for each term
+//	→ number of terms released
+var releaseScript = goredis.NewScript(prelude + `
+local owner, channel = ARGV[1], ARGV[2]
+local now = now_us()
+local n = 0
+for i = 3, #ARGV, 2 do
+  local key = ARGV[i]
+  local v = redis.call('HGET', KEYS[1], key)
+  if v then
+    local e, x, rel, run, o = decode(key, v)
+    if e == ARGV[i + 1] and o == owner and not rel then
+      redis.call('HSET', KEYS[1], key, encode(e, math.min(x, now), true, false, o))
+      redis.call('PUBLISH', channel, 'R\t' .. e .. '\t' .. o .. '\t' .. key)
+      n = n + 1
+    end
+  end
+end
+return n
+`)
+
+// revokeScript moves an unreleased, owned term to a new epoch owned by
+// nobody. Expiry becomes now (never later than it was), so the key stays
+// blocked for grace: the fenced holder may still be finishing its work.
+//
+//	ARGV: key → 1 when revoked, 0 when there was no owned term
+var revokeScript = goredis.NewScript(prelude + `
+local key = ARGV[1]
+local v = redis.call('HGET', KEYS[1], key)
+if not v then
+  return 0
+end
+local e, x, rel, run, o = decode(key, v)
+if rel or o == '' then
+  return 0
+end
+local now = now_us()
+redis.call('HSET', KEYS[1], key, encode(next_epoch(e, now), math.min(x, now), false, false, ''))
+return 1
+`)
+
+// listScript reads every record in a lexicographic key range together with
+// the server's clock, in one atomic call.
+//
+//	ARGV: ZRANGEBYLEX min, max → {now µs, key1, record1, key2, record2, …}
+var listScript = goredis.NewScript(prelude + `
+local now = now_us()
+local keys = redis.call('ZRANGEBYLEX', KEYS[2], ARGV[1], ARGV[2])
+local out = {int(now)}
+-- HMGET in chunks: unpack is limited by the Lua C stack.
+for i = 1, #keys, 500 do
+  local j = math.min(i + 499, #keys)
+  local vals = redis.call('HMGET', KEYS[1], unpack(keys, i, j))
+  for k = 1, #vals do
+    if vals[k] then
+      out[#out + 1] = keys[i + k - 1]
+      out[#out + 1] = vals[k]
+    end
+  end
+end
+return out
+`)
