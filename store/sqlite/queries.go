@@ -1,0 +1,112 @@
+package sqlite
+
+import "strings"
+
+// nowUS is SQLite's clock in microseconds since the Unix epoch. SQLite keeps
+// 'now' in whole milliseconds and holds it fixed for the whole statement, so
+// every mention of it in one statement reads the same instant; ROUND undoes
+// the binary fraction of the float seconds.
+const nowUS = `(CAST(ROUND(unixepoch('subsec') * 1000.0) AS INTEGER) * 1000)`
+
+// queries holds the SQL of one table, built once: the table name has been
+// validated as a plain identifier, so it is spliced in without quoting.
+type queries struct {
+	create  string
+	acquire string
+	holder  string
+	renew   string
+	release string
+	list    string
+	listAll string
+	revoke  string
+}
+
+func buildQueries(table string) queries {
+	r := strings.NewReplacer("{t}", table, "{now}", nowUS)
+	return queries{
+		// WITHOUT ROWID stores rows in key order, which is what List and the
+		// per-key lookups want. TEXT columns compare with BINARY collation:
+		// byte for byte.
+		create: r.Replace(`CREATE TABLE IF NOT EXISTS {t} (
+	key        TEXT    NOT NULL PRIMARY KEY,
+	owner      TEXT    NOT NULL,
+	epoch      INTEGER NOT NULL,
+	expires_at INTEGER NOT NULL,
+	released   INTEGER NOT NULL DEFAULT 0,
+	running    INTEGER NOT NULL DEFAULT 0,
+	updated_at INTEGER NOT NULL
+) WITHOUT ROWID`),
+
+		// Rules 1 and 2 in one statement: a new key starts at epoch 1; an
+		// existing one is taken over — epoch + 1 — only when released,
+		// already ours, or expired at least grace ago. A refused takeover
+		// returns no row. ?1 key, ?2 owner, ?3 ttl µs, ?4 running, ?5 grace µs.
+		acquire: r.Replace(`INSERT INTO {t} (key, owner, epoch, expires_at, released, running, updated_at)
+VALUES (?1, ?2, 1, {now} + ?3, 0, ?4, {now})
+ON CONFLICT (key) DO UPDATE SET
+	owner      = excluded.owner,
+	epoch      = {t}.epoch + 1,
+	expires_at = excluded.expires_at,
+	released   = 0,
+	running    = excluded.running,
+	updated_at = excluded.updated_at
+WHERE {t}.released <> 0
+	OR {t}.owner = excluded.owner
+	OR {t}.expires_at + ?5 <= excluded.updated_at
+RETURNING epoch`),
+
+		holder: r.Replace(`SELECT owner, epoch, released, running, expires_at - {now}
+FROM {t} WHERE key = ?1`),
+
+		// One statement renews every item: ?3 is a JSON array of
+		// [key, epoch, running] triples. Only owner's live, unreleased term
+		// of that exact epoch is extended; the rows returned are the ones
+		// renewed. ?1 owner, ?2 ttl µs.
+		renew: r.Replace(`UPDATE {t} SET
+	expires_at = {now} + ?2,
+	running    = j.value ->> 2,
+	updated_at = {now}
+FROM json_each(?3) AS j
+WHERE {t}.key = j.value ->> 0
+	AND {t}.epoch = j.value ->> 1
+	AND {t}.owner = ?1
+	AND {t}.released = 0
+	AND {t}.expires_at > {now}
+RETURNING {t}.key, {t}.epoch`),
+
+		// Release keeps owner and epoch, so the record still remembers the
+		// epoch; expiry moves to now (never later) and the key is free at
+		// once. ?1 owner, ?2 a JSON array of [key, epoch] pairs.
+		release: r.Replace(`UPDATE {t} SET
+	released   = 1,
+	running    = 0,
+	expires_at = MIN({t}.expires_at, {now}),
+	updated_at = {now}
+FROM json_each(?2) AS j
+WHERE {t}.key = j.value ->> 0
+	AND {t}.epoch = j.value ->> 1
+	AND {t}.owner = ?1
+	AND {t}.released = 0
+RETURNING {t}.key, {t}.epoch`),
+
+		// A key range rather than LIKE, which folds ASCII case and treats
+		// '_' and '%' as wildcards; the range is byte-exact and uses the
+		// primary key. ?1 prefix, ?2 the first string past every key with it.
+		list: r.Replace(`SELECT key, owner, epoch, released, running, expires_at - {now}
+FROM {t} WHERE key >= ?1 AND key < ?2 ORDER BY key`),
+		listAll: r.Replace(`SELECT key, owner, epoch, released, running, expires_at - {now}
+FROM {t} WHERE key >= ?1 ORDER BY key`),
+
+		// A live term moves to a new epoch owned by nobody, expiring now:
+		// the holder's next renewal is refused, and peers wait out grace.
+		revoke: r.Replace(`UPDATE {t} SET
+	owner      = '',
+	epoch      = epoch + 1,
+	expires_at = {now},
+	released   = 0,
+	running    = 0,
+	updated_at = {now}
+WHERE key = ?1 AND released = 0 AND expires_at > {now}
+RETURNING epoch`),
+	}
+}

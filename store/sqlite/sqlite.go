@@ -1,0 +1,266 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+
+	"github.com/tenure-dev/tenure/store"
+)
+
+// Defaults applied to zero Options fields.
+const (
+	DefaultTable       = "tenure_leases"
+	DefaultBusyTimeout = 5 * time.Second
+)
+
+// Options configures a Store. The zero value means the defaults.
+type Options struct {
+	// Table is the lease table's name; it must match
+	// ^[A-Za-z_][A-Za-z0-9_]{0,62}$. Empty means DefaultTable.
+	Table string
+
+	// BusyTimeout is how long a statement waits for another connection's
+	// write lock before failing. A context that ends sooner ends the wait
+	// sooner. Zero means DefaultBusyTimeout.
+	BusyTimeout time.Duration
+}
+
+func (o Options) withDefaults() (Options, error) {
+	if o.Table == "" {
+		o.Table = DefaultTable
+	}
+	if err := store.ValidateName("table", o.Table); err != nil {
+		return o, err
+	}
+	switch {
+	case o.BusyTimeout == 0:
+		o.BusyTimeout = DefaultBusyTimeout
+	case o.BusyTimeout < time.Millisecond:
+		return o, fmt.Errorf("busy timeout %v is shorter than 1ms: %w", o.BusyTimeout, store.ErrInvalidDuration)
+	}
+	return o, nil
+}
+
+// Store is a lease store in one SQLite file. It is safe for concurrent use,
+// and several Stores — in one process or several — may share a file.
+type Store struct {
+	db    *sql.DB
+	path  string // absolute, cleaned; named in every error
+	table string
+	q     queries
+	hub   *hub
+
+	closeOnce sync.Once
+	closeMu   sync.Mutex    // orders Close against Watch's watchers.Add
+	closing   chan struct{} // closed by Close; ends every Watch
+	watchers  sync.WaitGroup
+	closeErr  error
+}
+
+// Compile-time checks of the capabilities the engine and the CLI look for.
+var (
+	_ store.Store    = (*Store)(nil)
+	_ store.Watcher  = (*Store)(nil)
+	_ store.Migrator = (*Store)(nil)
+	_ store.Revoker  = (*Store)(nil)
+)
+
+// Open opens (creating if needed) the SQLite file at path, and the lease
+// table in it. A missing parent directory is created with mode 0700, since
+// the file says who runs what. The returned Store must be closed.
+func Open(ctx context.Context, path string, opts Options) (*Store, error) {
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return nil, fmt.Errorf("sqlite %s: %w", path, err)
+	}
+	if path == "" {
+		return nil, errors.New("sqlite: empty database path")
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite %s: %w", path, err)
+	}
+	if fi, err := os.Stat(abs); err == nil && fi.IsDir() {
+		return nil, fmt.Errorf("sqlite %s: is a directory, not a database file", abs)
+	}
+	if err := os.MkdirAll(filepath.Dir(abs), 0o700); err != nil {
+		return nil, fmt.Errorf("sqlite %s: create parent directory: %w", abs, err)
+	}
+
+	db, err := sql.Open("sqlite", dsn(abs, opts.BusyTimeout))
+	if err != nil {
+		return nil, fmt.Errorf("sqlite %s: %w", abs, err)
+	}
+	s := &Store{
+		db:      db,
+		path:    abs,
+		table:   opts.Table,
+		q:       buildQueries(opts.Table),
+		hub:     hubFor(canonical(abs), opts.Table),
+		closing: make(chan struct{}),
+	}
+	if err := s.checkJournal(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
+	if err := s.Migrate(ctx); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// OpenURL opens the store a URL names; see the package documentation for
+// the accepted forms.
+func OpenURL(ctx context.Context, rawURL string) (*Store, error) {
+	path, opts, err := ParseURL(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	return Open(ctx, path, opts)
+}
+
+// ParseURL splits a sqlite: URL into a file path and Options.
+func ParseURL(rawURL string) (path string, opts Options, err error) {
+	bad := func(why string) (string, Options, error) {
+		return "", Options{}, fmt.Errorf("sqlite URL %s: %s: %w", store.RedactURL(rawURL), why, store.ErrInvalidURL)
+	}
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return bad("does not parse")
+	}
+	if u.Scheme != "sqlite" {
+		return bad(`scheme must be "sqlite"`)
+	}
+	if u.User != nil || u.Host != "" {
+		return bad("a host is not allowed; write sqlite:relative/path or sqlite:///absolute/path")
+	}
+	if u.Fragment != "" {
+		return bad("a fragment is not allowed; write '#' in a path as %23")
+	}
+	switch {
+	case u.Opaque != "": // sqlite:relative/path
+		if path, err = url.PathUnescape(u.Opaque); err != nil {
+			return bad("bad percent-encoding in the path")
+		}
+	default: // sqlite:/abs or sqlite:///abs; url.Parse already unescaped Path
+		path = u.Path
+	}
+	if path == "" {
+		return bad("no file path")
+	}
+	for key, vals := range u.Query() {
+		if len(vals) != 1 {
+			return bad(fmt.Sprintf("parameter %q given %d times", key, len(vals)))
+		}
+		switch v := vals[0]; key {
+		case "table":
+			opts.Table = v
+		case "busy_timeout":
+			d, perr := time.ParseDuration(v)
+			if perr != nil || d <= 0 {
+				return bad(fmt.Sprintf("busy_timeout %q is not a positive duration such as 5s", v))
+			}
+			opts.BusyTimeout = d
+		default:
+			return bad(fmt.Sprintf("unknown parameter %q (known: table, busy_timeout)", key))
+		}
+	}
+	if _, err := opts.withDefaults(); err != nil {
+		return "", Options{}, fmt.Errorf("sqlite URL %s: %w", store.RedactURL(rawURL), err)
+	}
+	return path, opts, nil
+}
+
+// dsn builds the driver's connection string. It is a file: URI so that any
+// byte of the path survives (the driver cuts a plain name at its first '?').
+// The parameters are applied by the driver to every pooled connection:
+// busy_timeout first, so that switching to WAL waits for a lock instead of
+// failing; and _txlock=immediate makes every transaction take the write lock
+// at BEGIN, so two processes queue instead of deadlocking on a lock upgrade.
+func dsn(absPath string, busy time.Duration) string {
+	esc := strings.NewReplacer("%", "%25", "?", "%3F", "#", "%23").Replace(filepath.ToSlash(absPath))
+	if !strings.HasPrefix(esc, "/") { // a Windows drive path: file:/C:/…
+		esc = "/" + esc
+	}
+	return fmt.Sprintf("file:%s?_pragma=busy_timeout(%d)&_pragma=journal_mode(WAL)&_txlock=immediate",
+		esc, busy.Milliseconds())
+}
+
+// canonical resolves symbolic links in the directory part of a path, so that
+// two Stores reaching one file by different names share their events.
+func canonical(abs string) string {
+	if p, err := filepath.EvalSymlinks(abs); err == nil {
+		return p
+	}
+	if dir, err := filepath.EvalSymlinks(filepath.Dir(abs)); err == nil {
+		return filepath.Join(dir, filepath.Base(abs))
+	}
+	return abs
+}
+
+// checkJournal makes the first connection, which also reads the file's
+// header, and confirms the switch to WAL: without it, readers would block
+// writers and the busy timeout would be spent on every List.
+func (s *Store) checkJournal(ctx context.Context) error {
+	var mode string
+	if err := s.db.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
+		return s.fail("open", err)
+	}
+	if !strings.EqualFold(mode, "wal") {
+		return s.fail("open", fmt.Errorf("journal mode is %q, not WAL (SQLite needs a local file system)", mode))
+	}
+	return nil
+}
+
+// Migrate creates the lease table if it does not exist.
+func (s *Store) Migrate(ctx context.Context) error {
+	if _, err := s.db.ExecContext(ctx, s.q.create); err != nil {
+		return s.fail("create table "+s.table, err)
+	}
+	return nil
+}
+
+// Path returns the absolute path of the database file.
+func (s *Store) Path() string { return s.path }
+
+// Close ends every Watch and closes the database. Calls after Close fail with
+// store.ErrClosed.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		s.closeMu.Lock()
+		close(s.closing)
+		s.closeMu.Unlock()
+		s.watchers.Wait()
+		s.closeErr = s.db.Close()
+	})
+	return s.closeErr
+}
+
+func (s *Store) isClosed() bool {
+	select {
+	case <-s.closing:
+		return true
+	default:
+		return false
+	}
+}
+
+// fail wraps an error of operation op with the file's path, reporting a
+// closed store as store.ErrClosed rather than as a driver message.
+func (s *Store) fail(op string, err error) error {
+	if s.isClosed() {
+		return fmt.Errorf("sqlite %s: %s: %w", s.path, op, store.ErrClosed)
+	}
+	return fmt.Errorf("sqlite %s: %s: %w", s.path, op, err)
+}
