@@ -1,0 +1,173 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/tenure-dev/tenure/store"
+	"github.com/tenure-dev/tenure/store/storetest"
+)
+
+// The tests in this file start their own redis-server, so they can restart
+// it, run it as a cluster or pause it without disturbing the shared one.
+
+func TestEpochsKeepRisingAfterARestartThatLostAllData(t *testing.T) {
+	srv := startRedis(t)
+	s, err := New(srv.client(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ctx := testCtx(t)
+
+	var last int64
+	for i := range 5 {
+		e := mustAcquire(t, s, "nightly-report", "worker-1", time.Minute, time.Minute)
+		if e <= last {
+			t.Fatalf("acquisition %d: epoch %d not above %d", i, e, last)
+		}
+		last = e
+	}
+
+	srv.restart() // --save "" and no AOF: every record and the script cache are gone
+	if n, err := s.client.Exists(ctx, s.keys...).Result(); err != nil || n != 0 {
+		t.Fatalf("after the restart %d of the namespace's keys exist (err %v); the test needs them lost", n, err)
+	}
+
+	// The same Store and client carry on: go-redis reconnects, and EVALSHA
+	// falls back to EVAL for the emptied script cache.
+	next := mustAcquire(t, s, "nightly-report", "worker-2", time.Minute, time.Minute)
+	if next <= last {
+		t.Fatalf("first epoch after the data loss is %d, not above %d from before it: a stale holder could write again", next, last)
+	}
+	leases, err := s.List(ctx, "")
+	if err != nil || len(leases) != 1 || leases[0].Owner != "worker-2" || leases[0].Epoch != next {
+		t.Fatalf("List after the restart = %+v, %v", leases, err)
+	}
+}
+
+func TestOpenErrorsNeverShowThePassword(t *testing.T) {
+	const password = "hunter2-s3cret"
+	port := strconv.Itoa(freePort(t)) // nothing listens there
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, tc := range []struct {
+		url  string
+		want error
+	}{
+		{"redis://app:" + password + "@127.0.0.1:" + port + "/0?dial_timeout=200ms&max_retries=-1", nil},
+		{"rediss://:" + password + "@127.0.0.1:" + port + "/0?dial_timeout=200ms&max_retries=-1", nil},
+		{"redis://app:" + password + "@127.0.0.1:" + port + "/0?no_such_option=1", store.ErrInvalidURL},
+		{"redis://app:" + password + "@127.0.0.1:" + port + "/notadb", store.ErrInvalidURL},
+		{"http://app:" + password + "@127.0.0.1:" + port, store.ErrInvalidURL},
+		{"redis://app:" + password + "@127.0.0.1:%zz", store.ErrInvalidURL},
+	} {
+		s, err := Open(ctx, tc.url, Options{})
+		if err == nil {
+			s.Close()
+			t.Errorf("Open(%s) succeeded against a closed port", store.RedactURL(tc.url))
+			continue
+		}
+		if strings.Contains(err.Error(), password) || strings.Contains(strings.ToLower(err.Error()), "hunter2") {
+			t.Errorf("Open error shows the password: %v", err)
+		}
+		if tc.want != nil && !errors.Is(err, tc.want) {
+			t.Errorf("Open(%s) = %v, want %v", store.RedactURL(tc.url), err, tc.want)
+		}
+		if tc.want == nil && !strings.Contains(err.Error(), "127.0.0.1:"+port) {
+			t.Errorf("Open error %q does not say which server failed", err)
+		}
+	}
+}
+
+func TestCloseLeavesAGivenClientOpen(t *testing.T) {
+	srv := startRedis(t)
+	c := srv.client()
+	s, err := New(c, Options{Namespace: "app"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Ping(testCtx(t)).Err(); err != nil {
+		t.Fatalf("the caller's client stopped working after Store.Close: %v", err)
+	}
+}
+
+func TestNewRejectsAClientThatIgnoresDeadlines(t *testing.T) {
+	c := goredis.NewClient(&goredis.Options{Addr: "127.0.0.1:1"})
+	defer c.Close()
+	if _, err := New(c, Options{}); err == nil || !strings.Contains(err.Error(), "ContextTimeoutEnabled") {
+		t.Fatalf("New with ContextTimeoutEnabled false = %v, want an error naming the option", err)
+	}
+}
+
+// startCluster runs a one-node Redis Cluster that owns every slot. Cluster
+// mode rejects a script whose keys span slots, so the suite passing on it
+// shows that one namespace lives in one slot.
+func startCluster(t *testing.T) *goredis.ClusterClient {
+	t.Helper()
+	srv := startRedis(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
+	node := srv.client()
+	ctx := testCtx(t)
+	slots := make([]int, 16384)
+	for i := range slots {
+		slots[i] = i
+	}
+	if err := node.ClusterAddSlots(ctx, slots...).Err(); err != nil {
+		t.Fatalf("CLUSTER ADDSLOTS: %v", err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		info, err := node.ClusterInfo(ctx).Result()
+		if err == nil && strings.Contains(info, "cluster_state:ok") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("cluster not ready: %v\n%s", err, info)
+		}
+	}
+	c := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: []string{srv.addr()}, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// TestConformanceOnCluster runs the suite through a ClusterClient, with
+// LockKey pausing writes on the node: a renewal queued behind the pause must
+// read the clock when it finally runs.
+func TestConformanceOnCluster(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: the suite already ran against the shared Redis")
+	}
+	c := startCluster(t)
+	storetest.Run(t, storetest.Harness{
+		New: func(t *testing.T) store.Store {
+			s, err := New(c, Options{Namespace: randomNamespace(t)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { s.Close() })
+			return s
+		},
+		Advance: storetest.Sleep,
+		Unit:    200 * time.Millisecond,
+		LockKey: func(t *testing.T, s store.Store, _ string) func() {
+			ctx := testCtx(t)
+			// The pause's own timeout frees the node should the test die.
+			if err := c.Do(ctx, "CLIENT", "PAUSE", "30000", "WRITE").Err(); err != nil {
+				t.Fatalf("CLIENT PAUSE: %v", err)
+			}
+			return func() {
+				if err := c.Do(context.Background(), "CLIENT", "UNPAUSE").Err(); err != nil {
+					t.Errorf("CLIENT UNPAUSE: %v", err)
+				}
+			}
+		},
+	})
+}
