@@ -77,7 +77,11 @@ func (s *Supervisor) reconcileKey(ks *keyState, now time.Time) {
 		case leased != ks.run.leased:
 			ks.run.stop(ErrRestart) // mode changed
 		case leased && !s.keeper.Holds(ks.key):
-			ks.run.stop(ErrDeadline)
+			if t, ok := s.keeper.Term(ks.key); ok && t.Epoch == ks.run.lease.Epoch {
+				ks.run.stop(ErrDeadline)
+			} else {
+				ks.run.stop(ErrLeaseLost)
+			}
 		}
 		return
 	}

@@ -225,7 +225,9 @@ func (s *Supervisor) acquirePass(ctx context.Context) {
 	s.mu.Lock()
 	var due []string
 	for key, ks := range s.keys {
-		if ks.wantsLease() && !s.keeper.Holds(key) && !now.Before(ks.nextAcquire) {
+		// A runner still alive (even one winding down) keeps its term: a
+		// new term starts only once it has returned.
+		if ks.wantsLease() && ks.run == nil && !s.keeper.Holds(key) && !now.Before(ks.nextAcquire) {
 			due = append(due, key)
 		}
 	}
@@ -290,7 +292,7 @@ func (s *Supervisor) nextDue() (time.Time, bool) {
 		}
 	}
 	for key, ks := range s.keys {
-		if s.leased && ks.wantsLease() && !s.keeper.Holds(key) {
+		if s.leased && ks.wantsLease() && ks.run == nil && !s.keeper.Holds(key) {
 			consider(ks.nextAcquire)
 		}
 		if ks.run == nil && !ks.retryAt.IsZero() && ks.wantsRun() {
