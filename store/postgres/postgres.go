@@ -25,12 +25,14 @@
 package postgres
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"hash/fnv"
 	"net/url"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -89,18 +91,20 @@ var (
 // never appears in a returned error. Close closes the pool.
 func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	secrets := urlSecrets(rawURL)
+	// store.RedactURL knows URLs; the extra pass also catches a password in
+	// a keyword/value string ("host=h password=p") passed by mistake.
+	shown := redactString(store.RedactURL(rawURL), secrets)
 	u, err := url.Parse(rawURL)
 	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
 		detail := "scheme must be postgres:// or postgresql://"
 		if err != nil {
-			detail = store.RedactError(err, secrets...).Error()
+			detail = redactString(err.Error(), secrets)
 		}
-		return nil, fmt.Errorf("postgres: %s: %s: %w", store.RedactURL(rawURL), detail, store.ErrInvalidURL)
+		return nil, fmt.Errorf("postgres: %s: %s: %w", shown, detail, store.ErrInvalidURL)
 	}
 	cfg, err := pgxpool.ParseConfig(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("postgres: %s: %v: %w", store.RedactURL(rawURL),
-			store.RedactError(err, secrets...), store.ErrInvalidURL)
+		return nil, fmt.Errorf("postgres: %s: %s: %w", shown, redactString(err.Error(), secrets), store.ErrInvalidURL)
 	}
 	if pw := cfg.ConnConfig.Password; pw != "" {
 		secrets = append(secrets, pw)
@@ -111,13 +115,13 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("postgres: connect to %s: %w", store.RedactURL(rawURL), store.RedactError(err, secrets...))
+		return nil, fmt.Errorf("postgres: connect to %s: %w", shown, store.RedactError(err, secrets...))
 	}
 	// pgxpool connects lazily; a ping turns a wrong host, database or
 	// password into an error here rather than at the first renewal.
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("postgres: connect to %s: %w", store.RedactURL(rawURL), store.RedactError(err, secrets...))
+		return nil, fmt.Errorf("postgres: connect to %s: %w", shown, store.RedactError(err, secrets...))
 	}
 	s.pool = pool
 	s.ownsPool = true
@@ -252,6 +256,13 @@ var (
 	paramPasswordRE    = regexp.MustCompile(`(?i)password=('(?:[^'\\]|\\.)*'|[^&\s]+)`)
 )
 
+func redactString(s string, secrets []string) string {
+	for _, sec := range secrets {
+		s = strings.ReplaceAll(s, sec, "xxxxx")
+	}
+	return s
+}
+
 // urlSecrets pulls every password-looking part out of raw, even when raw
 // does not parse, so a driver error that quotes the string can be redacted.
 func urlSecrets(raw string) []string {
@@ -286,5 +297,7 @@ func urlSecrets(raw string) []string {
 			out = append(out, v)
 		}
 	}
-	return out
+	// Longest first, so a secret that contains another is replaced whole.
+	slices.SortFunc(out, func(a, b string) int { return cmp.Or(len(b)-len(a), strings.Compare(a, b)) })
+	return slices.Compact(out)
 }
