@@ -13,6 +13,7 @@ package memstore
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -59,13 +60,14 @@ type Store struct {
 
 	mu       sync.Mutex
 	records  map[string]*record
-	sorted   []string // keys of records in byte order; valid when !unsorted
+	sorted   []*record // records in key order; valid when !unsorted
 	unsorted bool
 	watchers map[*watcher]struct{}
 }
 
 // record is one key's lease. It is never deleted, so epochs only grow.
 type record struct {
+	key      string
 	owner    string // "" after a revocation
 	epoch    int64
 	expiry   time.Time
@@ -132,6 +134,7 @@ func (s *Store) Put(l store.Lease) {
 	defer s.mu.Unlock()
 	r := s.record(l.Key)
 	*r = record{
+		key:      l.Key,
 		owner:    l.Owner,
 		epoch:    l.Epoch,
 		expiry:   s.clock().Add(l.TimeLeft),
@@ -163,7 +166,7 @@ func (s *Store) begin(ctx context.Context, op string) error {
 func (s *Store) record(key string) *record {
 	r := s.records[key]
 	if r == nil {
-		r = &record{}
+		r = &record{key: key}
 		s.records[key] = r
 		s.unsorted = true
 	}
@@ -182,10 +185,11 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 	defer s.mu.Unlock()
 	now := s.clock()
 	if r := s.records[req.Key]; r != nil && !r.freeFor(req.Owner, req.Grace, now) {
-		return store.AcquireResult{Holder: r.lease(req.Key, now)}, nil
+		return store.AcquireResult{Holder: r.lease(now)}, nil
 	}
 	r := s.record(req.Key)
 	*r = record{
+		key:     req.Key,
 		owner:   req.Owner,
 		epoch:   r.epoch + 1,
 		expiry:  now.Add(req.TTL),
@@ -206,9 +210,9 @@ func (r *record) live(now time.Time) bool {
 	return !r.released && !r.revoked && now.Before(r.expiry)
 }
 
-func (r *record) lease(key string, now time.Time) store.Lease {
+func (r *record) lease(now time.Time) store.Lease {
 	return store.Lease{
-		Key:      key,
+		Key:      r.key,
 		Owner:    r.owner,
 		Epoch:    r.epoch,
 		Live:     r.live(now),
@@ -280,20 +284,19 @@ func (s *Store) List(ctx context.Context, prefix string) ([]store.Lease, error) 
 		// Keys are added rarely (once each), so sorting lazily here keeps
 		// a simulation that creates 100,000 keys from re-sorting per key.
 		s.sorted = s.sorted[:0]
-		for k := range s.records {
-			s.sorted = append(s.sorted, k)
+		for _, r := range s.records {
+			s.sorted = append(s.sorted, r)
 		}
-		sort.Strings(s.sorted)
+		slices.SortFunc(s.sorted, func(a, b *record) int { return strings.Compare(a.key, b.key) })
 		s.unsorted = false
 	}
 	now := s.clock()
-	first := sort.SearchStrings(s.sorted, prefix)
-	leases := []store.Lease{}
-	for _, k := range s.sorted[first:] {
-		if !strings.HasPrefix(k, prefix) {
-			break
-		}
-		leases = append(leases, s.records[k].lease(k, now))
+	// Keys with the prefix form one run in key order.
+	first := sort.Search(len(s.sorted), func(i int) bool { return s.sorted[i].key >= prefix })
+	n := sort.Search(len(s.sorted)-first, func(i int) bool { return !strings.HasPrefix(s.sorted[first+i].key, prefix) })
+	leases := make([]store.Lease, n)
+	for i, r := range s.sorted[first : first+n] {
+		leases[i] = r.lease(now)
 	}
 	return leases, nil
 }
@@ -316,7 +319,7 @@ func (s *Store) Revoke(ctx context.Context, key string) (bool, error) {
 	if r == nil || !r.live(now) {
 		return false, nil
 	}
-	*r = record{epoch: r.epoch + 1, expiry: now, revoked: true}
+	*r = record{key: key, epoch: r.epoch + 1, expiry: now, revoked: true}
 	return true, nil
 }
 

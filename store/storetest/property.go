@@ -44,12 +44,16 @@ func (c *suite) testRandomOperationsKeepEveryGuarantee(t *testing.T) {
 	t.Logf("seed %d (replay with %s=%d)", seed, seedEnv, seed)
 
 	m := &model{
-		c:        c,
-		s:        c.fresh(t),
-		rng:      rand.New(rand.NewPCG(uint64(seed), uint64(seed)>>1|1)),
-		instant:  c.h.InstantAdvance,
-		began:    time.Now(),
-		slack:    max(c.tol, time.Millisecond),
+		c:       c,
+		s:       c.fresh(t),
+		rng:     rand.New(rand.NewPCG(uint64(seed), uint64(seed)>>1|1)),
+		instant: c.h.InstantAdvance,
+		began:   time.Now(),
+		slack:   max(c.tol, time.Millisecond),
+		// Shorter than elsewhere, so terms expire and are taken over
+		// several times within the few seconds a real server runs.
+		ttl:      2 * c.unit,
+		grace:    c.unit,
 		cur:      map[string]*modelTerm{},
 		maxEpoch: map[string]int64{},
 		held:     map[string]map[string]int64{},
@@ -90,8 +94,9 @@ type model struct {
 	began   time.Time
 	// advanced is the store time let pass by Advance; with an instant
 	// clock it is the whole of the store's time.
-	advanced time.Duration
-	slack    time.Duration
+	advanced   time.Duration
+	slack      time.Duration
+	ttl, grace time.Duration
 
 	owners, keys []string
 	cur          map[string]*modelTerm       // key → its current term; nil when never acquired
@@ -140,11 +145,11 @@ func (m *model) history() string {
 // that ended at recv; certainlyExpired whether it is certainly before the
 // call that began at sent, plus extra.
 func (m *model) certainlyLive(tm *modelTerm, recv, extra time.Duration) bool {
-	return recv < tm.sent+m.c.ttl+extra-m.slack
+	return recv < tm.sent+m.ttl+extra-m.slack
 }
 
 func (m *model) certainlyExpired(tm *modelTerm, sent, extra time.Duration) bool {
-	return sent > tm.recv+m.c.ttl+extra+m.slack
+	return sent > tm.recv+m.ttl+extra+m.slack
 }
 
 func (m *model) randomStep(t *testing.T) {
@@ -163,7 +168,7 @@ func (m *model) randomStep(t *testing.T) {
 	case r < 76:
 		m.checkList(t)
 	case r < 79:
-		d := time.Duration(m.rng.Int64N(int64(m.c.ttl + m.c.grace + 2*m.c.unit)))
+		d := time.Duration(m.rng.Int64N(int64(m.ttl + m.grace + 2*m.c.unit)))
 		m.paused[o] = m.now() + d
 		m.note("%s pauses for %v", o, d)
 	default:
@@ -175,7 +180,7 @@ func (m *model) advance(t *testing.T) {
 	// A real server's clock costs wall time: keep its steps small.
 	limit := m.c.unit / 8
 	if m.instant {
-		limit = m.c.unit
+		limit = m.c.unit / 2
 	}
 	d := time.Duration(m.rng.Int64N(int64(limit)) + 1)
 	m.c.advance(t, m.s, d)
@@ -184,8 +189,7 @@ func (m *model) advance(t *testing.T) {
 }
 
 func (m *model) acquire(t *testing.T, o, k string) {
-	req := m.c.request(k, o)
-	req.Running = m.rng.IntN(2) == 0
+	req := store.AcquireRequest{Key: k, Owner: o, TTL: m.ttl, Grace: m.grace, Running: m.rng.IntN(2) == 0}
 	sent := m.now()
 	res := m.c.acquire(t, m.s, req)
 	recv := m.now()
@@ -206,9 +210,9 @@ func (m *model) acquire(t *testing.T, o, k string) {
 		if m.certainlyLive(cur, recv, 0) {
 			must, why = "granted", fmt.Sprintf("its own term (epoch %d) is live", cur.epoch)
 		}
-	case m.certainlyLive(cur, recv, m.c.grace):
+	case m.certainlyLive(cur, recv, m.grace):
 		must, why = "refused", fmt.Sprintf("%s's term (epoch %d, confirmed at %v…%v) is live or within grace", cur.owner, cur.epoch, cur.sent, cur.recv)
-	case m.certainlyExpired(cur, sent, m.c.grace):
+	case m.certainlyExpired(cur, sent, m.grace):
 		must, why = "granted", fmt.Sprintf("%s's term (epoch %d, confirmed at %v…%v) expired grace ago", cur.owner, cur.epoch, cur.sent, cur.recv)
 	}
 
@@ -250,7 +254,7 @@ func (m *model) renew(t *testing.T, o string) {
 		return
 	}
 	sent := m.now()
-	ok := m.c.renew(t, m.s, o, items...)
+	ok := m.c.renewFor(t, m.s, o, m.ttl, items...)
 	recv := m.now()
 	m.note("%s renews %v: %v", o, items, ok)
 
@@ -264,7 +268,7 @@ func (m *model) renew(t *testing.T, o string) {
 			m.stats.Renewed++
 			cur.sent, cur.recv, cur.running = sent, recv, it.Running
 		case current && m.certainlyLive(cur, recv, 0):
-			t.Errorf("step %d: renewal of %s epoch %d by %s was refused although it was live (confirmed at %v…%v, ttl %v)", m.step, it.Key, it.Epoch, o, cur.sent, cur.recv, m.c.ttl)
+			t.Errorf("step %d: renewal of %s epoch %d by %s was refused although it was live (confirmed at %v…%v, ttl %v)", m.step, it.Key, it.Epoch, o, cur.sent, cur.recv, m.ttl)
 		default:
 			m.stats.Lost++
 			if m.held[o][it.Key] == it.Epoch {
@@ -348,9 +352,9 @@ func (m *model) checkList(t *testing.T) {
 		case l.Live && cur.released:
 			t.Errorf("step %d: List shows released %s as live", m.step, fmtLease(l))
 		case !l.Live && !cur.released && m.certainlyLive(cur, recv, 0):
-			t.Errorf("step %d: List shows %s as not live; confirmed at %v…%v with ttl %v", m.step, fmtLease(l), cur.sent, cur.recv, m.c.ttl)
+			t.Errorf("step %d: List shows %s as not live; confirmed at %v…%v with ttl %v", m.step, fmtLease(l), cur.sent, cur.recv, m.ttl)
 		case l.Live && m.certainlyExpired(cur, sent, 0):
-			t.Errorf("step %d: List shows %s as live; confirmed at %v…%v with ttl %v", m.step, fmtLease(l), cur.sent, cur.recv, m.c.ttl)
+			t.Errorf("step %d: List shows %s as live; confirmed at %v…%v with ttl %v", m.step, fmtLease(l), cur.sent, cur.recv, m.ttl)
 		}
 	}
 	for k := range m.cur {

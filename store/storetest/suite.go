@@ -147,7 +147,12 @@ func (c *suite) mustBeRefused(t *testing.T, s store.Store, key, owner string) st
 
 func (c *suite) renew(t *testing.T, s store.Store, owner string, items ...store.RenewItem) []bool {
 	t.Helper()
-	ok, err := s.Renew(c.ctx(t), owner, c.ttl, items)
+	return c.renewFor(t, s, owner, c.ttl, items...)
+}
+
+func (c *suite) renewFor(t *testing.T, s store.Store, owner string, ttl time.Duration, items ...store.RenewItem) []bool {
+	t.Helper()
+	ok, err := s.Renew(c.ctx(t), owner, ttl, items)
 	if err != nil {
 		t.Fatalf("Renew(owner %q, %v): %v", owner, items, err)
 	}
