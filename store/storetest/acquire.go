@@ -107,6 +107,60 @@ func (c *suite) testConcurrentAcquisitionsGrantExactlyOne(t *testing.T) {
 	checkLease(t, "List after the race", c.lease(t, s, key), store.Lease{Key: key, Owner: owner(winner), Epoch: w.Epoch, Live: true})
 }
 
+// testConcurrentTakeoversGrantExactlyOne races peers for a released key and
+// for one whose term expired grace ago: the store must hand each to exactly
+// one of them, however its conditional update is written.
+func (c *suite) testConcurrentTakeoversGrantExactlyOne(t *testing.T) {
+	s := c.fresh(t)
+	old := map[string]int64{
+		"released": c.mustAcquire(t, s, "released", "a"),
+		"expired":  c.mustAcquire(t, s, "expired", "a"),
+	}
+	c.release(t, s, "a", term("released", old["released"]))
+	c.advance(t, s, c.ttl+c.grace+c.unit)
+
+	const n = 20
+	type grant struct {
+		owner string
+		epoch int64
+	}
+	var (
+		mu     sync.Mutex
+		grants = map[string][]grant{}
+		wg     sync.WaitGroup
+	)
+	start := make(chan struct{})
+	for i := range n {
+		for key := range old {
+			wg.Go(func() {
+				<-start
+				res, err := s.Acquire(c.ctx(t), c.request(key, owner(i)))
+				switch {
+				case err != nil:
+					t.Errorf("Acquire(key %q, owner %q) among %d racing peers: %v", key, owner(i), n, err)
+				case res.Acquired:
+					mu.Lock()
+					grants[key] = append(grants[key], grant{owner(i), res.Epoch})
+					mu.Unlock()
+				}
+			})
+		}
+	}
+	close(start)
+	wg.Wait()
+	for key, e := range old {
+		g := grants[key]
+		if len(g) != 1 {
+			t.Errorf("%d of %d racing peers acquired the %s key %q, want exactly one: %+v", len(g), n, key, key, g)
+			continue
+		}
+		if g[0].epoch <= e {
+			t.Errorf("%q took the %s key %q with epoch %d, want > %d", g[0].owner, key, key, g[0].epoch, e)
+		}
+		checkLease(t, "List after the race for "+key, c.lease(t, s, key), store.Lease{Key: key, Owner: g[0].owner, Epoch: g[0].epoch, Live: true})
+	}
+}
+
 func owner(i int) string { return fmt.Sprintf("owner-%02d", i) }
 
 // testKeysAreByteExact pins that keys are compared byte for byte: no case

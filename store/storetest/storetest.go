@@ -10,6 +10,14 @@
 //			Advance: storetest.Sleep, // a real server's clock
 //		})
 //	}
+//
+// Every TTL in the suite is a multiple of [Harness.Unit] (terms of 4 units,
+// grace of 2), so a store on a real server runs it in about 15 seconds.
+// Optional powers are tested when the store has them: [store.Watcher],
+// [store.Revoker] and, through [Harness.LockKey], row locks.
+//
+// The randomized subtest logs its seed; TENURE_STORETEST_SEED=<seed>
+// replays it, and a failure prints the last steps that led to it.
 package storetest
 
 import (

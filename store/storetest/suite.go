@@ -28,6 +28,7 @@ func Run(t *testing.T, h Harness) {
 		{"ExpiredTermBlocksPeersUntilGraceHasPassed", c.testExpiredTermBlocksPeersUntilGraceHasPassed},
 		{"OwnerReacquiringStartsANewTerm", c.testOwnerReacquiringStartsANewTerm},
 		{"ConcurrentAcquisitionsGrantExactlyOne", c.testConcurrentAcquisitionsGrantExactlyOne},
+		{"ConcurrentTakeoversGrantExactlyOne", c.testConcurrentTakeoversGrantExactlyOne},
 		{"KeysAreByteExact", c.testKeysAreByteExact},
 		{"LongestKeysAndOwnersAreKept", c.testLongestKeysAndOwnersAreKept},
 		{"InvalidInputIsRejected", c.testInvalidInputIsRejected},
