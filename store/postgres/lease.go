@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
@@ -262,7 +264,14 @@ func (s *Store) List(ctx context.Context, prefix string) ([]store.Lease, error) 
 	if err := s.ready(ctx); err != nil {
 		return nil, err
 	}
-	rows, err := s.pool.Query(ctx, s.sql.list, prefix)
+	// Keys are valid UTF-8 without NUL, but a prefix may cut a character
+	// in two ("\xc3" is a byte prefix of "é"), which PostgreSQL refuses as
+	// text. Query with the longest valid part and finish the test here.
+	if strings.IndexByte(prefix, 0) >= 0 {
+		return nil, nil
+	}
+	sent := validPrefix(prefix)
+	rows, err := s.pool.Query(ctx, s.sql.list, sent)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: list %q: %w", prefix, err)
 	}
@@ -272,6 +281,9 @@ func (s *Store) List(ctx context.Context, prefix string) ([]store.Lease, error) 
 		left int64
 	)
 	_, err = pgx.ForEachRow(rows, []any{&l.Key, &l.Owner, &l.Epoch, &l.Released, &l.Running, &l.Live, &left}, func() error {
+		if len(sent) < len(prefix) && !strings.HasPrefix(l.Key, prefix) {
+			return nil
+		}
 		l.TimeLeft = time.Duration(left) * time.Microsecond
 		out = append(out, l)
 		return nil
@@ -280,6 +292,18 @@ func (s *Store) List(ctx context.Context, prefix string) ([]store.Lease, error) 
 		return nil, fmt.Errorf("postgres: list %q: %w", prefix, err)
 	}
 	return out, nil
+}
+
+// validPrefix returns the longest prefix of s that is valid UTF-8.
+func validPrefix(s string) string {
+	for i := 0; i < len(s); {
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size <= 1 {
+			return s[:i]
+		}
+		i += size
+	}
+	return s
 }
 
 // Revoke fences the current term of key: it moves the key to a new epoch

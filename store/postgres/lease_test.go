@@ -193,14 +193,17 @@ func TestListMatchesPrefixesByteForByteInKeyOrder(t *testing.T) {
 	all := slices.Clone(keys)
 	slices.Sort(all) // Go orders strings by bytes, as the "C" collation does
 	cases := map[string][]string{
-		"":     all,
-		"job":  {"job", "job ", "jobs/1"},
-		"jo_":  {"jo_b"},
-		"jo%":  {"jo%b"},
-		"J":    {"Job"},
-		"é":    {"é/x"},
-		"a\\":  {"a\\b"},
-		"nope": nil,
+		"":              all,
+		"job":           {"job", "job ", "jobs/1"},
+		"jo_":           {"jo_b"},
+		"jo%":           {"jo%b"},
+		"J":             {"Job"},
+		"é":             {"é/x"},
+		"a\\":           {"a\\b"},
+		"nope":          nil,
+		"\xc3":          {"é/x"}, // half of "é": still a byte prefix
+		"\xc3\xa9/\xff": nil,
+		"jo\x00":        nil,
 	}
 	for prefix, want := range cases {
 		if got := names(mustList(t, s, prefix)); !slices.Equal(got, want) {

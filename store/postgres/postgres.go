@@ -12,6 +12,11 @@
 // table, which [Store.Watch] turns into events so peers take a released key
 // at once instead of at their next poll.
 //
+// Behind a pooler in transaction mode (PgBouncer), add
+// default_query_exec_mode=exec to the URL (pgx's statement cache needs a
+// session) and expect Watch to stay silent: LISTEN needs a session too, and
+// the engine then polls.
+//
 // Table layout (the key column uses the "C" collation, so keys compare byte
 // for byte: "Job", "job" and "job " are three keys):
 //
