@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"os"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -103,7 +104,7 @@ func newReplica(t *testing.T, st store.Store, owner string, opts ...replicaOpt) 
 	cfg := tenure.Config{
 		Store: st, Leases: tenure.LeasesOn, Owner: owner,
 		TTL: ttl, Grace: grace, StopTimeout: 5 * time.Second,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Logger: testLogger(),
 	}
 	for _, o := range opts {
 		o(&cfg)
@@ -204,4 +205,11 @@ func bubble(t *testing.T, f func(t *testing.T, st *memstore.Store)) {
 func advance(d time.Duration) {
 	time.Sleep(d)
 	synctest.Wait()
+}
+
+func testLogger() *slog.Logger {
+	if os.Getenv("TENURE_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
