@@ -15,10 +15,13 @@
 //	{tenure}:keys    sorted set of lease keys, all scores 0 (byte order)
 //	{tenure}:events  pub/sub channel of acquisitions and releases
 //
-// One packed field per lease keeps memory small (about 200 bytes per lease
-// for both structures together at 100,000 leases) and lets List read a
-// prefix as a ZRANGEBYLEX range plus HMGET inside one script — no HSCAN, no
-// per-key round trip. Records carry no Redis TTL: they stay after release
+// One packed field per lease keeps memory small — measured on Redis 7.0 at
+// 100,000 leases with 19-byte keys and 8-byte owners: 268 bytes per lease,
+// about half for the hash and half for the index — and lets List read a
+// prefix as a ZRANGEBYLEX range plus HMGET inside a script: no HSCAN, no
+// per-key round trip. List reads 5,000 records per script call, page after
+// page, so a namespace of 100,000 leases never blocks Redis for one long
+// script; each page carries its own reading of the server clock. Records carry no Redis TTL: they stay after release
 // and expiry, so an epoch is never forgotten while the data survives.
 // Nothing deletes them; a pool whose keys come and go leaves one small
 // record per key ever used.

@@ -19,6 +19,11 @@ import (
 // stalling for the whole batch.
 const maxBatch = 1000
 
+// defaultListPage is the most records one List script call reads. A page
+// of 5,000 keeps Redis busy for a few milliseconds; 100,000 leases in one
+// call would block every other client for a large part of a second.
+const defaultListPage = 5000
+
 // Acquire starts a new term of req.Key for req.Owner when the key is free.
 func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.AcquireResult, error) {
 	if err := store.ValidateAcquire(req); err != nil {
@@ -184,34 +189,45 @@ func anyNoScript(cmds []goredis.Cmder) bool {
 }
 
 // List returns every record whose key starts with prefix (byte-exact),
-// sorted by key, read atomically with the server's clock in one call.
+// sorted by key. Each page of records is read atomically with the
+// server's clock in one script call (up to 5,000 records); pages follow each other by key, so a
+// large namespace never stalls Redis for one long script.
 func (s *Store) List(ctx context.Context, prefix string) ([]store.Lease, error) {
 	if s.isClosed() {
 		return nil, store.ErrClosed
 	}
 	lo, hi := lexRange(prefix)
-	reply, err := listScript.Run(ctx, s.client, s.keys, lo, hi).Slice()
-	if err != nil {
-		return nil, s.wrap("list", err)
-	}
-	if len(reply) == 0 || len(reply)%2 != 1 {
-		return nil, fmt.Errorf("redis: list: unexpected reply of %d elements", len(reply))
-	}
-	now, err := toInt(reply[0])
-	if err != nil {
-		return nil, fmt.Errorf("redis: list: %w", err)
-	}
-	leases := make([]store.Lease, 0, len(reply)/2)
-	for i := 1; i < len(reply); i += 2 {
-		key, _ := reply[i].(string)
-		rec, _ := reply[i+1].(string)
-		l, err := decodeRecord(key, rec, now)
+	var leases []store.Lease
+	for {
+		reply, err := listScript.Run(ctx, s.client, s.keys, lo, hi, s.listPage).Slice()
+		if err != nil {
+			return nil, s.wrap("list", err)
+		}
+		if len(reply) < 2 || len(reply)%2 != 0 {
+			return nil, fmt.Errorf("redis: list: unexpected reply of %d elements", len(reply))
+		}
+		now, err := toInt(reply[0])
 		if err != nil {
 			return nil, fmt.Errorf("redis: list: %w", err)
 		}
-		leases = append(leases, l)
+		if leases == nil {
+			leases = make([]store.Lease, 0, len(reply)/2-1)
+		}
+		for i := 2; i < len(reply); i += 2 {
+			key, _ := reply[i].(string)
+			rec, _ := reply[i+1].(string)
+			l, err := decodeRecord(key, rec, now)
+			if err != nil {
+				return nil, fmt.Errorf("redis: list: %w", err)
+			}
+			leases = append(leases, l)
+		}
+		next, _ := reply[1].(string)
+		if next == "" {
+			return leases, nil
+		}
+		lo = "[" + next
 	}
-	return leases, nil
 }
 
 // lexRange turns a byte prefix into a ZRANGEBYLEX range: from the prefix

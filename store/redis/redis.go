@@ -33,6 +33,7 @@ type Store struct {
 	namespace string
 	keys      []string // {ns}:leases, {ns}:keys — passed to every script
 	channel   string   // {ns}:events
+	listPage  int      // records per List script call; tests lower it
 
 	// closeCtx ends every watcher when the store is closed.
 	closeCtx context.Context
@@ -138,6 +139,7 @@ func newStore(client goredis.UniversalClient, opts Options, owns bool) (*Store, 
 		namespace:  ns,
 		keys:       []string{tag + ":leases", tag + ":keys"},
 		channel:    tag + ":events",
+		listPage:   defaultListPage,
 		closeCtx:   ctx,
 		cancel:     cancel,
 	}, nil

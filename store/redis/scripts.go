@@ -152,14 +152,21 @@ redis.call('HSET', KEYS[1], key, encode(next_epoch(e, now), math.min(x, now), fa
 return 1
 `)
 
-// listScript reads every record in a lexicographic key range together with
-// the server's clock, in one atomic call.
+// listScript reads one page of records in a lexicographic key range
+// together with the server's clock, atomically.
 //
-//	ARGV: ZRANGEBYLEX min, max → {now µs, key1, record1, key2, record2, …}
+//	ARGV: ZRANGEBYLEX min, max, page size
+//	→ {now µs, first key of the next page or '', key1, record1, …}
 var listScript = goredis.NewScript(prelude + `
 local now = now_us()
-local keys = redis.call('ZRANGEBYLEX', KEYS[2], ARGV[1], ARGV[2])
-local out = {int(now)}
+local limit = tonumber(ARGV[3])
+local keys = redis.call('ZRANGEBYLEX', KEYS[2], ARGV[1], ARGV[2], 'LIMIT', 0, limit + 1)
+local next_key = ''
+if #keys > limit then
+  next_key = keys[limit + 1]
+  keys[limit + 1] = nil
+end
+local out = {int(now), next_key}
 -- HMGET in chunks: unpack is limited by the Lua C stack.
 for i = 1, #keys, 500 do
   local j = math.min(i + 499, #keys)

@@ -243,6 +243,38 @@ func TestListIsByteExactPrefixSortedByKey(t *testing.T) {
 	}
 }
 
+func TestListReadsEveryPageOfALargeNamespace(t *testing.T) {
+	s := newTestStore(t)
+	s.listPage = 3
+	var want []string
+	for _, i := range []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 10} {
+		key := fmt.Sprintf("p/%02d", i)
+		mustAcquire(t, s, key, "a", time.Minute, 0)
+		want = append(want, key)
+	}
+	mustAcquire(t, s, "q", "a", time.Minute, 0)
+	for _, tc := range []struct {
+		prefix string
+		want   []string
+	}{
+		{"p/", want},      // 3+3+3+1
+		{"p/0", want[:9]}, // exactly three full pages
+		{"", append(slices.Clone(want), "q")},
+	} {
+		leases, err := s.List(testCtx(t), tc.prefix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		for _, l := range leases {
+			got = append(got, l.Key)
+		}
+		if !slices.Equal(got, tc.want) {
+			t.Errorf("List(%q) in pages of 3 = %q, want %q", tc.prefix, got, tc.want)
+		}
+	}
+}
+
 func TestRevokeFencesTheHolderAndBlocksPeersForGrace(t *testing.T) {
 	s := newTestStore(t)
 	ctx := testCtx(t)
