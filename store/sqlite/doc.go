@@ -4,7 +4,10 @@
 // Several processes on one host may share the file. The database runs in WAL
 // mode, every write takes SQLite's write lock up front (BEGIN IMMEDIATE, or a
 // single auto-committed statement), and a busy timeout makes concurrent
-// writers queue instead of failing. Network file systems are not supported:
+// writers queue instead of failing. Within one process, writers to a file
+// queue in Go before they ask SQLite (whose busy handler polls with sleeps),
+// and that wait ends with the caller's context. Network file systems are not
+// supported:
 // SQLite's locking, and WAL in particular, needs a local disk.
 //
 // # Time

@@ -35,6 +35,10 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 }
 
 func (s *Store) acquire(ctx context.Context, req store.AcquireRequest) (store.AcquireResult, error) {
+	if err := s.gate.enter(ctx); err != nil {
+		return store.AcquireResult{}, err
+	}
+	defer s.gate.leave()
 	// The DSN's _txlock=immediate makes this BEGIN IMMEDIATE: the write
 	// lock is held from the start, so the refusal and the holder we report
 	// come from one state.
@@ -109,7 +113,7 @@ func (s *Store) Renew(ctx context.Context, owner string, ttl time.Duration, item
 	}
 
 	renewed := make(map[store.Term]bool, len(rows))
-	err = s.queryTerms(ctx, s.q.renew, func(t store.Term) { renewed[t] = true }, owner, ttl.Microseconds(), string(arg))
+	err = s.write(ctx, s.q.renew, func(t store.Term) { renewed[t] = true }, owner, ttl.Microseconds(), string(arg))
 	if err == nil {
 		// Never report a renewal the caller's deadline has already passed
 		// on: it would extend a deadline the caller no longer protects.
@@ -148,7 +152,7 @@ func (s *Store) Release(ctx context.Context, owner string, terms []store.Term) e
 		return s.fail("release", err)
 	}
 	var ended []store.Term
-	err = s.queryTerms(ctx, s.q.release, func(t store.Term) { ended = append(ended, t) }, owner, string(arg))
+	err = s.write(ctx, s.q.release, func(t store.Term) { ended = append(ended, t) }, owner, string(arg))
 	// Publish what the statement returned even when ctx ended meanwhile:
 	// those releases happened.
 	for _, t := range ended {
@@ -163,9 +167,13 @@ func (s *Store) Release(ctx context.Context, owner string, terms []store.Term) e
 	return nil
 }
 
-// queryTerms runs a statement returning (key, epoch) rows and hands each to
-// fn.
-func (s *Store) queryTerms(ctx context.Context, query string, fn func(store.Term), args ...any) error {
+// write runs a writing statement that returns (key, epoch) rows and hands
+// each to fn.
+func (s *Store) write(ctx context.Context, query string, fn func(store.Term), args ...any) error {
+	if err := s.gate.enter(ctx); err != nil {
+		return err
+	}
+	defer s.gate.leave()
 	rows, err := s.db.QueryContext(ctx, query, args...)
 	if err != nil {
 		return err
@@ -239,6 +247,10 @@ func (s *Store) Revoke(ctx context.Context, key string) (bool, error) {
 	if s.isClosed() {
 		return false, s.fail("revoke", store.ErrClosed)
 	}
+	if err := s.gate.enter(ctx); err != nil {
+		return false, s.fail(fmt.Sprintf("revoke %q", key), err)
+	}
+	defer s.gate.leave()
 	var epoch int64
 	err := s.db.QueryRowContext(ctx, s.q.revoke, key).Scan(&epoch)
 	switch {

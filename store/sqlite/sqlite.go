@@ -59,6 +59,7 @@ type Store struct {
 	table string
 	q     queries
 	hub   *hub
+	gate  gate // shared by every Store of this file in the process
 
 	closeOnce sync.Once
 	closeMu   sync.Mutex    // orders Close against Watch's watchers.Add
@@ -97,6 +98,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("sqlite %s: create parent directory: %w", abs, err)
 	}
 
+	canon := canonical(abs)
 	db, err := sql.Open("sqlite", dsn(abs, opts.BusyTimeout))
 	if err != nil {
 		return nil, fmt.Errorf("sqlite %s: %w", abs, err)
@@ -106,7 +108,8 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		path:    abs,
 		table:   opts.Table,
 		q:       buildQueries(opts.Table),
-		hub:     hubFor(canonical(abs), opts.Table),
+		hub:     hubFor(canon, opts.Table),
+		gate:    gateFor(canon),
 		closing: make(chan struct{}),
 	}
 	if err := s.checkJournal(ctx); err != nil {

@@ -421,8 +421,18 @@ func TestClosedStoreReportsErrClosed(t *testing.T) {
 }
 
 func TestTwoHandlesOnOneFileNeverBothWin(t *testing.T) {
+	t.Run("same process", func(t *testing.T) { raceTwoHandles(t, false) })
+	// With private gates the two handles meet only at SQLite's write lock,
+	// as two processes do.
+	t.Run("as two processes", func(t *testing.T) { raceTwoHandles(t, true) })
+}
+
+func raceTwoHandles(t *testing.T, separateGates bool) {
 	path := filepath.Join(t.TempDir(), "leases.db")
 	handles := []*Store{openAt(t, path, Options{}), openAt(t, path, Options{})}
+	if separateGates {
+		handles[1].gate = make(gate, 1)
+	}
 	for round := 0; round < 25; round++ {
 		key := "key-" + string(rune('a'+round))
 		results := make([]store.AcquireResult, len(handles))
@@ -453,5 +463,44 @@ func TestTwoHandlesOnOneFileNeverBothWin(t *testing.T) {
 		if lose.Holder.Epoch != win.Epoch || !lose.Holder.Live {
 			t.Fatalf("round %d: loser saw %+v, winner has epoch %d", round, lose.Holder, win.Epoch)
 		}
+	}
+}
+
+func TestWaitingBehindAnotherWriterInThisProcessEndsWithTheContext(t *testing.T) {
+	s := openTemp(t, Options{})
+	e := mustAcquire(t, s, "job", "a")
+	if err := s.gate.enter(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	defer s.gate.leave()
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if _, err := s.Renew(ctx, "a", time.Minute, []store.RenewItem{{Key: "job", Epoch: e}}); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Renew queued behind a writer that never finishes: %v, want DeadlineExceeded", err)
+	}
+}
+
+// Without _txlock=immediate a transaction would read first and upgrade to
+// the write lock later, where two processes can deadlock; BEGIN IMMEDIATE
+// takes the lock before anything is read.
+func TestTransactionsTakeTheWriteLockAtBegin(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "leases.db")
+	a, b := openAt(t, path, Options{}), openAt(t, path, Options{})
+	tx, err := a.db.BeginTx(context.Background(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		defer cancel()
+		_, err := b.db.ExecContext(ctx, "UPDATE "+b.table+" SET updated_at = 0 WHERE 0")
+		return err
+	}
+	if err := write(); err == nil {
+		t.Fatal("another connection wrote while a transaction that has run nothing yet was open")
+	}
+	tx.Rollback()
+	if err := write(); err != nil {
+		t.Fatalf("write after the transaction ended: %v", err)
 	}
 }
