@@ -78,8 +78,11 @@ type Migrator interface {
 
 // Revoker is implemented by stores that let an operator end a term they do
 // not own (tenure release). Revoke moves the key to a new epoch owned by
-// nobody, so the holder's next renewal is refused (it is fenced), and lets
-// peers acquire once grace has passed.
+// nobody and keeps the old term's expiry (never shortens it): the holder's
+// next renewal is refused, so it is fenced and stops, and peers may acquire
+// only once that expiry + grace has passed — so there is still at most one
+// holder even if the holder never hears of the revocation. It returns false
+// when the key has no live term.
 type Revoker interface {
 	Revoke(ctx context.Context, key string) (revoked bool, err error)
 }
@@ -126,14 +129,17 @@ type Lease struct {
 	Key   string
 	Owner string
 	Epoch int64
-	// Live is true while the term is unreleased and unexpired.
+	// Live is true while the term is owned, unreleased and unexpired
+	// (a revoked term has no owner and is never live).
 	Live bool
 	// Released is true when the term ended by release or revocation.
 	Released bool
 	// Running is the runner state the holder last reported.
 	Running bool
-	// TimeLeft is the time until expiry on the store's clock; zero or
-	// negative once the term has expired or was released.
+	// TimeLeft is the time until expiry on the store's clock. It is
+	// negative once the term has expired (minus the time since expiry),
+	// which tells a peer exactly when expiry + grace comes; a release
+	// stamps the expiry at the moment of release.
 	TimeLeft time.Duration
 }
 

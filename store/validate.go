@@ -73,6 +73,10 @@ func quoteShort(s string) string {
 	return fmt.Sprintf("%q", s)
 }
 
+// keywordSecretRE finds secrets in keyword/value connection strings, quoted
+// or not.
+var keywordSecretRE = regexp.MustCompile(`(?i)\b((?:password|passwd|pwd|secret|token)\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)`)
+
 var nameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
 
 // ValidateName reports whether a table name or namespace is a plain
@@ -144,6 +148,10 @@ func ValidateRelease(owner string, terms []Term) error {
 // and logs. A string that does not parse is reduced to its scheme, since it
 // may hold a credential in a place the parser could not find.
 func RedactURL(raw string) string {
+	if !strings.Contains(raw, "://") && keywordSecretRE.MatchString(raw) {
+		// A keyword/value connection string (host=h password=p).
+		return keywordSecretRE.ReplaceAllString(raw, "${1}xxxxx")
+	}
 	u, err := url.Parse(raw)
 	if err != nil {
 		if i := strings.Index(raw, ":"); i > 0 && i < 16 {

@@ -180,20 +180,20 @@ func TestRevokeLeavesKeysWithoutALiveTermAlone(t *testing.T) {
 	}
 }
 
-func TestRevokedTermIsListedAsEndedButBlocksForGrace(t *testing.T) {
+func TestRevokedTermIsNotLiveButBlocksUntilItsExpiryPlusGrace(t *testing.T) {
 	s, clk := newStore()
 	e := acquire(t, s, "k", "a").Epoch
 	if ok, err := s.Revoke(t.Context(), "k"); !ok || err != nil {
 		t.Fatalf("Revoke = %t, %v", ok, err)
 	}
 	ls, _ := s.List(t.Context(), "k")
-	want := store.Lease{Key: "k", Epoch: e + 1, Released: true}
+	want := store.Lease{Key: "k", Epoch: e + 1, TimeLeft: ttl}
 	if len(ls) != 1 || ls[0] != want {
 		t.Errorf("List after Revoke = %+v, want [%+v]", ls, want)
 	}
-	clk.Advance(grace - time.Nanosecond)
+	clk.Advance(ttl + grace - time.Nanosecond)
 	if res := acquire(t, s, "k", "b"); res.Acquired {
-		t.Errorf("b acquired revoked k before grace had passed")
+		t.Errorf("b acquired revoked k before its expiry + grace")
 	}
 	clk.Advance(time.Nanosecond)
 	if res := acquire(t, s, "k", "b"); !res.Acquired || res.Epoch != e+2 {

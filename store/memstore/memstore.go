@@ -216,7 +216,7 @@ func (r *record) lease(now time.Time) store.Lease {
 		Owner:    r.owner,
 		Epoch:    r.epoch,
 		Live:     r.live(now),
-		Released: r.released || r.revoked,
+		Released: r.released,
 		Running:  r.running,
 		TimeLeft: r.expiry.Sub(now),
 	}
@@ -319,7 +319,9 @@ func (s *Store) Revoke(ctx context.Context, key string) (bool, error) {
 	if r == nil || !r.live(now) {
 		return false, nil
 	}
-	*r = record{key: key, epoch: r.epoch + 1, expiry: now, revoked: true}
+	// The expiry is kept: a holder that never hears of the revocation may
+	// run until it, so peers wait for it + grace as for any live term.
+	*r = record{key: key, epoch: r.epoch + 1, expiry: r.expiry, revoked: true}
 	return true, nil
 }
 

@@ -62,7 +62,7 @@ RETURNING l.epoch, pg_notify($6, ` + acquired + `)`,
 		// a new snapshot, so it sees the row that blocked the INSERT even when
 		// that row was committed after the INSERT began.
 		holder: `SELECT l.owner, l.epoch, l.released, l.running,
-	NOT l.released AND l.expires_at > c.now,
+	NOT l.released AND l.owner <> '' AND l.expires_at > c.now,
 	(extract(epoch FROM l.expires_at - c.now) * 1000000)::bigint
 FROM ` + t + ` AS l, (SELECT clock_timestamp() AS now) AS c
 WHERE l.key = $1`,
@@ -121,23 +121,22 @@ RETURNING pg_notify($4, ` + released + `)`,
 		// consistent. The "C" collation makes both the prefix test and the
 		// order byte-exact.
 		list: `SELECT l.key, l.owner, l.epoch, l.released, l.running,
-	NOT l.released AND l.expires_at > c.now,
+	NOT l.released AND l.owner <> '' AND l.expires_at > c.now,
 	(extract(epoch FROM l.expires_at - c.now) * 1000000)::bigint
 FROM ` + t + ` AS l, (SELECT clock_timestamp() AS now) AS c
 WHERE l.key >= $1 AND starts_with(l.key, $1)
 ORDER BY l.key`,
 
-		// A new epoch owned by nobody, expired now: the holder's next
-		// renewal is refused and peers may acquire once grace has passed.
-		// The notification lets watchers poll and schedule that retry.
+		// A new epoch owned by nobody; the expiry is kept, since a holder
+		// that never hears of the revocation may run until it: its next
+		// renewal is refused, and peers wait for expiry + grace.
 		revoke: `UPDATE ` + t + ` AS l SET
 	owner = '',
 	epoch = l.epoch + 1,
-	expires_at = clock_timestamp(),
 	released = false,
 	running = false,
 	updated_at = clock_timestamp()
-WHERE l.key = $1 AND NOT l.released AND l.owner <> ''
+WHERE l.key = $1 AND NOT l.released AND l.owner <> '' AND l.expires_at > clock_timestamp()
 RETURNING l.epoch, pg_notify($2, ` + acquired + `)`,
 	}
 }

@@ -212,7 +212,7 @@ func TestListMatchesPrefixesByteForByteInKeyOrder(t *testing.T) {
 	}
 }
 
-func TestRevokeFencesTheHolderAndBlocksPeersForGrace(t *testing.T) {
+func TestRevokeFencesTheHolderAndBlocksPeersUntilExpiryPlusGrace(t *testing.T) {
 	s := newTestStore(t)
 	epoch := mustAcquire(t, s, "job", "a", ttl, grace)
 	ok, err := s.Revoke(ctxT(t), "job")
@@ -227,9 +227,9 @@ func TestRevokeFencesTheHolderAndBlocksPeersForGrace(t *testing.T) {
 		t.Fatalf("after revoke: %+v", l)
 	}
 	if res, _ := s.Acquire(ctxT(t), store.AcquireRequest{Key: "job", Owner: "b", TTL: ttl, Grace: grace}); res.Acquired {
-		t.Fatal("a peer acquired a revoked key before grace passed")
+		t.Fatal("a peer acquired a revoked key before its expiry + grace")
 	}
-	time.Sleep(grace + 50*time.Millisecond)
+	time.Sleep(ttl + grace + 50*time.Millisecond)
 	if e := mustAcquire(t, s, "job", "b", ttl, grace); e <= l.Epoch {
 		t.Fatalf("epoch after revoke %d, want > %d", e, l.Epoch)
 	}

@@ -53,7 +53,7 @@ func Run(t *testing.T, h Harness) {
 		{"ListTreatsPrefixLiterally", c.testListTreatsPrefixLiterally},
 		{"ListShowsEveryFieldOnTheStoresClock", c.testListShowsEveryFieldOnTheStoresClock},
 		{"WatchReportsReleasesUntilCancelled", c.testWatchReportsReleasesUntilCancelled},
-		{"RevokeFencesTheHolderAndFreesTheKeyAfterGrace", c.testRevokeFencesTheHolderAndFreesTheKeyAfterGrace},
+		{"RevokeFencesTheHolderAndFreesTheKeyAfterExpiryPlusGrace", c.testRevokeFencesTheHolderAndFreesTheKeyAfterExpiryPlusGrace},
 		// property.go
 		{"RandomOperationsKeepEveryGuarantee", c.testRandomOperationsKeepEveryGuarantee},
 	}
