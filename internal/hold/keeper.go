@@ -194,7 +194,10 @@ func (k *Keeper) Acquire(ctx context.Context, key string, running bool) (Acquire
 		// A peer holds the row, so any local record of ours is stale.
 		delete(k.held, key)
 		k.observed[key] = observation{lease: res.Holder, at: sent}
-		return Acquired{Holder: res.Holder, RetryAt: sent.Add(max(res.Holder.TimeLeft, 0) + k.timing.Grace)}, nil
+		// The key frees at expiry + grace; TimeLeft is negative once the
+		// term has expired, so this is exact within grace too. The store
+		// read its clock after we sent, so this errs early, never late.
+		return Acquired{Holder: res.Holder, RetryAt: sent.Add(max(res.Holder.TimeLeft+k.timing.Grace, 0))}, nil
 	}
 	k.held[key] = Term{Key: key, Epoch: res.Epoch, Deadline: sent.Add(k.timing.TTL)}
 	delete(k.observed, key)

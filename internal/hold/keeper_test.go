@@ -266,3 +266,19 @@ func TestObservingTheTableReportsPeersIncludingUnconfiguredKeys(t *testing.T) {
 		}
 	})
 }
+
+func TestAPeerRefusedWithinGraceRetriesAtExpiryPlusGraceNotAGraceLater(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := memstore.New(memstore.Options{})
+		a, b := newKeeper(st, "A"), newKeeper(st, "B")
+		mustAcquire(t, a, "job")
+		time.Sleep(timing.TTL + 3*time.Second) // expired 3s ago, within grace
+		res, err := b.Acquire(context.Background(), "job", false)
+		if err != nil || res.OK {
+			t.Fatalf("acquisition within grace: %+v, %v", res, err)
+		}
+		if got, want := res.RetryAt.Sub(time.Now()), timing.Grace-3*time.Second; got != want {
+			t.Fatalf("retry in %v, want %v (expiry + grace)", got, want)
+		}
+	})
+}
