@@ -43,7 +43,7 @@
 // new epoch above every earlier one, because each earlier epoch was at most
 // the server time of its own acquisition plus the number of acquisitions of
 // that key within the same microseconds. Epochs are therefore large numbers
-// (about 1.8e15 in 2027), well inside int64 and exact in Lua's doubles.
+// (about 1.8e15 in 2026), well inside int64 and exact in Lua's doubles.
 //
 // What this does not cover:
 //

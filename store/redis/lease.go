@@ -265,16 +265,17 @@ func decodeRecord(key, rec string, now int64) (store.Lease, error) {
 		Key:      key,
 		Owner:    f[4],
 		Epoch:    epoch,
-		Live:     !released && now < expiry,
+		Live:     !released && f[4] != "" && now < expiry, // "" = revoked
 		Released: released,
 		Running:  f[3] == "1",
 		TimeLeft: time.Duration(expiry-now) * time.Microsecond,
 	}, nil
 }
 
-// Revoke moves key to a new epoch owned by nobody: its holder is fenced at
-// its next renewal, and peers may acquire once grace has passed. It reports
-// false when the key has no unreleased, owned term.
+// Revoke moves key's live term to a new epoch owned by nobody, keeping its
+// expiry: the holder is fenced at its next renewal, and peers may acquire
+// once that expiry + grace has passed. It reports false when the key has no
+// live term.
 func (s *Store) Revoke(ctx context.Context, key string) (bool, error) {
 	if err := store.ValidateKey(key); err != nil {
 		return false, err

@@ -35,15 +35,13 @@ type Store struct {
 	channel   string   // {ns}:events
 	listPage  int      // records per List script call; tests lower it
 
-	// closeCtx ends every watcher when the store is closed.
-	closeCtx context.Context
-	cancel   context.CancelFunc
-
-	// closed is read on every call without a lock; mu orders it with
-	// watchers.Add so Close never waits on a watcher added after it.
-	closed   atomic.Bool
-	mu       sync.Mutex
-	watchers sync.WaitGroup
+	// closed is read on every call without a lock; mu orders it with the
+	// registration of watchers, so Close cancels and waits for all of them.
+	closed       atomic.Bool
+	mu           sync.Mutex
+	nextWatch    int
+	watchCancels map[int]context.CancelFunc
+	watchers     sync.WaitGroup
 }
 
 var (
@@ -132,16 +130,14 @@ func newStore(client goredis.UniversalClient, opts Options, owns bool) (*Store, 
 		return nil, err
 	}
 	tag := "{" + ns + "}"
-	ctx, cancel := context.WithCancel(context.Background())
 	return &Store{
-		client:     client,
-		ownsClient: owns,
-		namespace:  ns,
-		keys:       []string{tag + ":leases", tag + ":keys"},
-		channel:    tag + ":events",
-		listPage:   defaultListPage,
-		closeCtx:   ctx,
-		cancel:     cancel,
+		client:       client,
+		ownsClient:   owns,
+		namespace:    ns,
+		keys:         []string{tag + ":leases", tag + ":keys"},
+		channel:      tag + ":events",
+		listPage:     defaultListPage,
+		watchCancels: map[int]context.CancelFunc{},
 	}, nil
 }
 
@@ -153,11 +149,13 @@ func (s *Store) Namespace() string { return s.namespace }
 func (s *Store) Close() error {
 	s.mu.Lock()
 	already := s.closed.Swap(true)
+	for _, cancel := range s.watchCancels {
+		cancel()
+	}
 	s.mu.Unlock()
 	if already {
 		return nil
 	}
-	s.cancel()
 	s.watchers.Wait()
 	if s.ownsClient {
 		if err := s.client.Close(); err != nil {

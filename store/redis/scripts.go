@@ -13,7 +13,8 @@ import goredis "github.com/redis/go-redis/v9"
 // are decimal integers (expiry in microseconds of the server's TIME),
 // released and running are 0 or 1, and owner is everything after the fourth
 // comma (owners may hold commas; never control characters). A revoked term
-// has the empty owner.
+// has the empty owner and is never live, though it blocks peers until its
+// expiry + grace.
 //
 // Lua 5.1 numbers are doubles, exact up to 2^53; microsecond timestamps are
 // about 2^50.7 today, so arithmetic stays exact for centuries. Epochs are
@@ -72,7 +73,7 @@ if v then
   e, x, rel, run, o = decode(key, v)
   if not rel and o ~= owner and now < x + grace then
     local live = 0
-    if now < x then live = 1 end
+    if o ~= '' and now < x then live = 1 end
     return {0, e, o, x - now, run and 1 or 0, live}
   end
 else
@@ -108,8 +109,9 @@ end
 return res
 `)
 
-// releaseScript ends every listed current term of owner now (rule 4) and
-// announces each release on the event channel.
+// releaseScript ends every listed current term of owner now (rule 4): the
+// expiry becomes the moment of release, even for a term that had already
+// expired. Each release is announced on the event channel.
 //
 //	ARGV: owner, event channel, then key, epoch for each term
 //	→ number of terms released
@@ -123,7 +125,7 @@ for i = 3, #ARGV, 2 do
   if v then
     local e, x, rel, run, o = decode(key, v)
     if e == ARGV[i + 1] and o == owner and not rel then
-      redis.call('HSET', KEYS[1], key, encode(e, math.min(x, now), true, false, o))
+      redis.call('HSET', KEYS[1], key, encode(e, now, true, false, o))
       redis.call('PUBLISH', channel, 'R\t' .. e .. '\t' .. o .. '\t' .. key)
       n = n + 1
     end
@@ -132,11 +134,11 @@ end
 return n
 `)
 
-// revokeScript moves an unreleased, owned term to a new epoch owned by
-// nobody. Expiry becomes now (never later than it was), so the key stays
-// blocked for grace: the fenced holder may still be finishing its work.
+// revokeScript moves a live term to a new epoch owned by nobody. Its expiry
+// is kept: the fenced holder may run until its own deadline without hearing
+// of the revocation, so peers wait for expiry + grace as for any live term.
 //
-//	ARGV: key → 1 when revoked, 0 when there was no owned term
+//	ARGV: key → 1 when revoked, 0 when the key had no live term
 var revokeScript = goredis.NewScript(prelude + `
 local key = ARGV[1]
 local v = redis.call('HGET', KEYS[1], key)
@@ -144,11 +146,11 @@ if not v then
   return 0
 end
 local e, x, rel, run, o = decode(key, v)
-if rel or o == '' then
+local now = now_us()
+if rel or o == '' or now >= x then
   return 0
 end
-local now = now_us()
-redis.call('HSET', KEYS[1], key, encode(next_epoch(e, now), math.min(x, now), false, false, ''))
+redis.call('HSET', KEYS[1], key, encode(next_epoch(e, now), x, false, false, ''))
 return 1
 `)
 

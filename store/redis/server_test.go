@@ -52,6 +52,23 @@ func TestEpochsKeepRisingAfterARestartThatLostAllData(t *testing.T) {
 	}
 }
 
+func TestWatchChannelClosesWhenTheServerGoesAway(t *testing.T) {
+	srv := startRedis(t)
+	s, err := New(srv.client(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	events, err := s.Watch(testCtx(t), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.stop()
+	// A closed channel tells the engine to poll and watch again; events
+	// published while nobody listened are gone.
+	waitClosed(t, events)
+}
+
 func TestOpenErrorsNeverShowThePassword(t *testing.T) {
 	const password = "hunter2-s3cret"
 	port := strconv.Itoa(freePort(t)) // nothing listens there

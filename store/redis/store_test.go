@@ -147,6 +147,21 @@ func TestRenewAnswersPerItemInOrder(t *testing.T) {
 	}
 }
 
+func TestOwnersMayHoldCommasAndSpaces(t *testing.T) {
+	s := newTestStore(t)
+	ctx := testCtx(t)
+	const owner = "host-1, pid 42,0,1,"
+	epoch := mustAcquire(t, s, "job", owner, time.Minute, 0)
+	got, err := s.Renew(ctx, owner, time.Minute, []store.RenewItem{{Key: "job", Epoch: epoch, Running: true}})
+	if err != nil || !got[0] {
+		t.Fatalf("Renew = %v, %v", got, err)
+	}
+	leases, _ := s.List(ctx, "")
+	if len(leases) != 1 || leases[0].Owner != owner || !leases[0].Running {
+		t.Fatalf("List = %+v, want owner %q running", leases, owner)
+	}
+}
+
 func TestRenewOfAnExpiredTermIsLost(t *testing.T) {
 	s := newTestStore(t)
 	ctx := testCtx(t)
@@ -275,10 +290,10 @@ func TestListReadsEveryPageOfALargeNamespace(t *testing.T) {
 	}
 }
 
-func TestRevokeFencesTheHolderAndBlocksPeersForGrace(t *testing.T) {
+func TestRevokeFencesTheHolderAndBlocksPeersUntilExpiryPlusGrace(t *testing.T) {
 	s := newTestStore(t)
 	ctx := testCtx(t)
-	epoch := mustAcquire(t, s, "job", "a", time.Minute, unit)
+	epoch := mustAcquire(t, s, "job", "a", 2*unit, unit)
 	revoked, err := s.Revoke(ctx, "job")
 	if err != nil || !revoked {
 		t.Fatalf("Revoke = %v, %v; want true", revoked, err)
@@ -288,22 +303,49 @@ func TestRevokeFencesTheHolderAndBlocksPeersForGrace(t *testing.T) {
 		t.Fatalf("holder renewal after revoke = %v, %v; want refused", got, err)
 	}
 	leases, _ := s.List(ctx, "job")
-	if l := leases[0]; l.Owner != "" || l.Epoch <= epoch || l.Live || l.Released {
-		t.Fatalf("revoked record %+v: want unowned, newer epoch, not live, not released", l)
+	l := leases[0]
+	if l.Owner != "" || l.Epoch <= epoch || l.Live || l.Released || l.TimeLeft <= unit {
+		t.Fatalf("revoked record %+v: want unowned, newer epoch, not live, not released, the old expiry kept", l)
 	}
 	res, err := s.Acquire(ctx, store.AcquireRequest{Key: "job", Owner: "b", TTL: unit, Grace: unit})
-	if err != nil || res.Acquired {
-		t.Fatalf("peer acquire right after revoke = %+v, %v; want blocked for grace", res, err)
+	if err != nil || res.Acquired || res.Holder.Live || res.Holder.Owner != "" {
+		t.Fatalf("peer acquire right after revoke = %+v, %v; want blocked by the unowned term", res, err)
 	}
 	if again, _ := s.Revoke(ctx, "job"); again {
 		t.Fatal("revoking an unowned term reported true")
 	}
-	time.Sleep(unit + unit/4)
-	if next := mustAcquire(t, s, "job", "b", unit, unit); next <= leases[0].Epoch {
-		t.Fatalf("epoch after revoke %d not above %d", next, leases[0].Epoch)
+	time.Sleep(2*unit + unit/4) // expired, within grace
+	if res, _ := s.Acquire(ctx, store.AcquireRequest{Key: "job", Owner: "b", TTL: unit, Grace: unit}); res.Acquired {
+		t.Fatal("peer acquired a revoked key before its expiry + grace")
+	}
+	time.Sleep(unit)
+	if next := mustAcquire(t, s, "job", "b", unit, unit); next <= l.Epoch {
+		t.Fatalf("epoch after revoke %d not above %d", next, l.Epoch)
 	}
 	if revoked, _ := s.Revoke(ctx, "never-seen"); revoked {
 		t.Fatal("revoking an unknown key reported true")
+	}
+}
+
+func TestRevokeLeavesExpiredAndReleasedTermsAlone(t *testing.T) {
+	s := newTestStore(t)
+	ctx := testCtx(t)
+	mustAcquire(t, s, "expired", "a", 20*time.Millisecond, time.Minute)
+	released := mustAcquire(t, s, "released", "a", time.Minute, time.Minute)
+	if err := s.Release(ctx, "a", []store.Term{{Key: "released", Epoch: released}}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	for _, key := range []string{"expired", "released"} {
+		if revoked, err := s.Revoke(ctx, key); err != nil || revoked {
+			t.Errorf("Revoke(%q) = %v, %v; want false: there is no live term", key, revoked, err)
+		}
+	}
+	leases, _ := s.List(ctx, "")
+	for _, l := range leases {
+		if l.Owner != "a" {
+			t.Errorf("%s changed owner to %q", l.Key, l.Owner)
+		}
 	}
 }
 

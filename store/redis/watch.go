@@ -33,24 +33,31 @@ func (s *Store) Watch(ctx context.Context, prefix string) (<-chan store.Event, e
 		_ = ps.Close()
 		return nil, s.wrap("subscribe", err)
 	}
+	wctx, cancel := context.WithCancel(ctx)
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.isClosed() {
+		s.mu.Unlock()
+		cancel()
 		_ = ps.Close()
 		return nil, store.ErrClosed
 	}
-	wctx, cancel := context.WithCancel(ctx)
-	stopOnClose := context.AfterFunc(s.closeCtx, cancel)
+	id := s.nextWatch
+	s.nextWatch++
+	s.watchCancels[id] = cancel // Close cancels every watcher
+	s.watchers.Add(1)
+	s.mu.Unlock()
+
 	// Closing the PubSub is what interrupts a blocked read.
 	stopOnDone := context.AfterFunc(wctx, func() { _ = ps.Close() })
 	out := make(chan store.Event, 64)
-	s.watchers.Add(1)
 	go func() {
 		defer s.watchers.Done()
 		defer close(out)
-		defer cancel()
-		defer stopOnClose()
 		defer func() {
+			s.mu.Lock()
+			delete(s.watchCancels, id)
+			s.mu.Unlock()
+			cancel()
 			if stopOnDone() {
 				_ = ps.Close()
 			}
