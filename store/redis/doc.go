@@ -21,10 +21,12 @@
 // prefix as a ZRANGEBYLEX range plus HMGET inside a script: no HSCAN, no
 // per-key round trip. List reads 5,000 records per script call, page after
 // page, so a namespace of 100,000 leases never blocks Redis for one long
-// script; each page carries its own reading of the server clock. Records carry no Redis TTL: they stay after release
-// and expiry, so an epoch is never forgotten while the data survives.
-// Nothing deletes them; a pool whose keys come and go leaves one small
-// record per key ever used.
+// script; each page carries its own reading of the server clock.
+//
+// Records carry no Redis TTL: they stay after release and expiry, so an
+// epoch is never forgotten while the data survives. Nothing deletes them; a
+// pool whose keys come and go leaves one small record per key ever used.
+// A revoked term is a record with an empty owner.
 //
 // # Clock and atomicity
 //
