@@ -237,9 +237,11 @@ func prefixEnd(prefix string) (string, bool) {
 	return "", false
 }
 
-// Revoke moves key's live term to a new epoch owned by nobody, expiring now:
-// the holder is fenced at its next renewal, and peers may acquire once grace
-// has passed. It reports false when the key has no live term.
+// Revoke moves key's live term to a new epoch owned by nobody and keeps its
+// expiry: the holder is fenced at its next renewal, and peers may acquire
+// once expiry + grace has passed, so even a holder that never hears of the
+// revocation cannot overlap them. It reports false when the key has no live
+// term (none, released, expired or already revoked).
 func (s *Store) Revoke(ctx context.Context, key string) (bool, error) {
 	if err := store.ValidateKey(key); err != nil {
 		return false, err
@@ -266,7 +268,8 @@ func fillLease(l *store.Lease, released, running, leftUS int64) {
 	l.Released = released != 0
 	l.Running = running != 0
 	l.TimeLeft = time.Duration(leftUS) * time.Microsecond
-	l.Live = !l.Released && leftUS > 0
+	// A revoked term has no owner and is never live, though unexpired.
+	l.Live = l.Owner != "" && !l.Released && leftUS > 0
 }
 
 func boolInt(b bool) int {

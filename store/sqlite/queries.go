@@ -75,12 +75,12 @@ WHERE {t}.key = j.value ->> 0
 RETURNING {t}.key, {t}.epoch`),
 
 		// Release keeps owner and epoch, so the record still remembers the
-		// epoch; expiry moves to now (never later) and the key is free at
-		// once. ?1 owner, ?2 a JSON array of [key, epoch] pairs.
+		// epoch; expiry is stamped now and the key is free at once.
+		// ?1 owner, ?2 a JSON array of [key, epoch] pairs.
 		release: r.Replace(`UPDATE {t} SET
 	released   = 1,
 	running    = 0,
-	expires_at = MIN({t}.expires_at, {now}),
+	expires_at = {now},
 	updated_at = {now}
 FROM json_each(?2) AS j
 WHERE {t}.key = j.value ->> 0
@@ -97,16 +97,17 @@ FROM {t} WHERE key >= ?1 AND key < ?2 ORDER BY key`),
 		listAll: r.Replace(`SELECT key, owner, epoch, released, running, expires_at - {now}
 FROM {t} WHERE key >= ?1 ORDER BY key`),
 
-		// A live term moves to a new epoch owned by nobody, expiring now:
-		// the holder's next renewal is refused, and peers wait out grace.
+		// A live term moves to a new epoch owned by nobody. Its expiry is
+		// kept: the holder's next renewal is refused, but a holder that
+		// never hears of it may run until that expiry, so peers wait for
+		// expiry + grace as they would after a crash.
 		revoke: r.Replace(`UPDATE {t} SET
 	owner      = '',
 	epoch      = epoch + 1,
-	expires_at = {now},
 	released   = 0,
 	running    = 0,
 	updated_at = {now}
-WHERE key = ?1 AND released = 0 AND expires_at > {now}
+WHERE key = ?1 AND owner <> '' AND released = 0 AND expires_at > {now}
 RETURNING epoch`),
 	}
 }

@@ -238,10 +238,11 @@ func TestListMatchesPrefixesByteForByte(t *testing.T) {
 	}
 }
 
-func TestRevokeFencesTheHolderAndBlocksPeersForGrace(t *testing.T) {
+func TestRevokeFencesTheHolderAndKeepsPeersOutUntilItsExpiry(t *testing.T) {
 	s := openTemp(t, Options{})
 	ctx := context.Background()
-	e1 := mustAcquire(t, s, "job", "a")
+	const ttl = 200 * time.Millisecond
+	e1 := acquire(t, s, "job", "a", ttl, 0).Epoch
 	revoked, err := s.Revoke(ctx, "job")
 	if err != nil || !revoked {
 		t.Fatalf("Revoke = %v, %v", revoked, err)
@@ -250,11 +251,18 @@ func TestRevokeFencesTheHolderAndBlocksPeersForGrace(t *testing.T) {
 	if err != nil || ok[0] {
 		t.Fatalf("holder's renewal after revoke = %v, %v; want refused", ok, err)
 	}
-	if res := acquire(t, s, "job", "b", time.Minute, time.Hour); res.Acquired || res.Holder.Owner != "" || res.Holder.Epoch != e1+1 || res.Holder.Live {
-		t.Fatalf("peer right after revoke: %+v; want blocked by the unowned epoch %d", res, e1+1)
+	// Even with no grace, a peer waits for the revoked term's own expiry:
+	// the holder may not have heard of the revocation yet.
+	res := acquire(t, s, "job", "b", time.Minute, 0)
+	if res.Acquired || res.Holder.Owner != "" || res.Holder.Epoch != e1+1 || res.Holder.Live || res.Holder.TimeLeft <= 0 {
+		t.Fatalf("peer right after revoke: %+v; want blocked by the unowned, unexpired epoch %d", res, e1+1)
 	}
+	if again, err := s.Revoke(ctx, "job"); err != nil || again {
+		t.Fatalf("second Revoke = %v, %v; want false: no live term left", again, err)
+	}
+	time.Sleep(ttl + 20*time.Millisecond)
 	if res := acquire(t, s, "job", "b", time.Minute, 0); !res.Acquired || res.Epoch != e1+2 {
-		t.Fatalf("peer with no grace: %+v", res)
+		t.Fatalf("peer after the expiry: %+v, want epoch %d", res, e1+2)
 	}
 	if revoked, err := s.Revoke(ctx, "nothing-here"); err != nil || revoked {
 		t.Fatalf("Revoke of a missing key = %v, %v", revoked, err)
