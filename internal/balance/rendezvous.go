@@ -1,0 +1,99 @@
+// Package balance decides which keys of a pool one worker claims, sheds and
+// hands over, from a snapshot of the pool. It does no I/O and keeps no
+// clock: the engine builds a View each round and carries out the Plan.
+//
+// Each key has a preferred worker, chosen by weighted rendezvous hashing
+// over the live, non-draining workers. Rendezvous hashing moves the minimum
+// number of keys when a worker joins or leaves: only the keys whose top
+// choice changed, about K/(W+1) on a join and K/W on a leave.
+package balance
+
+import "math"
+
+// hashString is a stable 64-bit hash (FNV-1a, then mixed): stable across
+// processes and versions, since every worker must agree on it.
+func hashString(s string) uint64 {
+	const prime = 1099511628211
+	h := uint64(14695981039346656037) // FNV-1a 64 offset basis
+	for i := 0; i < len(s); i++ {
+		h ^= uint64(s[i])
+		h *= prime
+	}
+	return mix(h)
+}
+
+// mix is the splitmix64 finalizer: it spreads the bits of a combination of
+// two hashes so that each (key, worker) pair gets an independent score.
+func mix(x uint64) uint64 {
+	x ^= x >> 30
+	x *= 0xbf58476d1ce4e5b9
+	x ^= x >> 27
+	x *= 0x94d049bb133111eb
+	x ^= x >> 31
+	return x
+}
+
+// pairHash combines a key's and a worker's hashes.
+func pairHash(key, worker uint64) uint64 {
+	return mix(key ^ (worker * 0x9e3779b97f4a7c15))
+}
+
+// score is worker's weighted rendezvous score for a key: -w / ln(u) with u
+// uniform in (0, 1). The worker with the highest score is preferred; a
+// worker of weight 2 is preferred for twice as many keys as one of weight 1.
+func score(h uint64, weight float64) float64 {
+	u := (float64(h>>11) + 0.5) / (1 << 53) // in (0, 1)
+	return -weight / math.Log(u)
+}
+
+// ranker scores keys against a fixed set of workers.
+type ranker struct {
+	ids     []string
+	hashes  []uint64
+	weights []float64
+	uniform bool // all weights equal: compare raw hashes, no logarithms
+}
+
+func newRanker(workers []Worker) *ranker {
+	r := &ranker{uniform: true}
+	for i, w := range workers {
+		r.ids = append(r.ids, w.ID)
+		r.hashes = append(r.hashes, hashString(w.ID))
+		r.weights = append(r.weights, w.Weight)
+		if i > 0 && w.Weight != workers[0].Weight {
+			r.uniform = false
+		}
+	}
+	return r
+}
+
+// value is the comparable score of worker i for a key hash.
+func (r *ranker) value(keyHash uint64, i int) float64 {
+	h := pairHash(keyHash, r.hashes[i])
+	if r.uniform {
+		return float64(h)
+	}
+	return score(h, r.weights[i])
+}
+
+// top returns the index of the preferred worker for a key hash, or -1
+// when there are no workers.
+func (r *ranker) top(keyHash uint64) int {
+	if r.uniform {
+		// Equal weights: the largest raw hash wins, no logarithms.
+		best, bestH := -1, uint64(0)
+		for i, wh := range r.hashes {
+			if h := pairHash(keyHash, wh); best < 0 || h > bestH {
+				best, bestH = i, h
+			}
+		}
+		return best
+	}
+	best, bestV := -1, math.Inf(-1)
+	for i := range r.ids {
+		if v := r.value(keyHash, i); v > bestV {
+			best, bestV = i, v
+		}
+	}
+	return best
+}
