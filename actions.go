@@ -25,13 +25,19 @@ type keyState struct {
 	lastErr     error
 
 	removed chan struct{} // closed when a removal has finished
+
+	pool      *poolState // the pool that manages this key, if any
+	claim     bool       // for pool keys: the policy wants this key held here
+	heldSince time.Time  // when the current term was acquired
 }
 
 // wantsRun: the key should have a runner here, lease permitting.
 func (ks *keyState) wantsRun() bool { return ks.configured && !ks.job.Disabled }
 
 // wantsLease: the key should be acquired by this replica.
-func (ks *keyState) wantsLease() bool { return ks.wantsRun() && ks.job.Mode == Exclusive }
+func (ks *keyState) wantsLease() bool {
+	return ks.wantsRun() && ks.job.Mode == Exclusive && (ks.pool == nil || ks.claim)
+}
 
 // runState is one live runner.
 type runState struct {
@@ -74,6 +80,8 @@ func (s *Supervisor) reconcileKey(ks *keyState, now time.Time) {
 		switch {
 		case !ks.wantsRun():
 			ks.run.stop(ErrKeyRemoved)
+		case ks.pool != nil && !ks.claim:
+			ks.run.stop(ErrRebalance)
 		case leased != ks.run.leased:
 			ks.run.stop(ErrRestart) // mode changed
 		case leased && !s.keeper.Holds(ks.key):
@@ -94,7 +102,7 @@ func (s *Supervisor) reconcileKey(ks *keyState, now time.Time) {
 			return
 		}
 	}
-	if !ks.wantsRun() {
+	if !ks.wantsRun() || ks.pool != nil && !ks.claim {
 		if !ks.starting && !ks.releasing {
 			s.finishRemoval(ks)
 		}

@@ -26,6 +26,7 @@ type Metrics struct {
 	failures     prometheus.Counter
 	round        prometheus.Histogram
 	handoff      prometheus.Histogram
+	poolMoves    prometheus.Counter
 }
 
 // NewMetrics returns the collector, with metric names under "tenure_".
@@ -59,6 +60,9 @@ func NewMetrics() *Metrics {
 			Name: "tenure_round_seconds", Help: "Duration of one supervision round (renew, acquire, list).",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 		}),
+		poolMoves: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tenure_pool_handovers_total", Help: "Pool keys this replica gave back to rebalance (shed or handed over).",
+		}),
 		handoff: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "tenure_handoff_seconds", Help: "Time from acquiring a new term to its runner starting.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
@@ -67,7 +71,7 @@ func NewMetrics() *Metrics {
 }
 
 func (m *Metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.held, m.renewals, m.acquisitions, m.losses, m.deadlines, m.releases, m.starts, m.failures, m.round, m.handoff}
+	return []prometheus.Collector{m.held, m.renewals, m.acquisitions, m.losses, m.deadlines, m.releases, m.starts, m.failures, m.round, m.handoff, m.poolMoves}
 }
 
 // Describe implements prometheus.Collector.
@@ -146,5 +150,11 @@ func (m *Metrics) observeRound(d time.Duration) {
 func (m *Metrics) observeHandoff(d time.Duration) {
 	if m != nil {
 		m.handoff.Observe(d.Seconds())
+	}
+}
+
+func (m *Metrics) poolMove() {
+	if m != nil {
+		m.poolMoves.Inc()
 	}
 }

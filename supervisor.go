@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -24,6 +25,8 @@ var (
 	ErrKeyRemoved = errors.New("tenure: key removed or disabled")
 	// ErrStopping: the supervisor is shutting down.
 	ErrStopping = errors.New("tenure: supervisor stopping")
+	// ErrRebalance: the pool gave the key to another replica.
+	ErrRebalance = errors.New("tenure: key handed over to rebalance the pool")
 	// ErrRestart: the runner is being restarted (Restart, or a new Job).
 	ErrRestart = errors.New("tenure: runner restarting")
 	// ErrStopTimeout: a runner did not return within Config.StopTimeout; its
@@ -58,6 +61,9 @@ type Supervisor struct {
 	runCtx    context.Context
 	actions   sync.WaitGroup // start actions and runner goroutines
 	lastRound time.Time
+	pools     map[string]*poolState
+	replan    bool      // a pool's keys or the lease table changed: plan again
+	replanAt  time.Time // plan again then: an orphan's delay ends
 }
 
 // New validates cfg and returns a Supervisor.
@@ -124,6 +130,11 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	if w, ok := s.cfg.Store.(store.Watcher); ok && s.leased {
 		watchers.Go(func() { s.watch(watchCtx, w) })
 	}
+	s.mu.Lock()
+	for _, ps := range s.pools {
+		watchers.Go(func() { s.refreshPool(watchCtx, ps) })
+	}
+	s.mu.Unlock()
 
 	s.loop(ctx)
 
@@ -147,6 +158,14 @@ func (s *Supervisor) loop(ctx context.Context) {
 			nextRound = now.Add(s.cfg.RenewEvery)
 			now = time.Now()
 		} else {
+			s.mu.Lock()
+			replan := s.replan || !s.replanAt.IsZero() && !now.Before(s.replanAt)
+			s.mu.Unlock()
+			if replan && s.leased {
+				if err := s.keeper.ObserveAll(ctx, s.cfg.Prefix); err == nil {
+					s.planPools()
+				}
+			}
 			s.acquirePass(ctx)
 			s.reconcile()
 		}
@@ -178,6 +197,8 @@ func (s *Supervisor) round(ctx context.Context) {
 			s.log.Debug("could not read the lease table", "err", err)
 		}
 		s.scheduleFreedKeys()
+		s.planPools()
+		s.acquirePass(ctx) // what the pools just claimed
 	}
 	s.reconcile()
 	s.mu.Lock()
@@ -233,11 +254,21 @@ func (s *Supervisor) acquirePass(ctx context.Context) {
 	}
 	s.mu.Unlock()
 	slices.Sort(due)
-	for _, key := range due {
+	// Bound the pass so a pool claiming thousands of keys never holds up
+	// the next renewal: what is left is acquired on the next pass.
+	budget := time.Now().Add(s.cfg.CallTimeout)
+	for i, key := range due {
 		if ctx.Err() != nil {
 			return
 		}
-		res, err := s.keeper.Acquire(ctx, key, false)
+		if i > 0 && time.Now().After(budget) {
+			s.poke()
+			return
+		}
+		s.mu.Lock()
+		member := s.keys[key] != nil && strings.HasPrefix(key, WorkerPrefix) && s.keys[key].pool == nil
+		s.mu.Unlock()
+		res, err := s.keeper.Acquire(ctx, key, member)
 		s.mu.Lock()
 		ks := s.keys[key]
 		switch {
@@ -250,7 +281,10 @@ func (s *Supervisor) acquirePass(ctx context.Context) {
 			s.metrics.acquired()
 			ks.newTerm = true
 			ks.acquiredAt = time.Now()
+			ks.heldSince = ks.acquiredAt
 			ks.nextAcquire = time.Time{}
+		case !res.OK && ks.pool != nil:
+			ks.claim = false // a peer got it first; the next plan decides again
 		case !res.OK:
 			ks.nextAcquire = res.RetryAt
 		}
@@ -291,6 +325,9 @@ func (s *Supervisor) nextDue() (time.Time, bool) {
 			due, found = t, true
 		}
 	}
+	if !s.replanAt.IsZero() {
+		consider(s.replanAt)
+	}
 	for key, ks := range s.keys {
 		if s.leased && ks.wantsLease() && ks.run == nil && !s.keeper.Holds(key) {
 			consider(ks.nextAcquire)
@@ -327,13 +364,22 @@ func (s *Supervisor) watch(ctx context.Context, w store.Watcher) {
 
 func (s *Supervisor) onReleased(key string) {
 	s.mu.Lock()
+	if strings.HasPrefix(key, WorkerPrefix) {
+		s.replan = true
+	}
+	for _, ps := range s.pools {
+		if ps.keySet[key] {
+			s.replan = true
+		}
+	}
+	replan := s.replan
 	ks := s.keys[key]
 	wanted := ks != nil && ks.wantsLease()
 	if wanted {
 		ks.nextAcquire = time.Time{}
 	}
 	s.mu.Unlock()
-	if wanted {
+	if wanted || replan {
 		s.poke()
 	}
 }

@@ -38,6 +38,9 @@ type Plan struct {
 	Release []string
 	// Target and Cap are this worker's fair share and claim limit.
 	Target, Cap int
+	// Recheck, when not zero, is when an unowned key's orphan delay ends
+	// for this worker: plan again then rather than at the next round.
+	Recheck time.Time
 }
 
 // Policy plans one worker's round.
@@ -88,11 +91,14 @@ func (c Config) withDefaults() Config {
 type Balanced struct {
 	cfg         Config
 	orphanSince map[string]time.Time
+	// gaveUp remembers when this worker released a key to rebalance, so
+	// it does not claim it straight back as its preferred key.
+	gaveUp map[string]time.Time
 }
 
 // NewBalanced returns the balanced policy.
 func NewBalanced(cfg Config) *Balanced {
-	return &Balanced{cfg: cfg.withDefaults(), orphanSince: make(map[string]time.Time)}
+	return &Balanced{cfg: cfg.withDefaults(), orphanSince: make(map[string]time.Time), gaveUp: make(map[string]time.Time)}
 }
 
 // share computes each active worker's fair share (weighted) and cap.
@@ -158,12 +164,18 @@ func (b *Balanced) Plan(v View) Plan {
 	var held []heldKey
 	var preferredFree, orphans []heldKey
 	seen := make(map[string]bool, len(v.Keys))
+	// elsewhere counts, per worker, the keys it prefers but does not hold:
+	// what it can still get from its preferences alone.
+	elsewhere := make(map[string]int, len(active))
 	for _, key := range v.Keys {
 		seen[key] = true
 		kh := hashString(key)
 		top := r.top(kh)
 		k := heldKey{key: key, preferred: top == self, myValue: r.value(kh, self), pref: r.ids[top]}
 		owner, owned := v.Owner[key]
+		if owner != k.pref {
+			elsewhere[k.pref]++
+		}
 		switch {
 		case owned && owner == v.Self:
 			held = append(held, k)
@@ -180,17 +192,27 @@ func (b *Balanced) Plan(v View) Plan {
 			if counts[v.Self] >= plan.Target {
 				delay *= 2
 			}
+			_, cooling := b.gaveUp[key]
 			switch {
-			case k.preferred:
+			case k.preferred && !cooling:
 				preferredFree = append(preferredFree, k)
 			case v.Now.Sub(since) >= delay:
 				orphans = append(orphans, k)
+			default:
+				if due := since.Add(delay); plan.Recheck.IsZero() || due.Before(plan.Recheck) {
+					plan.Recheck = due
+				}
 			}
 		}
 	}
 	for key := range b.orphanSince {
 		if !seen[key] {
 			delete(b.orphanSince, key)
+		}
+	}
+	for key, at := range b.gaveUp {
+		if v.Now.Sub(at) >= b.cfg.MinHold || !seen[key] {
+			delete(b.gaveUp, key)
 		}
 	}
 
@@ -218,28 +240,60 @@ func (b *Balanced) Plan(v View) Plan {
 		}
 	}
 
-	// Shed above the cap: the keys this worker is least preferred for.
+	// Shed above the cap, choosing keys so that they land where they
+	// belong: first keys whose preferred worker is under its target (it
+	// claims them at once), then keys another worker prefers, then the
+	// keys this worker is least preferred for.
 	slices.SortFunc(held, func(a, b heldKey) int { return -byValueDesc(a, b) })
+	shedClass := func(k heldKey) int {
+		switch {
+		case !k.preferred && counts[k.pref] < int(math.Ceil(shares[k.pref].fair)):
+			return 0
+		case !k.preferred:
+			return 1
+		}
+		return 2
+	}
 	released := make(map[string]bool)
-	for i := 0; len(held)-len(released) > plan.Cap && i < len(held); i++ {
-		released[held[i].key] = true
+	for class := 0; class <= 2; class++ {
+		for _, k := range held {
+			if len(held)-len(released) <= plan.Cap {
+				break
+			}
+			if shedClass(k) == class && !released[k.key] {
+				released[k.key] = true
+			}
+		}
 	}
 
-	// Hand over: keys another worker prefers, to a preferred worker under
-	// its target, after the minimum hold, a few per round.
+	// Hand over, after the minimum hold and a few per round: first the
+	// keys another worker prefers, to that worker while it is under its
+	// target; then, while this worker is above its own target and another
+	// is below, its least-preferred keys, which the under-target workers
+	// claim first (their orphan delay is half that of the others).
 	budget := max(1, int(math.Ceil(b.cfg.HandoffRate*float64(len(held)))))
 	deficit := make(map[string]int)
+	spare := 0 // keys the under-target workers still need
 	for _, w := range active {
-		deficit[w.ID] = int(math.Ceil(shares[w.ID].fair)) - counts[w.ID]
+		d := int(math.Ceil(shares[w.ID].fair)) - counts[w.ID]
+		deficit[w.ID] = d
+		// Keys a worker does not prefer go to it only while it is more than
+		// Epsilon below its share, and only the part its preferred keys
+		// cannot cover: handing more would move keys twice.
+		low := counts[w.ID] < int(math.Floor(shares[w.ID].fair*(1-b.cfg.Epsilon)))
+		if need := d - elsewhere[w.ID]; w.ID != v.Self && low && need > 0 {
+			spare += need
+		}
+	}
+	holdOK := func(key string) bool {
+		since, ok := v.HeldSince[key]
+		return !ok || v.Now.Sub(since) >= b.cfg.MinHold
 	}
 	for _, k := range held {
 		if budget <= 0 {
 			break
 		}
-		if released[k.key] || k.preferred || deficit[k.pref] <= 0 {
-			continue
-		}
-		if since, ok := v.HeldSince[k.key]; ok && v.Now.Sub(since) < b.cfg.MinHold {
+		if released[k.key] || k.preferred || deficit[k.pref] <= 0 || !holdOK(k.key) {
 			continue
 		}
 		released[k.key] = true
@@ -247,8 +301,20 @@ func (b *Balanced) Plan(v View) Plan {
 		budget--
 	}
 	for _, k := range held {
+		if budget <= 0 || spare <= 0 || len(held)-len(released) <= plan.Target {
+			break
+		}
+		if released[k.key] || !holdOK(k.key) {
+			continue
+		}
+		released[k.key] = true
+		spare--
+		budget--
+	}
+	for _, k := range held {
 		if released[k.key] {
 			plan.Release = append(plan.Release, k.key)
+			b.gaveUp[k.key] = v.Now
 		}
 	}
 	return plan

@@ -408,3 +408,19 @@ func compareStrings(a, b string) int {
 	}
 	return 0
 }
+
+// LiveOwners calls f for every key whose lease is live as last seen —
+// this replica's own terms included — with its owner and whether the
+// owner reported its runner running.
+func (k *Keeper) LiveOwners(f func(key, owner string, running bool)) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for key := range k.held {
+		f(key, k.owner, true)
+	}
+	for key := range k.observed {
+		if l, ok := k.observedLocked(key); ok && l.Live && l.Owner != "" {
+			f(key, l.Owner, l.Running)
+		}
+	}
+}

@@ -1,0 +1,121 @@
+package tenure
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tenure-dev/tenure/store"
+)
+
+// KeySource supplies a pool's keys: every live mail account, every tenant.
+// It is the source of truth: a key that leaves it has its runner stopped
+// and its lease released.
+type KeySource interface {
+	Keys(ctx context.Context) ([]string, error)
+}
+
+// KeySourceFunc adapts a function to KeySource.
+type KeySourceFunc func(ctx context.Context) ([]string, error)
+
+// Keys calls f(ctx).
+func (f KeySourceFunc) Keys(ctx context.Context) ([]string, error) { return f(ctx) }
+
+// StaticKeys is a fixed key set.
+func StaticKeys(keys ...string) KeySource {
+	keys = slices.Clone(keys)
+	return KeySourceFunc(func(context.Context) ([]string, error) { return keys, nil })
+}
+
+// KeysFromFile reads one key per line from path (blank lines and lines
+// starting with # are skipped). The file is read again only when its size
+// or modification time changed.
+func KeysFromFile(path string) KeySource {
+	return &fileSource{path: path}
+}
+
+type fileSource struct {
+	path string
+
+	mu    sync.Mutex
+	size  int64
+	mtime time.Time
+	keys  []string
+}
+
+func (f *fileSource) Keys(ctx context.Context) ([]string, error) {
+	info, err := os.Stat(f.path)
+	if err != nil {
+		return nil, fmt.Errorf("key file: %w", err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.keys != nil && info.Size() == f.size && info.ModTime().Equal(f.mtime) {
+		return f.keys, nil
+	}
+	data, err := os.ReadFile(f.path)
+	if err != nil {
+		return nil, fmt.Errorf("key file: %w", err)
+	}
+	keys, err := parseKeys(data, f.path)
+	if err != nil {
+		return nil, err
+	}
+	f.keys, f.size, f.mtime = keys, info.Size(), info.ModTime()
+	return keys, nil
+}
+
+// KeysFromCommand runs name with args on every refresh and takes each line
+// of its standard output as a key. A command that fails or times out
+// (ctx) keeps the previous key set in force.
+func KeysFromCommand(name string, args ...string) KeySource {
+	return KeySourceFunc(func(ctx context.Context) ([]string, error) {
+		cmd := exec.CommandContext(ctx, name, args...)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			msg := strings.TrimSpace(stderr.String())
+			if len(msg) > 200 {
+				msg = msg[:200] + "…"
+			}
+			return nil, fmt.Errorf("key command %q: %w: %s", name, err, msg)
+		}
+		return parseKeys(out, "key command "+name)
+	})
+}
+
+// parseKeys splits lines into keys, skipping blanks and # comments, and
+// validates each.
+func parseKeys(data []byte, from string) ([]string, error) {
+	var keys []string
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(make([]byte, 64*1024), 1<<20)
+	line := 0
+	for sc.Scan() {
+		line++
+		k := strings.TrimRight(sc.Text(), "\r")
+		if strings.TrimSpace(k) == "" || strings.HasPrefix(k, "#") {
+			continue
+		}
+		if err := store.ValidateKey(k); err != nil {
+			return nil, fmt.Errorf("%s line %d: %w", from, line, err)
+		}
+		keys = append(keys, k)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", from, err)
+	}
+	return keys, nil
+}
+
+// errNoKeysYet: the pool's source has not answered yet.
+var errNoKeysYet = errors.New("tenure: pool keys not loaded yet")
