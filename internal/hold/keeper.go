@@ -150,6 +150,7 @@ func (k *Keeper) Forget(key string, epoch int64) {
 	defer k.mu.Unlock()
 	if t, ok := k.held[key]; ok && t.Epoch == epoch {
 		delete(k.held, key)
+		delete(k.observed, key)
 	}
 }
 
@@ -244,6 +245,7 @@ func (k *Keeper) RenewAll(ctx context.Context, running func(key string) bool) (m
 			out[t.Key] = Renewed
 		default:
 			delete(k.held, t.Key)
+			delete(k.observed, t.Key) // it showed us: stale now
 			out[t.Key] = Lost
 		}
 	}
@@ -258,6 +260,7 @@ func (k *Keeper) Release(ctx context.Context, terms ...Term) error {
 	for _, t := range terms {
 		if cur, ok := k.held[t.Key]; ok && cur.Epoch == t.Epoch {
 			delete(k.held, t.Key)
+			delete(k.observed, t.Key) // it showed us: stale now
 			toRelease = append(toRelease, store.Term{Key: t.Key, Epoch: t.Epoch})
 		}
 	}

@@ -282,3 +282,27 @@ func TestAPeerRefusedWithinGraceRetriesAtExpiryPlusGraceNotAGraceLater(t *testin
 		}
 	})
 }
+
+func TestAfterReleasingOrLosingAKeyTheKeeperNoLongerNamesItselfLeader(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := memstore.New(memstore.Options{})
+		k := newKeeper(st, "A")
+		mustAcquire(t, k, "released")
+		res := mustAcquire(t, k, "lost")
+		if err := k.ObserveAll(context.Background(), ""); err != nil { // the table shows A on both
+			t.Fatal(err)
+		}
+		term, _ := k.Term("released")
+		if err := k.Release(context.Background(), term); err != nil {
+			t.Fatal(err)
+		}
+		st.Put(store.Lease{Key: "lost", Owner: "B", Epoch: res.Epoch + 1, TimeLeft: timing.TTL})
+		k.RenewAll(context.Background(), nil)
+		if got := k.LeaderOf("released"); got != "" {
+			t.Errorf("leader of a released key: %q", got)
+		}
+		if got := k.LeaderOf("lost"); got == "A" {
+			t.Errorf("leader of a lost key: %q", got)
+		}
+	})
+}

@@ -1,0 +1,53 @@
+package tenure_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"github.com/tenure-dev/tenure"
+	"github.com/tenure-dev/tenure/store/sqlite"
+)
+
+// A runner that works while this replica holds the "telegram" lease. Every
+// replica runs the same code; only the lease holder runs the poller.
+func Example() {
+	dir, _ := os.MkdirTemp("", "tenure-example")
+	defer os.RemoveAll(dir)
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+
+	st, err := sqlite.Open(ctx, filepath.Join(dir, "leases.db"), sqlite.Options{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer st.Close()
+
+	sup, err := tenure.New(tenure.Config{
+		Store:  st,
+		Leases: tenure.LeasesOn,
+		Owner:  "replica-1",
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	sup.Set("telegram", tenure.Job{Runner: tenure.RunnerFunc(func(ctx context.Context, l tenure.Lease) error {
+		fmt.Printf("polling %s as %s, epoch %d\n", l.Key, l.Owner, l.Epoch)
+		stop() // a real poller would work until ctx is cancelled
+		<-ctx.Done()
+		return nil
+	})})
+	if err := sup.Run(ctx); err != nil {
+		fmt.Println(err)
+	}
+	fmt.Println("released:", sup.KeyStatus("telegram").Leader == "")
+	// Output:
+	// polling telegram as replica-1, epoch 1
+	// released: true
+}
