@@ -234,3 +234,33 @@ func TestPoolsNeedLeasesAndValidConfig(t *testing.T) {
 		}
 	}
 }
+
+func TestAStoppingPoolWorkerIsMarkedDrainingBeforeItsKeysStop(t *testing.T) {
+	bubble(t, func(t *testing.T, st *memstore.Store) {
+		unstick := make(chan struct{})
+		w := newReplica(t, st, "w0")
+		w.AddPool(tenure.Pool{Name: "mail", Source: tenure.StaticKeys("a"), Runner: tenure.RunnerFunc(func(ctx context.Context, _ tenure.Lease) error {
+			<-unstick // slow to stop
+			return nil
+		})})
+		w.start()
+		advance(renew)
+		member := tenure.WorkerPrefix + "mail/w0@1"
+		if l := lease(t, st, member); !l.Running || !l.Live {
+			t.Fatalf("membership %+v, want live and running", l)
+		}
+		done := make(chan error, 1)
+		go func() { done <- w.stop() }()
+		advance(time.Second) // the runner has not stopped yet
+		if l := lease(t, st, member); l.Running || !l.Live {
+			t.Fatalf("membership while stopping %+v, want live and draining", l)
+		}
+		close(unstick)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if l := lease(t, st, member); !l.Released {
+			t.Fatalf("membership after stop %+v, want released", l)
+		}
+	})
+}

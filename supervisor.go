@@ -387,6 +387,7 @@ func (s *Supervisor) onReleased(key string) {
 // shutdown stops every runner, waits up to StopTimeout, and releases the
 // leases whose runners returned, in one call.
 func (s *Supervisor) shutdown() error {
+	s.drainPools()
 	s.mu.Lock()
 	s.stopping = true
 	var waits []*runState
@@ -443,4 +444,22 @@ func (s *Supervisor) waitActions(stuck []string) {
 	if len(stuck) == 0 {
 		s.actions.Wait()
 	}
+}
+
+// drainPools marks this replica's pool memberships as draining (runner not
+// running) in one renewal before its keys are stopped, so peers planning
+// meanwhile stop counting it as a worker.
+func (s *Supervisor) drainPools() {
+	s.mu.Lock()
+	members := make(map[string]bool, len(s.pools))
+	for _, ps := range s.pools {
+		members[ps.memberKey] = true
+	}
+	s.mu.Unlock()
+	if len(members) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.CallTimeout)
+	defer cancel()
+	_, _ = s.keeper.RenewAll(ctx, func(key string) bool { return !members[key] && s.isRunning(key) })
 }
