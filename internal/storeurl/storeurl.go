@@ -1,0 +1,200 @@
+// Package storeurl opens the lease store a URL names, choosing the backend by
+// the URL's scheme. It is the command-line tool's only way to a store: the
+// backends are imported here, by name, rather than registered globally.
+//
+// Accepted forms:
+//
+//	sqlite:PATH, sqlite:/abs/path.db, sqlite:///abs/path.db   (?table=, ?busy_timeout=)
+//	postgres://user:pass@host:5432/db, postgresql://…         (?table=, plus pgx's parameters)
+//	redis://[user:pass@]host:6379/0, rediss://…               (?namespace=, plus go-redis's)
+//
+// An empty URL means an SQLite file in the user's state directory (see
+// [DefaultPath]). No error of this package shows a password.
+package storeurl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/tenure-dev/tenure/store"
+	"github.com/tenure-dev/tenure/store/postgres"
+	"github.com/tenure-dev/tenure/store/redis"
+	"github.com/tenure-dev/tenure/store/sqlite"
+)
+
+// Supported lists the URL forms this build accepts, for error messages and help.
+const Supported = "sqlite:PATH, postgres://, postgresql://, redis://, rediss://"
+
+// Store is an open lease store that must be closed. Its dynamic type is the
+// backend's own (*sqlite.Store, …), so optional powers such as
+// store.Revoker are found by type assertion as usual.
+type Store interface {
+	store.Store
+	io.Closer
+}
+
+// Kind names a backend.
+type Kind string
+
+// The backends this package can open.
+const (
+	SQLite   Kind = "sqlite"
+	Postgres Kind = "postgres"
+	Redis    Kind = "redis"
+)
+
+// Spec is a parsed store URL: which backend, the URL to hand it (with this
+// package's own parameters removed) and those parameters.
+type Spec struct {
+	Kind Kind
+	// URL is what the backend's opener receives.
+	URL string
+	// Table (postgres) or Namespace (redis), taken out of the query so the
+	// driver never sees a parameter it does not know.
+	Table, Namespace string
+	// Shown is the URL fit for printing: password replaced.
+	Shown string
+}
+
+// Redact returns raw with every password replaced, for errors and logs.
+func Redact(raw string) string { return store.RedactURL(raw) }
+
+// DefaultPath is the SQLite file used when no store URL is given:
+// $XDG_STATE_HOME/tenure/tenure.db when XDG_STATE_HOME is an absolute path
+// (the XDG spec says to ignore a relative one), else
+// ~/.local/state/tenure/tenure.db.
+func DefaultPath() (string, error) {
+	if dir := os.Getenv("XDG_STATE_HOME"); filepath.IsAbs(dir) {
+		return filepath.Join(dir, "tenure", "tenure.db"), nil
+	}
+	home, err := os.UserHomeDir()
+	if err != nil || home == "" {
+		return "", fmt.Errorf("no store URL given and no home directory to keep the default SQLite file in (set --store or TENURE_STORE): %w", store.ErrInvalidURL)
+	}
+	return filepath.Join(home, ".local", "state", "tenure", "tenure.db"), nil
+}
+
+// DefaultURL is DefaultPath as a sqlite: URL.
+func DefaultURL() (string, error) {
+	path, err := DefaultPath()
+	if err != nil {
+		return "", err
+	}
+	return (&url.URL{Scheme: "sqlite", Path: path}).String(), nil
+}
+
+// Parse checks raw without connecting to anything. An empty raw means
+// DefaultURL.
+func Parse(raw string) (Spec, error) {
+	if strings.TrimSpace(raw) == "" {
+		def, err := DefaultURL()
+		if err != nil {
+			return Spec{}, err
+		}
+		raw = def
+	}
+	shown := Redact(raw)
+	scheme, _, found := strings.Cut(raw, ":")
+	if !found || scheme == "" || strings.ContainsAny(scheme, "/\\ ") {
+		hint := ""
+		if strings.HasSuffix(raw, ".db") || strings.HasPrefix(raw, "/") || strings.HasPrefix(raw, ".") {
+			hint = fmt.Sprintf("; for a file write sqlite:%s", shown)
+		}
+		return Spec{}, fmt.Errorf("store URL %s has no scheme (supported: %s)%s: %w", shown, Supported, hint, store.ErrInvalidURL)
+	}
+	spec := Spec{URL: raw, Shown: shown}
+	switch strings.ToLower(scheme) {
+	case "sqlite":
+		spec.Kind = SQLite
+		if _, _, err := sqlite.ParseURL(raw); err != nil {
+			return Spec{}, err
+		}
+		return spec, nil
+	case "postgres", "postgresql":
+		spec.Kind = Postgres
+		return takeParam(spec, "table", func(s *Spec, v string) { s.Table = v })
+	case "redis", "rediss":
+		spec.Kind = Redis
+		return takeParam(spec, "namespace", func(s *Spec, v string) { s.Namespace = v })
+	}
+	return Spec{}, fmt.Errorf("store URL %s: unknown scheme %q (supported: %s): %w",
+		shown, Redact(scheme), Supported, store.ErrInvalidURL)
+}
+
+// takeParam moves query parameter name out of spec.URL into the field set
+// sets, and validates it as a table or namespace name.
+func takeParam(spec Spec, name string, set func(*Spec, string)) (Spec, error) {
+	u, err := url.Parse(spec.URL)
+	if err != nil {
+		// url.Parse's message repeats the whole URL, password included.
+		return Spec{}, fmt.Errorf("store URL %s does not parse: %w", spec.Shown, store.ErrInvalidURL)
+	}
+	q, err := url.ParseQuery(u.RawQuery)
+	if err != nil {
+		return Spec{}, fmt.Errorf("store URL %s: bad query string: %w", spec.Shown, store.ErrInvalidURL)
+	}
+	vals, ok := q[name]
+	if !ok {
+		return spec, nil
+	}
+	if len(vals) != 1 {
+		return Spec{}, fmt.Errorf("store URL %s: parameter %q given %d times: %w", spec.Shown, name, len(vals), store.ErrInvalidURL)
+	}
+	if err := store.ValidateName(name, vals[0]); err != nil {
+		return Spec{}, fmt.Errorf("store URL %s: %w", spec.Shown, err)
+	}
+	set(&spec, vals[0])
+	q.Del(name)
+	u.RawQuery = q.Encode()
+	spec.URL = u.String()
+	return spec, nil
+}
+
+// Open parses raw and opens its store. Postgres and Redis are pinged, so a
+// wrong host or password fails here. Errors wrap store.ErrInvalidURL (or
+// store.ErrInvalidName) when the URL itself is at fault; any other error
+// means the store could not be reached or used.
+func Open(ctx context.Context, raw string) (Store, error) {
+	spec, err := Parse(raw)
+	if err != nil {
+		return nil, err
+	}
+	return OpenSpec(ctx, spec)
+}
+
+// OpenSpec opens a parsed URL.
+func OpenSpec(ctx context.Context, spec Spec) (Store, error) {
+	switch spec.Kind {
+	case SQLite:
+		s, err := sqlite.OpenURL(ctx, spec.URL)
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
+	case Postgres:
+		s, err := postgres.Open(ctx, spec.URL, postgres.Options{Table: spec.Table})
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
+	case Redis:
+		s, err := redis.Open(ctx, spec.URL, redis.Options{Namespace: spec.Namespace})
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
+	}
+	return nil, fmt.Errorf("store URL %s: no backend for %q: %w", spec.Shown, spec.Kind, store.ErrInvalidURL)
+}
+
+// IsURLError reports whether err is the URL's fault (a usage error) rather
+// than the store's.
+func IsURLError(err error) bool {
+	return errors.Is(err, store.ErrInvalidURL) || errors.Is(err, store.ErrInvalidName)
+}
