@@ -286,7 +286,9 @@ func (s *Supervisor) acquirePass(ctx context.Context) {
 		case !res.OK && ks.pool != nil:
 			ks.claim = false // a peer got it first; the next plan decides again
 		case !res.OK:
-			ks.nextAcquire = res.RetryAt
+			// Never sooner than a moment from now, so a refusal at the
+			// boundary of grace cannot turn into a busy loop.
+			ks.nextAcquire = later(res.RetryAt, time.Now().Add(minRetry))
 		}
 		s.mu.Unlock()
 	}
@@ -316,6 +318,7 @@ func (s *Supervisor) scheduleFreedKeys() {
 // nextDue is the earliest time a key needs the loop: an acquisition retry
 // or a runner restart after backoff.
 func (s *Supervisor) nextDue() (time.Time, bool) {
+	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var due time.Time
@@ -332,7 +335,7 @@ func (s *Supervisor) nextDue() (time.Time, bool) {
 		if s.leased && ks.wantsLease() && ks.run == nil && !s.keeper.Holds(key) {
 			consider(ks.nextAcquire)
 		}
-		if ks.run == nil && !ks.retryAt.IsZero() && ks.wantsRun() {
+		if ks.run == nil && ks.retryAt.After(now) && ks.wantsRun() {
 			consider(ks.retryAt)
 		}
 	}
@@ -462,4 +465,14 @@ func (s *Supervisor) drainPools() {
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.CallTimeout)
 	defer cancel()
 	_, _ = s.keeper.RenewAll(ctx, func(key string) bool { return !members[key] && s.isRunning(key) })
+}
+
+// minRetry is the shortest wait before acquiring a refused key again.
+const minRetry = 5 * time.Millisecond
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }

@@ -307,3 +307,31 @@ func TestACrashedHolderIsReplacedAtExpiryPlusGraceAndNoSooner(t *testing.T) {
 		}
 	})
 }
+
+func TestAKeyThatFailedOnceAndThenLostItsLeaseDoesNotSpin(t *testing.T) {
+	bubble(t, func(t *testing.T, st *memstore.Store) {
+		var calls atomic.Int32
+		a := newReplica(t, st, "A")
+		a.Set("telegram", tenure.Job{Runner: tenure.RunnerFunc(func(ctx context.Context, l tenure.Lease) error {
+			if calls.Add(1) == 1 {
+				return errors.New("first start fails")
+			}
+			<-ctx.Done()
+			return nil
+		})})
+		a.start()
+		defer a.stop()
+		advance(renew) // the backoff has passed: the second start succeeds
+		if !a.KeyStatus("telegram").Running {
+			t.Fatal("not running after the backoff")
+		}
+		old := lease(t, st, "telegram")
+		st.Put(store.Lease{Key: "telegram", Owner: "B", Epoch: old.Epoch + 1, TimeLeft: ttl})
+		// A busy loop would keep the bubble from ever going idle: advance
+		// would never return and the test would time out.
+		advance(3 * renew)
+		if a.KeyStatus("telegram").Running || calls.Load() != 2 {
+			t.Fatalf("after the loss: running %v, %d starts", a.KeyStatus("telegram").Running, calls.Load())
+		}
+	})
+}
