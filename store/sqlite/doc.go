@@ -29,6 +29,13 @@
 //	released   INTEGER           -- 1 once the term was released
 //	running    INTEGER           -- runner state last reported by the holder
 //	updated_at INTEGER           -- µs, last write
+//	change_seq    INTEGER        -- numbers acquisitions and releases (indexed)
+//	change_origin INTEGER        -- random id of the writing process's hub
+//
+// A table made before change_seq existed gets the two columns (and the
+// index) when a Store opens it; its old rows carry 0. A version of this
+// package that predates them still reads and writes the table correctly, but
+// its changes are not numbered, so other processes' watches miss them.
 //
 // The table is created when a [Store] opens; [Store.Migrate] does it
 // explicitly.
@@ -36,9 +43,22 @@
 // # Push events
 //
 // [Store.Watch] delivers events between every Store of the same file and
-// table in this process, so a release is seen at once by a peer in the same
-// process. Other processes get nothing pushed: their engine finds a release
-// on its next poll.
+// table in this process as they happen, so a release is seen at once by a
+// peer in the same process.
+//
+// SQLite cannot push to other processes, so while a watch is active a
+// poller (one per file and table in the process) looks every
+// Options.WatchPoll (50ms by default) at PRAGMA data_version on a connection
+// of its own. The value changes only when another connection commits, so an
+// idle file costs one tiny query per look and no table read. When it has
+// changed, the poller reads the rows whose change_seq is above the last one
+// it saw: every acquisition and release takes the next number under the
+// write lock (renewals and revocations take none, so the steady renewals of
+// a busy file cost one empty index seek per look). Rows written through
+// this process's own Stores carry its change_origin and are skipped, since
+// they were delivered as they happened. A release in one process thus
+// reaches a peer process's engine within about one interval, and the peer
+// acquires at once instead of at its next supervision round.
 //
 // # URLs
 //
@@ -48,8 +68,8 @@
 //	sqlite:/abs/path.db    absolute
 //	sqlite:///abs/path.db  absolute (the empty-host form of a file URL)
 //
-// with optional query parameters table=NAME and busy_timeout=DURATION (a Go
-// duration such as 5s). The path is percent-decoded, so a '?' in a file name
+// with optional query parameters table=NAME, busy_timeout=DURATION (a Go
+// duration such as 5s) and watch_poll=DURATION or watch_poll=off. The path is percent-decoded, so a '?' in a file name
 // is written %3F. A host (sqlite://name/…) is rejected rather than guessed
 // at: write sqlite:name/… for a relative path. There is no ~ expansion.
 package sqlite

@@ -50,7 +50,7 @@ func (s *Store) acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 
 	var epoch int64
 	err = tx.QueryRowContext(ctx, s.q.acquire,
-		req.Key, req.Owner, req.TTL.Microseconds(), boolInt(req.Running), req.Grace.Microseconds(),
+		req.Key, req.Owner, req.TTL.Microseconds(), boolInt(req.Running), req.Grace.Microseconds(), s.hub.origin,
 	).Scan(&epoch)
 	switch {
 	case err == nil:
@@ -152,7 +152,7 @@ func (s *Store) Release(ctx context.Context, owner string, terms []store.Term) e
 		return s.fail("release", err)
 	}
 	var ended []store.Term
-	err = s.write(ctx, s.q.release, func(t store.Term) { ended = append(ended, t) }, owner, string(arg))
+	err = s.write(ctx, s.q.release, func(t store.Term) { ended = append(ended, t) }, owner, string(arg), s.hub.origin)
 	// Publish what the statement returned even when ctx ended meanwhile:
 	// those releases happened.
 	for _, t := range ended {

@@ -12,6 +12,8 @@ const nowUS = `(CAST(ROUND(unixepoch('subsec') * 1000.0) AS INTEGER) * 1000)`
 // validated as a plain identifier, so it is spliced in without quoting.
 type queries struct {
 	create  string
+	columns string
+	index   string
 	acquire string
 	holder  string
 	renew   string
@@ -19,10 +21,21 @@ type queries struct {
 	list    string
 	listAll string
 	revoke  string
+
+	// For the cross-process poller in poll.go.
+	lastChange string
+	changes    string
 }
 
+// nextChange numbers a write for the poller: one more than any change so far.
+// Writers hold the write lock, so the numbers of successive commits only
+// grow. SQLite evaluates an uncorrelated subquery once per statement, so a
+// batch shares one number (and would be numbered upwards if it did not).
+// The index on change_seq makes MAX a single seek.
+const nextChange = `(SELECT COALESCE(MAX(c.change_seq), 0) + 1 FROM {t} AS c)`
+
 func buildQueries(table string) queries {
-	r := strings.NewReplacer("{t}", table, "{now}", nowUS)
+	r := strings.NewReplacer("{next}", strings.ReplaceAll(nextChange, "{t}", table), "{t}", table, "{now}", nowUS)
 	return queries{
 		// WITHOUT ROWID stores rows in key order, which is what List and the
 		// per-key lookups want. TEXT columns compare with BINARY collation:
@@ -34,22 +47,31 @@ func buildQueries(table string) queries {
 	expires_at INTEGER NOT NULL,
 	released   INTEGER NOT NULL DEFAULT 0,
 	running    INTEGER NOT NULL DEFAULT 0,
-	updated_at INTEGER NOT NULL
+	updated_at INTEGER NOT NULL,
+	change_seq    INTEGER NOT NULL DEFAULT 0,
+	change_origin INTEGER NOT NULL DEFAULT 0
 ) WITHOUT ROWID`),
+		// Tables made before change_seq existed get the columns by ALTER
+		// TABLE (see Migrate); ?1 is the table name.
+		columns: `SELECT name FROM pragma_table_info(?1)`,
+		index:   r.Replace(`CREATE INDEX IF NOT EXISTS {t}_change_seq ON {t} (change_seq)`),
 
 		// Rules 1 and 2 in one statement: a new key starts at epoch 1; an
 		// existing one is taken over — epoch + 1 — only when released,
 		// already ours, or expired at least grace ago. A refused takeover
-		// returns no row. ?1 key, ?2 owner, ?3 ttl µs, ?4 running, ?5 grace µs.
-		acquire: r.Replace(`INSERT INTO {t} (key, owner, epoch, expires_at, released, running, updated_at)
-VALUES (?1, ?2, 1, {now} + ?3, 0, ?4, {now})
+		// returns no row and numbers no change. ?1 key, ?2 owner, ?3 ttl µs,
+		// ?4 running, ?5 grace µs, ?6 the writing hub's origin.
+		acquire: r.Replace(`INSERT INTO {t} (key, owner, epoch, expires_at, released, running, updated_at, change_seq, change_origin)
+VALUES (?1, ?2, 1, {now} + ?3, 0, ?4, {now}, {next}, ?6)
 ON CONFLICT (key) DO UPDATE SET
-	owner      = excluded.owner,
-	epoch      = {t}.epoch + 1,
-	expires_at = excluded.expires_at,
-	released   = 0,
-	running    = excluded.running,
-	updated_at = excluded.updated_at
+	owner         = excluded.owner,
+	epoch         = {t}.epoch + 1,
+	expires_at    = excluded.expires_at,
+	released      = 0,
+	running       = excluded.running,
+	updated_at    = excluded.updated_at,
+	change_seq    = excluded.change_seq,
+	change_origin = excluded.change_origin
 WHERE {t}.released <> 0
 	OR {t}.owner = excluded.owner
 	OR {t}.expires_at + ?5 <= excluded.updated_at
@@ -61,7 +83,8 @@ FROM {t} WHERE key = ?1`),
 		// One statement renews every item: ?3 is a JSON array of
 		// [key, epoch, running] triples. Only owner's live, unreleased term
 		// of that exact epoch is extended; the rows returned are the ones
-		// renewed. ?1 owner, ?2 ttl µs.
+		// renewed. ?1 owner, ?2 ttl µs. A renewal is not a change the
+		// poller reports, so it leaves change_seq (and its index) alone.
 		renew: r.Replace(`UPDATE {t} SET
 	expires_at = {now} + ?2,
 	running    = j.value ->> 2,
@@ -76,12 +99,15 @@ RETURNING {t}.key, {t}.epoch`),
 
 		// Release keeps owner and epoch, so the record still remembers the
 		// epoch; expiry is stamped now and the key is free at once.
-		// ?1 owner, ?2 a JSON array of [key, epoch] pairs.
+		// ?1 owner, ?2 a JSON array of [key, epoch] pairs, ?3 the writing
+		// hub's origin.
 		release: r.Replace(`UPDATE {t} SET
-	released   = 1,
-	running    = 0,
-	expires_at = {now},
-	updated_at = {now}
+	released      = 1,
+	running       = 0,
+	expires_at    = {now},
+	updated_at    = {now},
+	change_seq    = {next},
+	change_origin = ?3
 FROM json_each(?2) AS j
 WHERE {t}.key = j.value ->> 0
 	AND {t}.epoch = j.value ->> 1
@@ -100,7 +126,8 @@ FROM {t} WHERE key >= ?1 ORDER BY key`),
 		// A live term moves to a new epoch owned by nobody. Its expiry is
 		// kept: the holder's next renewal is refused, but a holder that
 		// never hears of it may run until that expiry, so peers wait for
-		// expiry + grace as they would after a crash.
+		// expiry + grace as they would after a crash. Not numbered as a
+		// change: it is neither an acquisition nor a release peers may act on.
 		revoke: r.Replace(`UPDATE {t} SET
 	owner      = '',
 	epoch      = epoch + 1,
@@ -109,5 +136,10 @@ FROM {t} WHERE key >= ?1 ORDER BY key`),
 	updated_at = {now}
 WHERE key = ?1 AND owner <> '' AND released = 0 AND expires_at > {now}
 RETURNING epoch`),
+
+		lastChange: r.Replace(`SELECT COALESCE(MAX(change_seq), 0) FROM {t}`),
+		// ?1 the last change already seen.
+		changes: r.Replace(`SELECT key, owner, epoch, released, change_seq, change_origin
+FROM {t} WHERE change_seq > ?1 ORDER BY change_seq`),
 	}
 }

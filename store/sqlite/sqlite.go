@@ -21,6 +21,7 @@ import (
 const (
 	DefaultTable       = "tenure_leases"
 	DefaultBusyTimeout = 5 * time.Second
+	DefaultWatchPoll   = 50 * time.Millisecond
 )
 
 // Options configures a Store. The zero value means the defaults.
@@ -33,6 +34,13 @@ type Options struct {
 	// write lock before failing. A context that ends sooner ends the wait
 	// sooner. Zero means DefaultBusyTimeout.
 	BusyTimeout time.Duration
+
+	// WatchPoll is how often, while a Watch is active, this process looks
+	// for acquisitions and releases committed by other processes, so that
+	// those reach its watchers too. An idle look is one tiny query. Zero
+	// means DefaultWatchPoll; a negative value turns it off, and Watch then
+	// delivers only this process's own changes.
+	WatchPoll time.Duration
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -48,6 +56,13 @@ func (o Options) withDefaults() (Options, error) {
 	case o.BusyTimeout < time.Millisecond:
 		return o, fmt.Errorf("busy timeout %v is shorter than 1ms: %w", o.BusyTimeout, store.ErrInvalidDuration)
 	}
+	switch {
+	case o.WatchPoll == 0:
+		o.WatchPoll = DefaultWatchPoll
+	case o.WatchPoll > 0 && o.WatchPoll < time.Millisecond:
+		// Shorter would spin a core for nothing.
+		return o, fmt.Errorf("watch poll %v is shorter than 1ms: %w", o.WatchPoll, store.ErrInvalidDuration)
+	}
 	return o, nil
 }
 
@@ -60,6 +75,8 @@ type Store struct {
 	q     queries
 	hub   *hub
 	gate  gate // shared by every Store of this file in the process
+	busy  time.Duration
+	poll  time.Duration // < 0: this Store's watches start no poller
 
 	closeOnce sync.Once
 	closeMu   sync.Mutex    // orders Close against Watch's watchers.Add
@@ -110,6 +127,8 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		q:       buildQueries(opts.Table),
 		hub:     hubFor(canon, opts.Table),
 		gate:    gateFor(canon),
+		busy:    opts.BusyTimeout,
+		poll:    opts.WatchPoll,
 		closing: make(chan struct{}),
 	}
 	if err := s.checkJournal(ctx); err != nil {
@@ -175,8 +194,18 @@ func ParseURL(rawURL string) (path string, opts Options, err error) {
 				return bad(fmt.Sprintf("busy_timeout %q is not a positive duration such as 5s", v))
 			}
 			opts.BusyTimeout = d
+		case "watch_poll":
+			if v == "off" {
+				opts.WatchPoll = -1
+				break
+			}
+			d, perr := time.ParseDuration(v)
+			if perr != nil || d <= 0 {
+				return bad(fmt.Sprintf("watch_poll %q is neither off nor a positive duration such as 50ms", v))
+			}
+			opts.WatchPoll = d
 		default:
-			return bad(fmt.Sprintf("unknown parameter %q (known: table, busy_timeout)", key))
+			return bad(fmt.Sprintf("unknown parameter %q (known: table, busy_timeout, watch_poll)", key))
 		}
 	}
 	if _, err := opts.withDefaults(); err != nil {
@@ -226,12 +255,60 @@ func (s *Store) checkJournal(ctx context.Context) error {
 	return nil
 }
 
-// Migrate creates the lease table if it does not exist.
+// Migrate creates the lease table if it does not exist, and adds the
+// columns and index of change numbering (see Watch) to a table made by an
+// older version. It is one transaction under the write lock, so processes
+// opening one file together do not both add a column.
 func (s *Store) Migrate(ctx context.Context) error {
-	if _, err := s.db.ExecContext(ctx, s.q.create); err != nil {
-		return s.fail("create table "+s.table, err)
+	if err := s.migrate(ctx); err != nil {
+		return s.fail("migrate table "+s.table, err)
 	}
 	return nil
+}
+
+func (s *Store) migrate(ctx context.Context) error {
+	if err := s.gate.enter(ctx); err != nil {
+		return err
+	}
+	defer s.gate.leave()
+	tx, err := s.db.BeginTx(ctx, nil) // BEGIN IMMEDIATE, from the DSN
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	if _, err := tx.ExecContext(ctx, s.q.create); err != nil {
+		return err
+	}
+	rows, err := tx.QueryContext(ctx, s.q.columns, s.table)
+	if err != nil {
+		return err
+	}
+	have := map[string]bool{}
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			rows.Close()
+			return err
+		}
+		have[name] = true
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	for _, col := range []string{"change_seq", "change_origin"} {
+		if have[col] {
+			continue
+		}
+		// Old rows get 0: older than any change a poller will look for.
+		if _, err := tx.ExecContext(ctx, "ALTER TABLE "+s.table+" ADD COLUMN "+col+" INTEGER NOT NULL DEFAULT 0"); err != nil {
+			return fmt.Errorf("add column %s: %w", col, err)
+		}
+	}
+	if _, err := tx.ExecContext(ctx, s.q.index); err != nil {
+		return err
+	}
+	return tx.Commit()
 }
 
 // Path returns the absolute path of the database file.
