@@ -1,0 +1,150 @@
+package e2e_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	neturl "net/url"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/tenure-dev/tenure/internal/testenv"
+	"github.com/tenure-dev/tenure/store"
+	"github.com/tenure-dev/tenure/store/postgres"
+	"github.com/tenure-dev/tenure/store/redis"
+	"github.com/tenure-dev/tenure/store/sqlite"
+)
+
+// backend is one kind of real store.
+type backend struct {
+	name string
+	// site makes a fresh, empty set of leases for one test (a table, a
+	// file, a namespace), removed when the test ends, and returns a
+	// function that opens one more Store on it. Each replica opens its
+	// own, with its own connections, as separate processes would.
+	site func(t testing.TB) (open func(t testing.TB) store.Store)
+}
+
+var backends = []backend{
+	{"postgres", postgresSite},
+	{"sqlite", sqliteSite},
+	{"redis", redisSite},
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// urlPassword is the password in a server URL, to be cut out of errors.
+func urlPassword(raw string) string {
+	u, err := neturl.Parse(raw)
+	if err != nil || u.User == nil {
+		return ""
+	}
+	pw, _ := u.User.Password()
+	return pw
+}
+
+func setupCtx() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), 15*time.Second)
+}
+
+func postgresSite(t testing.TB) func(testing.TB) store.Store {
+	t.Helper()
+	url := testenv.Postgres.URL(t)
+	table := "tenure_e2e_" + randomHex(6)
+	// Registered first, so it runs after every Store on the table closed.
+	t.Cleanup(func() {
+		ctx, cancel := setupCtx()
+		defer cancel()
+		conn, err := pgx.Connect(ctx, url)
+		if err != nil {
+			t.Errorf("drop table %s: %v", table, store.RedactError(err, urlPassword(url)))
+			return
+		}
+		defer conn.Close(ctx)
+		if _, err := conn.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{table}.Sanitize()); err != nil {
+			t.Errorf("drop table %s: %v", table, err)
+		}
+	})
+	return func(t testing.TB) store.Store {
+		t.Helper()
+		ctx, cancel := setupCtx()
+		defer cancel()
+		s, err := postgres.Open(ctx, url, postgres.Options{Table: table})
+		if err != nil {
+			t.Fatalf("postgres.Open: %v", err)
+		}
+		// Create the table now, so the first acquisition of a timed run
+		// does not pay for it.
+		if err := s.Migrate(ctx); err != nil {
+			t.Fatalf("migrate: %v", err)
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}
+}
+
+func sqliteSite(t testing.TB) func(testing.TB) store.Store {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "leases.db")
+	return func(t testing.TB) store.Store {
+		t.Helper()
+		return openSQLite(t, path)
+	}
+}
+
+func openSQLite(t testing.TB, path string) *sqlite.Store {
+	t.Helper()
+	ctx, cancel := setupCtx()
+	defer cancel()
+	s, err := sqlite.Open(ctx, path, sqlite.Options{})
+	if err != nil {
+		t.Fatalf("sqlite.Open: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("sqlite close: %v", err)
+		}
+	})
+	return s
+}
+
+func redisSite(t testing.TB) func(testing.TB) store.Store {
+	t.Helper()
+	url := testenv.Redis.URL(t)
+	ns := "e2e_" + randomHex(6)
+	t.Cleanup(func() {
+		o, err := goredis.ParseURL(url)
+		if err != nil {
+			t.Errorf("redis URL %s: %v", store.RedactURL(url), store.RedactError(err, urlPassword(url)))
+			return
+		}
+		c := goredis.NewClient(o)
+		defer c.Close()
+		ctx, cancel := setupCtx()
+		defer cancel()
+		// The namespace's layout, from store/redis's documentation.
+		tag := "{" + ns + "}"
+		if err := c.Del(ctx, tag+":leases", tag+":keys").Err(); err != nil {
+			t.Errorf("drop namespace %s: %v", ns, err)
+		}
+	})
+	return func(t testing.TB) store.Store {
+		t.Helper()
+		ctx, cancel := setupCtx()
+		defer cancel()
+		s, err := redis.Open(ctx, url, redis.Options{Namespace: ns})
+		if err != nil {
+			testenv.Unavailable(t, "Redis: "+err.Error())
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}
+}
