@@ -1,0 +1,206 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	mysqldrv "github.com/go-sql-driver/mysql"
+
+	"github.com/tenure-dev/tenure/store"
+)
+
+// DefaultTable is the table used when Options.Table is empty.
+const DefaultTable = "tenure_leases"
+
+// Options configures a Store. The zero value uses the defaults.
+type Options struct {
+	// Table is the lease table, in the connection's database. It must match
+	// ^[A-Za-z_][A-Za-z0-9_]{0,62}$ and is quoted, so a reserved word is
+	// fine. Empty means the URL's ?table= for Open, else DefaultTable.
+	Table string
+
+	// NoAutoMigrate stops the store from creating its table on first use,
+	// for deployments whose application user may not run DDL; run
+	// [Store.Migrate] (tenure migrate) as a privileged user instead.
+	NoAutoMigrate bool
+}
+
+// Store is a lease store on a MySQL or MariaDB table. It is safe for
+// concurrent use.
+type Store struct {
+	db      *sql.DB
+	ownsDB  bool
+	table   string // validated, unquoted
+	autoMig bool
+	q       queries
+
+	closed    atomic.Bool
+	migrated  atomic.Bool
+	migrateMu sync.Mutex
+}
+
+// Compile-time checks of the capabilities the engine and the CLI look for.
+// There is no store.Watcher: MySQL has no push channel, so peers poll.
+var (
+	_ store.Store    = (*Store)(nil)
+	_ store.Migrator = (*Store)(nil)
+	_ store.Revoker  = (*Store)(nil)
+)
+
+// Open connects to the server at rawURL,
+//
+//	mysql://user:password@host:3306/database?table=leases&tls=true
+//
+// and checks that it answers. The port defaults to 3306; ?socket=/path
+// connects through a Unix socket instead of host:port; ?table= names the
+// lease table when opts.Table is empty; every other parameter goes to
+// go-sql-driver/mysql as in its DSNs (tls, timeout, … or a session
+// variable). Open turns on the driver's interpolateParams, so each call is
+// one round trip instead of a prepare and an execute, and sets the session
+// time_zone to '+00:00' unless the URL sets them. The password never
+// appears in a returned error. Close closes the connection pool.
+func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
+	cfg, urlTable, shown, secrets, err := parseURL(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	if opts.Table == "" {
+		opts.Table = urlTable
+	}
+	s, err := newStore(nil, opts)
+	if err != nil {
+		return nil, err
+	}
+	connector, err := mysqldrv.NewConnector(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("mysql: %s: %w: %w", shown, store.RedactError(err, secrets...), store.ErrInvalidURL)
+	}
+	db := sql.OpenDB(connector)
+	// Servers close idle sessions after wait_timeout; recycling sooner
+	// spares a renewal the cost of finding a dead connection.
+	db.SetConnMaxLifetime(3 * time.Minute)
+	db.SetMaxIdleConns(4)
+	// sql.OpenDB connects lazily; a ping turns a wrong host, database or
+	// password into an error here rather than at the first renewal.
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("mysql: connect to %s: %w", shown, store.RedactError(err, secrets...))
+	}
+	s.db = db
+	s.ownsDB = true
+	return s, nil
+}
+
+// New makes a Store on an existing handle of go-sql-driver/mysql, whose
+// DSN must name a database. Close leaves the handle open: it belongs to the
+// caller. Add interpolateParams=true to its DSN for one round trip per call
+// (without it the driver prepares every statement first), and keep the
+// session time zone free of daylight-saving jumps ('+00:00' or 'SYSTEM' on
+// a UTC host), which the store's clock needs to be exact (see the package
+// documentation).
+func New(db *sql.DB, opts Options) (*Store, error) {
+	if db == nil {
+		return nil, errors.New("mysql: nil *sql.DB")
+	}
+	return newStore(db, opts)
+}
+
+func newStore(db *sql.DB, opts Options) (*Store, error) {
+	table := opts.Table
+	if table == "" {
+		table = DefaultTable
+	}
+	if err := store.ValidateName("mysql: table", table); err != nil {
+		return nil, err
+	}
+	return &Store{
+		db:      db,
+		table:   table,
+		autoMig: !opts.NoAutoMigrate,
+		q:       buildQueries(table),
+	}, nil
+}
+
+// Table returns the name of the lease table.
+func (s *Store) Table() string { return s.table }
+
+// Close closes the connection pool of a Store made by Open. Calls after
+// Close fail with store.ErrClosed.
+func (s *Store) Close() error {
+	if s.closed.Swap(true) || !s.ownsDB {
+		return nil
+	}
+	return s.db.Close()
+}
+
+// Migrate creates the lease table if it does not exist.
+func (s *Store) Migrate(ctx context.Context) error {
+	if s.closed.Load() {
+		return store.ErrClosed
+	}
+	s.migrateMu.Lock()
+	defer s.migrateMu.Unlock()
+	if err := s.migrate(ctx); err != nil {
+		return err
+	}
+	s.migrated.Store(true)
+	return nil
+}
+
+// ready fails once the store is closed and, on first use, creates the
+// table. The mutex makes concurrent first calls of this Store wait for one
+// migration; other processes are handled by the server (see migrate).
+func (s *Store) ready(ctx context.Context) error {
+	if s.closed.Load() {
+		return store.ErrClosed
+	}
+	if !s.autoMig || s.migrated.Load() {
+		return nil
+	}
+	s.migrateMu.Lock()
+	defer s.migrateMu.Unlock()
+	if s.migrated.Load() {
+		return nil
+	}
+	if err := s.migrate(ctx); err != nil {
+		return err
+	}
+	s.migrated.Store(true)
+	return nil
+}
+
+// Server error numbers the store reacts to.
+const (
+	errNoSuchTable = 1146 // ER_NO_SUCH_TABLE
+	errDeadlock    = 1213 // ER_LOCK_DEADLOCK
+)
+
+func (s *Store) migrate(ctx context.Context) error {
+	// An existing table needs no DDL, and a user without the CREATE
+	// privilege may still use it (CREATE TABLE IF NOT EXISTS checks the
+	// privilege before it looks for the table).
+	_, err := s.db.ExecContext(ctx, s.q.probe)
+	if err == nil {
+		return nil
+	}
+	if !isServerError(err, errNoSuchTable) {
+		return fmt.Errorf("mysql: look up table %s: %w", s.table, err)
+	}
+	// Unlike PostgreSQL's, MySQL's and MariaDB's CREATE TABLE IF NOT EXISTS
+	// is safe against itself: the statement holds an exclusive metadata
+	// lock on the name, so a concurrent one waits and then finds the table.
+	if _, err := s.db.ExecContext(ctx, s.q.create); err != nil {
+		return fmt.Errorf("mysql: create table %s: %w", s.table, err)
+	}
+	return nil
+}
+
+func isServerError(err error, number uint16) bool {
+	var me *mysqldrv.MySQLError
+	return errors.As(err, &me) && me.Number == number
+}

@@ -1,0 +1,164 @@
+package mysql
+
+import (
+	"cmp"
+	"fmt"
+	"net"
+	"net/url"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	mysqldrv "github.com/go-sql-driver/mysql"
+
+	"github.com/tenure-dev/tenure/store"
+)
+
+// parseURL turns a mysql:// URL into the driver's configuration and the
+// ?table= parameter. shown is the URL with its password hidden, for error
+// messages; secrets are the strings to scrub from driver errors.
+func parseURL(raw string) (cfg *mysqldrv.Config, table, shown string, secrets []string, err error) {
+	secrets = urlSecrets(raw)
+	shown = redactString(store.RedactURL(raw), secrets)
+	invalid := func(format string, args ...any) error {
+		detail := redactString(fmt.Sprintf(format, args...), secrets)
+		return fmt.Errorf("mysql: %s: %s: %w", shown, detail, store.ErrInvalidURL)
+	}
+
+	u, err := url.Parse(raw)
+	switch {
+	case err != nil:
+		return nil, "", "", nil, invalid("%v", err)
+	case u.Scheme != "mysql":
+		return nil, "", "", nil, invalid("scheme must be mysql://")
+	case u.Opaque != "":
+		return nil, "", "", nil, invalid("want mysql://user:password@host:port/database")
+	}
+	q := u.Query()
+	table, err = single(q, "table")
+	if err != nil {
+		return nil, "", "", nil, invalid("%v", err)
+	}
+	if table != "" {
+		if err := store.ValidateName("table", table); err != nil {
+			return nil, "", "", nil, fmt.Errorf("mysql: %s: %w: %w", shown, err, store.ErrInvalidURL)
+		}
+	}
+	socket, err := single(q, "socket")
+	if err != nil {
+		return nil, "", "", nil, invalid("%v", err)
+	}
+	q.Del("table")
+	q.Del("socket")
+
+	database := strings.TrimPrefix(u.Path, "/")
+	switch {
+	case database == "":
+		return nil, "", "", nil, invalid("no database: add /name after the host")
+	case strings.Contains(database, "/"):
+		return nil, "", "", nil, invalid("database name %q has a slash", database)
+	}
+
+	// The driver parses the parameters (rejecting bad values) from a DSN
+	// with nothing else in it; the other fields are set directly, so no
+	// character of a password or database name needs DSN escaping.
+	cfg, err = mysqldrv.ParseDSN("/?" + q.Encode())
+	if err != nil {
+		return nil, "", "", nil, invalid("%v", err)
+	}
+	if u.User != nil {
+		cfg.User = u.User.Username()
+		cfg.Passwd, _ = u.User.Password()
+	}
+	cfg.DBName = database
+	switch {
+	case socket != "":
+		if u.Host != "" {
+			return nil, "", "", nil, invalid("both a host and ?socket=")
+		}
+		cfg.Net, cfg.Addr = "unix", socket
+	case u.Hostname() == "":
+		return nil, "", "", nil, invalid("no host (or ?socket=/path)")
+	default:
+		port := u.Port()
+		if port == "" {
+			port = "3306"
+		} else if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return nil, "", "", nil, invalid("port %q is out of range", port)
+		}
+		cfg.Net, cfg.Addr = "tcp", net.JoinHostPort(u.Hostname(), port)
+	}
+	if !q.Has("interpolateParams") {
+		cfg.InterpolateParams = true
+	}
+	if !q.Has("time_zone") {
+		if cfg.Params == nil {
+			cfg.Params = map[string]string{}
+		}
+		cfg.Params["time_zone"] = "'+00:00'"
+	}
+	return cfg, table, shown, secrets, nil
+}
+
+// single returns the one value of q[name], or "" without it.
+func single(q url.Values, name string) (string, error) {
+	switch vs := q[name]; len(vs) {
+	case 0:
+		return "", nil
+	case 1:
+		return vs[0], nil
+	default:
+		return "", fmt.Errorf("?%s= given %d times", name, len(vs))
+	}
+}
+
+var (
+	userinfoPasswordRE = regexp.MustCompile(`://[^/@]*?:([^@/]*)@`)
+	paramPasswordRE    = regexp.MustCompile(`(?i)password=('(?:[^'\\]|\\.)*'|[^&\s]+)`)
+)
+
+func redactString(s string, secrets []string) string {
+	for _, sec := range secrets {
+		s = strings.ReplaceAll(s, sec, "xxxxx")
+	}
+	return s
+}
+
+// urlSecrets pulls every password-looking part out of raw, even when raw
+// does not parse, so that an error quoting any of it can be scrubbed.
+func urlSecrets(raw string) []string {
+	var out []string
+	if u, err := url.Parse(raw); err == nil {
+		if u.User != nil {
+			if pw, ok := u.User.Password(); ok && pw != "" {
+				out = append(out, pw, url.QueryEscape(pw), url.PathEscape(pw))
+			}
+		}
+		for k, vs := range u.Query() {
+			if strings.Contains(strings.ToLower(k), "password") {
+				for _, v := range vs {
+					if v != "" {
+						out = append(out, v, url.QueryEscape(v))
+					}
+				}
+			}
+		}
+	}
+	for _, m := range userinfoPasswordRE.FindAllStringSubmatch(raw, -1) {
+		if m[1] != "" {
+			out = append(out, m[1])
+			if dec, err := url.PathUnescape(m[1]); err == nil && dec != "" {
+				out = append(out, dec)
+			}
+		}
+	}
+	for _, m := range paramPasswordRE.FindAllStringSubmatch(raw, -1) {
+		if v := strings.Trim(m[1], "'"); v != "" {
+			out = append(out, v)
+		}
+	}
+	// Longest first, so a secret that contains another is replaced whole.
+	slices.SortFunc(out, func(a, b string) int { return cmp.Or(len(b)-len(a), strings.Compare(a, b)) })
+	return slices.Compact(out)
+}
