@@ -13,6 +13,7 @@
 package storeurl
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -20,6 +21,8 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/tenure-dev/tenure/store"
@@ -197,4 +200,61 @@ func OpenSpec(ctx context.Context, spec Spec) (Store, error) {
 // than the store's.
 func IsURLError(err error) bool {
 	return errors.Is(err, store.ErrInvalidURL) || errors.Is(err, store.ErrInvalidName)
+}
+
+// Secrets returns every password-looking part of raw (the userinfo password,
+// password/secret/token query values, keyword password=… values), raw and
+// decoded, longest first, so a log line that quotes one can be scrubbed.
+func Secrets(raw string) []string {
+	var out []string
+	add := func(s string) {
+		if s == "" {
+			return
+		}
+		out = append(out, s)
+		if dec, err := url.QueryUnescape(s); err == nil && dec != s && dec != "" {
+			out = append(out, dec)
+		}
+	}
+	if u, err := url.Parse(raw); err == nil {
+		if u.User != nil {
+			pw, _ := u.User.Password()
+			add(pw)
+		}
+		for k, vs := range u.Query() {
+			if secretParam(k) {
+				for _, v := range vs {
+					add(v)
+					add(url.QueryEscape(v))
+				}
+			}
+		}
+	}
+	// Forms url.Parse rejects still carry their secret in the same places.
+	for _, m := range userinfoRE.FindAllStringSubmatch(raw, -1) {
+		add(m[1])
+	}
+	for _, m := range keywordRE.FindAllStringSubmatch(raw, -1) {
+		add(strings.Trim(m[2], "'"))
+	}
+	slices.SortFunc(out, func(a, b string) int { return cmp.Or(len(b)-len(a), strings.Compare(a, b)) })
+	return slices.Compact(out)
+}
+
+var (
+	userinfoRE = regexp.MustCompile(`://[^/@]*?:([^@/]*)@`)
+	keywordRE  = regexp.MustCompile(`(?i)(password|passwd|pwd|secret|token)=('(?:[^'\\]|\\.)*'|[^&\s]+)`)
+)
+
+func secretParam(k string) bool {
+	k = strings.ToLower(k)
+	return strings.Contains(k, "password") || strings.Contains(k, "secret") || strings.Contains(k, "token")
+}
+
+// Scrub replaces every secret in s.
+func Scrub(s string, secrets []string) string {
+	for _, sec := range secrets {
+		s = strings.ReplaceAll(s, sec, "xxxxx")
+	}
+	return s
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"net/url"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -229,4 +230,23 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	os.RemoveAll(dir)
 	os.Exit(code)
+}
+
+func TestSecretsFindsEveryPasswordForm(t *testing.T) {
+	for _, raw := range []string{
+		"postgres://u:" + secret + "@h/db",
+		"postgres://u:" + url.QueryEscape(secret+"/x") + "@h/db",
+		"postgres://h/db?password=" + secret,
+		"redis://:" + secret + "@[bad",
+		"host=h password='" + secret + "'",
+		"host=h password=" + secret + " user=u",
+	} {
+		secrets := Secrets(raw)
+		if got := Scrub(raw, secrets); strings.Contains(got, secret) {
+			t.Errorf("Scrub(%q) = %q", raw, got)
+		}
+	}
+	if s := Secrets("postgres://u@h/db?sslmode=disable"); len(s) != 0 {
+		t.Errorf("Secrets of a URL without a password = %q", s)
+	}
 }

@@ -1,0 +1,254 @@
+// Package cli is the tenure command-line tool: run a command on one replica
+// only, show and revoke leases, and demonstrate failover.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/tenure-dev/tenure/internal/child"
+	"github.com/tenure-dev/tenure/internal/storeurl"
+)
+
+// Exit codes shared by every command.
+const (
+	ExitOK      = 0
+	ExitFailure = 1 // a failure after start: a store error, a command that would not stop
+	ExitUsage   = 2 // bad flags, URL, duration, key, or timing combination
+	ExitStore   = 3 // the store could not be reached or opened at start
+	ExitNoExec  = 126
+	ExitNoFound = 127
+)
+
+const exitCodesHelp = `Exit codes:
+  0    success (run: stopped by SIGINT/SIGTERM after a clean handoff)
+  1    failure after start (store error, command that would not stop)
+  2    usage error: bad flag, URL, duration, key or timing combination
+  3    store unreachable or unusable at start
+  126  the command cannot be executed (run)
+  127  the command was not found (run)
+  N    with run --once: the command's own exit status (128+signal if killed)`
+
+// exitError carries an exit code to Main.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+func withCode(code int, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &exitError{code: code, err: err}
+}
+
+func usagef(format string, args ...any) error {
+	return withCode(ExitUsage, fmt.Errorf(format, args...))
+}
+
+// silentExit ends the program with code and prints nothing more.
+type silentExit int
+
+func (e silentExit) Error() string { return fmt.Sprintf("exit %d", int(e)) }
+
+// env is the process environment the commands see; tests replace it.
+type env struct {
+	stdin          *os.File
+	stdout, stderr io.Writer
+	getenv         func(string) string
+}
+
+// Main runs the tool with args (without the program name) and returns the
+// exit code. It also serves as the child guard when re-executed as one.
+func Main(args []string) int {
+	child.RunGuardIfRequested()
+	// go-redis logs connection failures on its own; the error we print
+	// says it once.
+	goredis.SetLogger(quietRedis{})
+	e := &env{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}
+	return e.main(context.Background(), args)
+}
+
+type quietRedis struct{}
+
+func (quietRedis) Printf(context.Context, string, ...any) {}
+
+func (e *env) main(ctx context.Context, args []string) int {
+	root := e.rootCommand()
+	root.SetArgs(args)
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return ExitOK
+	}
+	var silent silentExit
+	if errors.As(err, &silent) {
+		return int(silent)
+	}
+	code := ExitUsage // cobra's own errors: unknown command, flag, argument
+	var ee *exitError
+	if errors.As(err, &ee) {
+		code = ee.code
+	}
+	fmt.Fprintln(e.stderr, "tenure: "+oneLine(err.Error()))
+	return code
+}
+
+func oneLine(s string) string {
+	s = strings.TrimSpace(s)
+	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", "; ")), " ")
+}
+
+func (e *env) rootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "tenure",
+		Short: "Run work on exactly one replica at a time",
+		Long: `tenure runs a command only while this replica holds the command's lease in a
+shared store, and hands the work over fast and safely when the holder stops,
+crashes or loses the store.
+
+Stores are named by URL (--store or TENURE_STORE):
+  sqlite:PATH                       a file shared by processes on one host
+  postgres://user:pass@host/db      PostgreSQL (?table=NAME picks the table)
+  redis://[:pass@]host:6379/0       Redis (?namespace=NAME; rediss:// for TLS)
+Without one, an SQLite file in $XDG_STATE_HOME/tenure/ (default
+~/.local/state/tenure/tenure.db). Passwords are never printed.
+
+Every flag can also be set with an environment variable TENURE_<FLAG>, with
+dashes as underscores (TENURE_STORE, TENURE_TTL, TENURE_STOP_TIMEOUT); a flag
+on the command line wins. TENURE_KEY and TENURE_OWNER are ignored when
+TENURE_EPOCH is set too: they then describe the lease of a parent tenure.
+
+` + exitCodesHelp,
+		Example: `  tenure run --key nightly-report -- ./report.sh
+  tenure status --store postgres://tenure@db/ops
+  tenure demo`,
+		SilenceErrors:     true,
+		SilenceUsage:      true,
+		CompletionOptions: cobra.CompletionOptions{HiddenDefaultCmd: false},
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			return e.applyEnv(cmd)
+		},
+	}
+	root.SetOut(e.stdout)
+	root.SetErr(e.stderr)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
+		return withCode(ExitUsage, err)
+	})
+	root.PersistentFlags().String("log-level", "info", "log level: debug, info, warn or error")
+	root.AddCommand(e.runCommand(), e.statusCommand(), e.releaseCommand(),
+		e.migrateCommand(), e.versionCommand(), e.demoCommand())
+	return root
+}
+
+// applyEnv sets every flag not given on the command line from its
+// TENURE_<FLAG> variable.
+func (e *env) applyEnv(cmd *cobra.Command) error {
+	nested := e.getenv("TENURE_EPOCH") != ""
+	var err error
+	cmd.Flags().VisitAll(func(f *pflag.Flag) {
+		if err != nil || f.Changed || f.Name == "help" {
+			return
+		}
+		if nested && (f.Name == "key" || f.Name == "owner") {
+			return
+		}
+		name := "TENURE_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		v := e.getenv(name)
+		if v == "" {
+			return
+		}
+		if serr := f.Value.Set(v); serr != nil {
+			shown := v
+			if f.Name == "store" {
+				shown = storeurl.Redact(v)
+			}
+			err = usagef("%s=%s: %v", name, shown, serr)
+			return
+		}
+		f.Changed = true
+	})
+	return err
+}
+
+// logger logs to stderr at the --log-level, scrubbing secrets from every
+// value as a second line of defence behind the stores' own redaction.
+func (e *env) logger(cmd *cobra.Command, secrets []string) (*slog.Logger, error) {
+	name, _ := cmd.Flags().GetString("log-level")
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(name)); err != nil {
+		return nil, usagef("--log-level %q: want debug, info, warn or error", name)
+	}
+	h := slog.NewTextHandler(e.stderr, &slog.HandlerOptions{
+		Level: level,
+		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+			if len(secrets) == 0 {
+				return a
+			}
+			switch a.Value.Kind() {
+			case slog.KindString:
+				a.Value = slog.StringValue(storeurl.Scrub(a.Value.String(), secrets))
+			case slog.KindAny:
+				if err, ok := a.Value.Any().(error); ok {
+					a.Value = slog.StringValue(storeurl.Scrub(err.Error(), secrets))
+				}
+			}
+			return a
+		},
+	})
+	return slog.New(h), nil
+}
+
+// openStore parses and opens the --store URL, mapping failures to exit
+// codes: the URL's fault is a usage error, anything else means the store
+// is unreachable.
+func openStore(ctx context.Context, spec storeurl.Spec) (storeurl.Store, error) {
+	st, err := storeurl.OpenSpec(ctx, spec)
+	if err != nil {
+		if storeurl.IsURLError(err) {
+			return nil, withCode(ExitUsage, err)
+		}
+		return nil, withCode(ExitStore, scrubErr(err, storeurl.Secrets(spec.URL)))
+	}
+	return st, nil
+}
+
+func parseStore(raw string) (storeurl.Spec, error) {
+	spec, err := storeurl.Parse(raw)
+	if err != nil {
+		return spec, withCode(ExitUsage, scrubErr(err, storeurl.Secrets(raw)))
+	}
+	return spec, nil
+}
+
+// scrubErr keeps err's chain but removes secrets from its text.
+func scrubErr(err error, secrets []string) error {
+	msg := err.Error()
+	if clean := storeurl.Scrub(msg, secrets); clean != msg {
+		return &scrubbed{msg: clean, err: err}
+	}
+	return err
+}
+
+type scrubbed struct {
+	msg string
+	err error
+}
+
+func (s *scrubbed) Error() string { return s.msg }
+func (s *scrubbed) Unwrap() error { return s.err }
+
+func addStoreFlag(cmd *cobra.Command) {
+	cmd.Flags().String("store", "", "lease store URL (sqlite:PATH, postgres://…, redis://…); default: an SQLite file in the user's state directory")
+}

@@ -1,0 +1,110 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/tenure-dev/tenure"
+	"github.com/tenure-dev/tenure/internal/storeurl"
+	"github.com/tenure-dev/tenure/store"
+)
+
+// checkListenAddr refuses an --http address beyond loopback unless
+// --http-public says so: /status names every holder, and nothing here
+// authenticates.
+func checkListenAddr(addr string, public bool) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || port == "" {
+		return usagef("--http %q: want HOST:PORT, such as 127.0.0.1:9090", addr)
+	}
+	if public {
+		return nil
+	}
+	if host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		return nil
+	}
+	where := host
+	if where == "" {
+		where = "every interface"
+	}
+	return usagef("--http %s would listen on %s, beyond this host; use 127.0.0.1:%s, or pass --http-public to expose it", addr, where, port)
+}
+
+// statusDoc is the /status document.
+type statusDoc struct {
+	Owner       string             `json:"owner"`
+	Keys        []tenure.KeyStatus `json:"keys"`
+	Leases      []leaseView        `json:"leases"`
+	LeasesError string             `json:"leases_error,omitempty"`
+}
+
+type httpServer struct {
+	srv  *http.Server
+	done chan struct{}
+}
+
+// startHTTP listens on addr and serves /metrics, /status and /healthz.
+func startHTTP(addr string, sup *tenure.Supervisor, st store.Store, secrets []string, metrics *tenure.Metrics, log *slog.Logger) (*httpServer, error) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(metrics,
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		fmt.Fprintln(w, "ok")
+	})
+	callTimeout := sup.Config().CallTimeout
+	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
+		doc := statusDoc{Owner: sup.Owner(), Keys: sup.Status(), Leases: []leaseView{}}
+		ctx, cancel := context.WithTimeout(r.Context(), max(callTimeout, time.Second))
+		leases, err := st.List(ctx, sup.Config().Prefix)
+		cancel()
+		if err != nil {
+			doc.LeasesError = storeurl.Scrub(err.Error(), secrets)
+		} else {
+			doc.Leases = viewLeases(leases)
+		}
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(doc)
+	})
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--http: %w", err)
+	}
+	h := &httpServer{
+		srv:  &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second},
+		done: make(chan struct{}),
+	}
+	go func() {
+		defer close(h.done)
+		if err := h.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("http server stopped", "err", err)
+		}
+	}()
+	log.Info("serving /metrics, /status and /healthz", "addr", ln.Addr().String())
+	return h, nil
+}
+
+func (h *httpServer) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_ = h.srv.Shutdown(ctx)
+	<-h.done
+}

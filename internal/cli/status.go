@@ -1,0 +1,214 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+
+	"github.com/tenure-dev/tenure/store"
+)
+
+// leaseView is one lease as status --json and /status show it.
+type leaseView struct {
+	Key         string `json:"key"`
+	Owner       string `json:"owner"`
+	Epoch       int64  `json:"epoch"`
+	Live        bool   `json:"live"`
+	Released    bool   `json:"released"`
+	Running     bool   `json:"running"`
+	ExpiresInMs int64  `json:"expires_in_ms"`
+}
+
+func viewLeases(leases []store.Lease) []leaseView {
+	out := make([]leaseView, 0, len(leases))
+	for _, l := range leases {
+		out = append(out, leaseView{
+			Key: l.Key, Owner: l.Owner, Epoch: l.Epoch, Live: l.Live, Released: l.Released,
+			Running: l.Running, ExpiresInMs: l.TimeLeft.Milliseconds(),
+		})
+	}
+	return out
+}
+
+// state is the word shown for a lease: held, released or expired.
+func state(l store.Lease) string {
+	switch {
+	case l.Live:
+		return "held"
+	case l.Released:
+		return "released"
+	default:
+		return "expired"
+	}
+}
+
+func timeLeft(l store.Lease) string {
+	switch {
+	case l.Released:
+		return "-"
+	case l.TimeLeft >= 0:
+		return roundDur(l.TimeLeft)
+	default:
+		return "expired " + roundDur(-l.TimeLeft) + " ago"
+	}
+}
+
+func roundDur(d time.Duration) string {
+	switch {
+	case d >= time.Minute:
+		return d.Round(time.Second).String()
+	case d >= 10*time.Second:
+		return d.Round(100 * time.Millisecond).String()
+	default:
+		return d.Round(10 * time.Millisecond).String()
+	}
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+// writeTable prints leases as an aligned table.
+func writeTable(w io.Writer, leases []store.Lease) {
+	if len(leases) == 0 {
+		fmt.Fprintln(w, "no leases")
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "KEY\tOWNER\tEPOCH\tSTATE\tRUNNING\tTIME LEFT")
+	for _, l := range leases {
+		owner := l.Owner
+		if owner == "" {
+			owner = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", printable(l.Key), printable(owner), l.Epoch, state(l), yesNo(l.Running), timeLeft(l))
+	}
+	tw.Flush()
+}
+
+// printable quotes a key that would break the table (spaces, tabs).
+func printable(s string) string {
+	for _, r := range s {
+		if r == ' ' || r == '\t' || r > 0x7e {
+			return fmt.Sprintf("%q", s)
+		}
+	}
+	return s
+}
+
+func isTerminal(f *os.File) bool {
+	if f == nil {
+		return false
+	}
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
+
+func (e *env) statusCommand() *cobra.Command {
+	var asJSON, watch bool
+	var prefix string
+	cmd := &cobra.Command{
+		Use:   "status [--store URL] [--json] [--watch] [--prefix P]",
+		Short: "Show every lease in the store",
+		Long: `Show every lease in the store: its key, owner, epoch, state (held,
+released or expired), whether the holder reported its command running, and
+the time left before it expires (negative after expiry), all on the store's
+clock.
+
+--json prints a JSON array of objects with the fields key, owner, epoch,
+live, released, running and expires_in_ms. --watch redraws every second
+until interrupted (with --json: one array per line).
+
+` + exitCodesHelp,
+		Example: `  tenure status
+  tenure status --store sqlite:/var/lib/app/tenure.db --prefix nightly-
+  tenure status --json | jq -r '.[] | select(.live) | .key + " " + .owner'
+  tenure status --watch`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			raw, _ := cmd.Flags().GetString("store")
+			spec, err := parseStore(raw)
+			if err != nil {
+				return err
+			}
+			ctx := cmd.Context()
+			if watch {
+				var stop context.CancelFunc
+				ctx, stop = signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+				defer stop()
+			}
+			openCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+			st, err := openStore(openCtx, spec)
+			cancel()
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			show := func() error {
+				listCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				defer cancel()
+				leases, err := st.List(listCtx, prefix)
+				if err != nil {
+					return withCode(ExitFailure, scrubErr(err, secretsFor(spec)))
+				}
+				if asJSON {
+					return json.NewEncoder(e.stdout).Encode(viewLeases(leases))
+				}
+				writeTable(e.stdout, leases)
+				return nil
+			}
+			if !watch {
+				return show()
+			}
+			return e.watchLoop(ctx, spec.Shown, asJSON, show)
+		},
+	}
+	addStoreFlag(cmd)
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON instead of a table")
+	cmd.Flags().BoolVar(&watch, "watch", false, "redraw every second until interrupted")
+	cmd.Flags().StringVar(&prefix, "prefix", "", "show only keys that start with this prefix")
+	return cmd
+}
+
+// watchLoop calls show every second until ctx ends. On a terminal it clears
+// the screen first; otherwise each snapshot follows the last, with a
+// timestamp line between tables.
+func (e *env) watchLoop(ctx context.Context, shown string, asJSON bool, show func() error) error {
+	tty := !asJSON && isTerminal(fileOf(e.stdout))
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		switch {
+		case tty:
+			fmt.Fprintf(e.stdout, "\x1b[H\x1b[2J%s  %s  (Ctrl-C to stop)\n\n", time.Now().Format("15:04:05"), shown)
+		case !asJSON:
+			fmt.Fprintf(e.stdout, "--- %s\n", time.Now().Format(time.RFC3339))
+		}
+		if err := show(); err != nil {
+			// A store hiccup should not end a watch; say so and go on.
+			fmt.Fprintln(e.stderr, "tenure: "+oneLine(err.Error()))
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+func fileOf(w io.Writer) *os.File {
+	f, _ := w.(*os.File)
+	return f
+}
