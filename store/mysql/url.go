@@ -2,6 +2,7 @@ package mysql
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -20,20 +21,28 @@ import (
 // messages; secrets are the strings to scrub from driver errors.
 func parseURL(raw string) (cfg *mysqldrv.Config, table, shown string, secrets []string, err error) {
 	secrets = urlSecrets(raw)
-	shown = redactString(store.RedactURL(raw), secrets)
 	invalid := func(format string, args ...any) error {
 		detail := redactString(fmt.Sprintf(format, args...), secrets)
 		return fmt.Errorf("mysql: %s: %s: %w", shown, detail, store.ErrInvalidURL)
 	}
 
 	u, err := url.Parse(raw)
-	switch {
-	case err != nil:
-		return nil, "", "", nil, invalid("%v", err)
-	case u.Scheme != "mysql":
-		return nil, "", "", nil, invalid("scheme must be mysql://")
-	case u.Opaque != "":
+	if err != nil || u.Opaque != "" || !strings.Contains(raw, "://") {
+		// Where the password sits in such a string is anyone's guess (it
+		// may be a go-sql-driver DSN, user:password@tcp(host)/db), so none
+		// of it is shown.
+		shown = "<not a URL>"
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			// Its message without the URL it quotes.
+			shown = "<unparsable URL>"
+			return nil, "", "", nil, invalid("%v", ue.Err)
+		}
 		return nil, "", "", nil, invalid("want mysql://user:password@host:port/database")
+	}
+	shown = redactString(store.RedactURL(raw), secrets)
+	if u.Scheme != "mysql" {
+		return nil, "", "", nil, invalid("scheme must be mysql://")
 	}
 	q := u.Query()
 	table, err = single(q, "table")

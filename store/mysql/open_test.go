@@ -1,0 +1,339 @@
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"net"
+	"net/url"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	mysqldrv "github.com/go-sql-driver/mysql"
+
+	"github.com/tenure-dev/tenure/internal/testenv"
+	"github.com/tenure-dev/tenure/store"
+)
+
+const secret = "S3cr3t-hunter2"
+
+// withPassword returns the test server's URL with a password and, when
+// database is not empty, another database.
+func withPassword(t *testing.T, database string) *url.URL {
+	t.Helper()
+	u, err := url.Parse(testenv.MySQL.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	user := "root"
+	if u.User != nil {
+		user = u.User.Username()
+	}
+	u.User = url.UserPassword(user, secret)
+	if database != "" {
+		u.Path = "/" + database
+	}
+	q := u.Query()
+	q.Set("timeout", "5s")
+	u.RawQuery = q.Encode()
+	return u
+}
+
+func assertNoSecret(t *testing.T, err error, secrets ...string) {
+	t.Helper()
+	if err == nil {
+		t.Fatal("no error")
+	}
+	for _, s := range append(secrets, secret) {
+		if strings.Contains(err.Error(), s) {
+			t.Fatalf("error shows the password %q: %v", s, err)
+		}
+	}
+}
+
+func TestOpenErrorsNeverShowThePassword(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closedPort := ln.Addr().String()
+	ln.Close()
+
+	closed := withPassword(t, "")
+	closed.Host = closedPort
+	// The test server's user has no password (or another one), so the
+	// server refuses this one.
+	wrongPassword := withPassword(t, "")
+
+	cases := map[string]struct {
+		u    *url.URL
+		says string
+	}{
+		"closed port":    {closed, "refused"},
+		"wrong password": {wrongPassword, "Access denied"},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			s, err := Open(ctx, c.u.String(), Options{})
+			if err == nil {
+				s.Close()
+				t.Fatalf("Open(%s) worked", store.RedactURL(c.u.String()))
+			}
+			assertNoSecret(t, err)
+			if !strings.Contains(err.Error(), c.says) || !strings.Contains(err.Error(), "xxxxx") {
+				t.Errorf("error does not say what is wrong, or where: %v", err)
+			}
+			t.Log(err)
+		})
+	}
+}
+
+func TestOpenRejectsMalformedURLsWithoutShowingThePassword(t *testing.T) {
+	urls := map[string]string{
+		"unclosed IPv6 host": "mysql://u:" + secret + "@[::1/db",
+		"bad port":           "mysql://u:" + secret + "@localhost:port/db",
+		"port out of range":  "mysql://u:" + secret + "@localhost:70000/db",
+		"bad escape":         "mysql://u:pa%zz" + secret + "@localhost/db",
+		"other scheme":       "postgres://u:" + secret + "@localhost/db",
+		"no scheme":          "u:" + secret + "@tcp(localhost:3306)/db",
+		"opaque":             "mysql:u:" + secret + "@localhost/db",
+		"no host":            "mysql://u:" + secret + "@/db",
+		"no database":        "mysql://u:" + secret + "@localhost",
+		"empty database":     "mysql://u:" + secret + "@localhost/",
+		"nested path":        "mysql://u:" + secret + "@localhost/db/x",
+		"bad parameter":      "mysql://u:" + secret + "@localhost/db?parseTime=sometimes",
+		"bad timeout":        "mysql://u:" + secret + "@localhost/db?timeout=soon",
+		"two tables":         "mysql://u:" + secret + "@localhost/db?table=a&table=b",
+		"bad table":          "mysql://u:" + secret + "@localhost/db?table=a-b",
+		"host and socket":    "mysql://u:" + secret + "@localhost/db?socket=/tmp/mysql.sock",
+		"password parameter": "mysql://u@localhost/db?password=" + secret + "&parseTime=sometimes",
+	}
+	for name, raw := range urls {
+		t.Run(name, func(t *testing.T) {
+			s, err := Open(context.Background(), raw, Options{})
+			if err == nil {
+				s.Close()
+				t.Fatal("Open worked")
+			}
+			if !errors.Is(err, store.ErrInvalidURL) {
+				t.Errorf("error does not wrap store.ErrInvalidURL: %v", err)
+			}
+			assertNoSecret(t, err, "pa%zz"+secret)
+			t.Log(err)
+		})
+	}
+}
+
+func TestParseURLFillsTheDriverConfig(t *testing.T) {
+	cfg, table, shown, _, err := parseURL("mysql://app:p%40ss%2Fw@db.example:3307/tenure%2Dprod?table=jobs&tls=skip-verify&sql_mode=%27ANSI%27")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.User != "app" || cfg.Passwd != "p@ss/w" || cfg.Net != "tcp" || cfg.Addr != "db.example:3307" || cfg.DBName != "tenure-prod" {
+		t.Errorf("config %+v", cfg)
+	}
+	if table != "jobs" || cfg.TLSConfig != "skip-verify" || cfg.Params["sql_mode"] != "'ANSI'" {
+		t.Errorf("table %q, tls %q, params %v", table, cfg.TLSConfig, cfg.Params)
+	}
+	if !cfg.InterpolateParams || cfg.Params["time_zone"] != "'+00:00'" {
+		t.Errorf("defaults not applied: interpolateParams %t, params %v", cfg.InterpolateParams, cfg.Params)
+	}
+	if strings.Contains(shown, "p%40ss") || !strings.Contains(shown, "xxxxx") {
+		t.Errorf("shown URL %q", shown)
+	}
+
+	cfg, _, _, _, err = parseURL("mysql://[::1]/db?interpolateParams=false&time_zone=%27SYSTEM%27")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Addr != "[::1]:3306" || cfg.InterpolateParams || cfg.Params["time_zone"] != "'SYSTEM'" {
+		t.Errorf("the URL's own settings were not kept: %+v", cfg)
+	}
+
+	cfg, _, _, _, err = parseURL("mysql://root@/db?socket=/run/mysqld/mysqld.sock")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Net != "unix" || cfg.Addr != "/run/mysqld/mysqld.sock" {
+		t.Errorf("socket: %+v", cfg)
+	}
+}
+
+func TestOpenUsesTheURLsTable(t *testing.T) {
+	u, err := url.Parse(testenv.MySQL.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := randomTable()
+	q := u.Query()
+	q.Set("table", table)
+	u.RawQuery = q.Encode()
+	s, err := Open(ctxT(t), u.String(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	defer dropTable(t, s.db, table)
+	if s.Table() != table {
+		t.Fatalf("table %q, want %q", s.Table(), table)
+	}
+	mustAcquire(t, s, "job", "a", ttl, grace)
+
+	other := randomTable()
+	s2, err := Open(ctxT(t), u.String(), Options{Table: other})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s2.Close()
+	if s2.Table() != other {
+		t.Fatalf("Options.Table %q did not win over the URL's: %q", other, s2.Table())
+	}
+}
+
+func TestTableNamesMustBePlainIdentifiers(t *testing.T) {
+	bad := []string{
+		"x; drop table y", "x`y", `x"y`, "x'y", "1abc", "a-b", "a b", "db.table",
+		"ñame", strings.Repeat("a", 64), "leases--",
+	}
+	raw := testenv.MySQL.URL(t)
+	db := openHandle(t, "")
+	for _, name := range bad {
+		if _, err := New(db, Options{Table: name}); !errors.Is(err, store.ErrInvalidName) {
+			t.Errorf("New with table %q: %v, want ErrInvalidName", name, err)
+		}
+		if s, err := Open(context.Background(), raw, Options{Table: name}); !errors.Is(err, store.ErrInvalidName) {
+			if err == nil {
+				s.Close()
+			}
+			t.Errorf("Open with table %q: %v, want ErrInvalidName", name, err)
+		}
+	}
+	s, err := New(db, Options{})
+	if err != nil || s.Table() != DefaultTable {
+		t.Fatalf("default table: %v, %v", s, err)
+	}
+}
+
+func TestTableNameMayBeAReservedWord(t *testing.T) {
+	s := openTable(t, "select", true)
+	mustAcquire(t, s, "job", "a", ttl, grace)
+	if ls := mustList(t, s, ""); len(ls) != 1 {
+		t.Fatalf("List = %+v", ls)
+	}
+}
+
+// openHandle opens a handle of its own on the test server, with extra DSN
+// parameters, closed when the test ends.
+func openHandle(t *testing.T, params string) *sql.DB {
+	t.Helper()
+	u, err := url.Parse(testenv.MySQL.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := mysqldrv.NewConfig()
+	cfg.User = u.User.Username()
+	cfg.Passwd, _ = u.User.Password()
+	cfg.Net, cfg.Addr = "tcp", u.Host
+	cfg.DBName = strings.TrimPrefix(u.Path, "/")
+	dsn := cfg.FormatDSN()
+	if params != "" {
+		dsn += "?" + params
+	}
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+func TestNewUsesTheCallersHandleAndLeavesItOpen(t *testing.T) {
+	ctx := ctxT(t)
+	db := openHandle(t, "")
+	s, err := New(db, Options{Table: randomTable()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dropTable(t, db, s.table)
+	mustAcquire(t, s, "job", "a", ttl, grace)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.PingContext(ctx); err != nil {
+		t.Fatalf("the caller's handle was closed with the store: %v", err)
+	}
+	if _, err := New(nil, Options{}); err == nil {
+		t.Fatal("New accepted a nil handle")
+	}
+}
+
+// A handle of the caller's may prepare every statement (no
+// interpolateParams), use another character set, or another session time
+// zone; none of it may change a key or the clock.
+func TestCallersHandleSettingsChangeNoKeyAndNoClock(t *testing.T) {
+	ref := newTestStore(t)
+	keys := []string{"job", "Job", "job ", "é/ö", "😀", "a'b\\c"}
+	for name, params := range map[string]string{
+		"prepared statements": "",
+		"latin1 connection":   "charset=latin1&interpolateParams=true",
+		"zone ahead of UTC":   "time_zone=%27%2B05%3A00%27&interpolateParams=true",
+		"zone behind UTC":     "time_zone=%27-09%3A30%27",
+	} {
+		t.Run(strings.ReplaceAll(name, " ", "-"), func(t *testing.T) {
+			s, err := New(openHandle(t, params), Options{Table: ref.table})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			owner := "owner-" + name
+			var items []store.RenewItem
+			for _, k := range keys {
+				items = append(items, store.RenewItem{Key: k, Epoch: mustAcquire(t, s, k, owner, ttl, grace)})
+			}
+			got, err := s.Renew(ctxT(t), owner, ttl, items)
+			if err != nil || slices.Contains(got, false) {
+				t.Fatalf("Renew = %v, %v", got, err)
+			}
+			// The reference store reads with its own UTC session.
+			ls := mustList(t, ref, "")
+			var seen []string
+			for _, l := range ls {
+				if l.Owner != owner {
+					continue
+				}
+				seen = append(seen, l.Key)
+				if !l.Live || l.TimeLeft < ttl-time.Second || l.TimeLeft > ttl {
+					t.Errorf("%q seen from a UTC session: %+v, want live with about %v left", l.Key, l, ttl)
+				}
+			}
+			want := slices.Clone(keys)
+			slices.Sort(want)
+			if !slices.Equal(seen, want) {
+				t.Errorf("keys stored %q, want %q", seen, want)
+			}
+			for _, p := range []string{"é", "\xc3", "😀", "job "} {
+				for _, l := range mustList(t, s, p) {
+					if !strings.HasPrefix(l.Key, p) {
+						t.Errorf("List(%q) returned %q", p, l.Key)
+					}
+				}
+			}
+			terms := make([]store.Term, len(items))
+			for i, it := range items {
+				terms[i] = store.Term{Key: it.Key, Epoch: it.Epoch}
+			}
+			if err := s.Release(ctxT(t), owner, terms); err != nil {
+				t.Fatal(err)
+			}
+			for _, l := range mustList(t, ref, "") {
+				if l.Owner == owner && !l.Released {
+					t.Errorf("not released: %+v", l)
+				}
+			}
+		})
+	}
+}
