@@ -272,8 +272,8 @@ func TestNewUsesTheCallersHandleAndLeavesItOpen(t *testing.T) {
 }
 
 // A handle of the caller's may prepare every statement (no
-// interpolateParams), use another character set, or another session time
-// zone; none of it may change a key or the clock.
+// interpolateParams), use another character set, session time zone or SQL
+// mode; none of it may change a key or the clock.
 func TestCallersHandleSettingsChangeNoKeyAndNoClock(t *testing.T) {
 	ref := newTestStore(t)
 	keys := []string{"job", "Job", "job ", "é/ö", "😀", "a'b\\c"}
@@ -282,6 +282,7 @@ func TestCallersHandleSettingsChangeNoKeyAndNoClock(t *testing.T) {
 		"latin1 connection":   "charset=latin1&interpolateParams=true",
 		"zone ahead of UTC":   "time_zone=%27%2B05%3A00%27&interpolateParams=true",
 		"zone behind UTC":     "time_zone=%27-09%3A30%27",
+		"ANSI SQL mode":       "sql_mode=%27ANSI%2CNO_BACKSLASH_ESCAPES%27&interpolateParams=true",
 	} {
 		t.Run(strings.ReplaceAll(name, " ", "-"), func(t *testing.T) {
 			s, err := New(openHandle(t, params), Options{Table: ref.table})
