@@ -1,0 +1,79 @@
+package chaos
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/tenure-dev/tenure/internal/testenv"
+)
+
+// The store tests run a short schedule (TENURE_CHAOS_DURATION, default
+// 40s) and expect no violation. A long run of one store:
+//
+//	TENURE_CHAOS_DURATION=10m go test ./internal/chaos -run TestChaosPostgres -v -timeout 30m
+//
+// TENURE_CHAOS_SEED replays a schedule; TENURE_CHAOS_HISTORY=DIR keeps
+// every run's history (otherwise only a failed run's is kept).
+
+func TestChaosSQLite(t *testing.T) {
+	runChaos(t, "sqlite:"+filepath.Join(t.TempDir(), "leases.db"))
+}
+
+func TestChaosPostgres(t *testing.T) {
+	runChaos(t, testenv.Postgres.URL(t))
+}
+
+func TestChaosRedis(t *testing.T) {
+	runChaos(t, testenv.Redis.URL(t))
+}
+
+func runChaos(t *testing.T, url string) {
+	if testing.Short() {
+		t.Skip("runs replicas under faults for tens of seconds")
+	}
+	opts := Options{Store: url, Duration: 40 * time.Second,
+		Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))}
+	if v := os.Getenv("TENURE_CHAOS_DURATION"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			t.Fatalf("TENURE_CHAOS_DURATION: %v", err)
+		}
+		opts.Duration = d
+	}
+	if v := os.Getenv("TENURE_CHAOS_SEED"); v != "" {
+		seed, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("TENURE_CHAOS_SEED: %v", err)
+		}
+		opts.Seed = seed
+	}
+	if dir := os.Getenv("TENURE_CHAOS_HISTORY"); dir != "" {
+		opts.HistoryDir = filepath.Join(dir, t.Name())
+	}
+	start := time.Now()
+	rep, err := Run(context.Background(), opts)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	var text strings.Builder
+	_ = rep.WriteText(&text)
+	t.Logf("after %v:\n%s", time.Since(start).Round(time.Second), text.String())
+	if !rep.OK() {
+		t.Errorf("%d violations; the history is in %s (replay with TENURE_CHAOS_SEED=%d)",
+			len(rep.Violations), rep.HistoryDir, rep.Seed)
+	}
+	// A run that injected nothing or moved nothing proves nothing.
+	faults := 0
+	for _, n := range rep.Faults {
+		faults += n
+	}
+	if faults == 0 || rep.Transitions == 0 || rep.Ops.Accepted == 0 {
+		t.Errorf("the run was vacuous: %d faults, %d transitions, %d accepted writes", faults, rep.Transitions, rep.Ops.Accepted)
+	}
+}

@@ -1,0 +1,424 @@
+package chaos
+
+import (
+	"fmt"
+	"slices"
+	"time"
+)
+
+// The invariants a run is checked against.
+const (
+	InvOverlap     = "one holder at a time"
+	InvEpochUnique = "each epoch issued once"
+	InvEpochOrder  = "epochs only grow"
+	InvFence       = "fenced writes in epoch order"
+	InvEarly       = "no takeover before expiry + grace"
+	InvTakeover    = "crashed holder replaced in time"
+	InvResume      = "paused holder stops on resume"
+	InvMargin      = "fail-closed margin"
+	InvHealth      = "replicas never crash"
+)
+
+// Invariants lists them in report order.
+var Invariants = []string{InvOverlap, InvEpochUnique, InvEpochOrder, InvFence, InvEarly,
+	InvTakeover, InvResume, InvMargin, InvHealth}
+
+// Tolerances of the checks.
+const (
+	// ResumeBound is how soon a frozen holder whose term ended during the
+	// pause must stop once it resumes. The overlap with its successor in
+	// that moment is the documented limit of timing alone (fencing covers
+	// it); beyond it, the overlap is a violation.
+	ResumeBound = 500 * time.Millisecond
+	// TakeoverSlack is added to TTL + Grace + RenewEvery for scheduling
+	// and process start on a loaded host.
+	TakeoverSlack = 750 * time.Millisecond
+	// MarginTolerance is how far short of RenewEvery + Grace a runner
+	// stopped for lack of renewals may stop before its successor starts
+	// (timer and scheduling delay in the stopping process).
+	MarginTolerance = 100 * time.Millisecond
+	// clockTolerance absorbs rate differences between the store's clock
+	// and CLOCK_MONOTONIC over a few seconds.
+	clockTolerance = 5 * time.Millisecond
+)
+
+// checker accumulates results while the checks run.
+type checker struct {
+	m       *model
+	t       Timing
+	rep     *Report
+	results map[string]*InvariantResult
+}
+
+func (c *checker) checked(inv string, n int) { c.results[inv].Checked += n }
+
+func (c *checker) violate(inv string, at int64, key, replica string, amount time.Duration, format string, args ...any) {
+	r := c.results[inv]
+	r.Violations++
+	r.Worst = max(r.Worst, amount)
+	c.rep.Violations = append(c.rep.Violations, Violation{Invariant: inv, At: c.m.since(at), Key: key,
+		Replica: replica, Amount: amount, Detail: fmt.Sprintf(format, args...)})
+}
+
+// Check checks a history against every invariant and measures it.
+func Check(h *History) *Report {
+	m := buildModel(h)
+	rep := &Report{Store: h.Store, Seed: h.Seed, Timing: h.Timing, Replicas: h.Replicas, Keys: len(h.Keys),
+		Duration: time.Duration(m.end - m.begin), Faults: map[string]int{}, History: h}
+	c := &checker{m: m, t: h.Timing, rep: rep, results: map[string]*InvariantResult{}}
+	for _, inv := range Invariants {
+		c.results[inv] = &InvariantResult{Name: inv}
+	}
+	c.overlaps()
+	c.epochs()
+	c.fencedWrites()
+	c.earlyTakeovers()
+	c.crashTakeovers()
+	c.resumes()
+	c.margins()
+	c.health()
+	c.measure()
+	for _, inv := range Invariants {
+		rep.Invariants = append(rep.Invariants, *c.results[inv])
+	}
+	slices.SortStableFunc(rep.Violations, func(a, b Violation) int { return compareInt(int64(a.At), int64(b.At)) })
+	return rep
+}
+
+// overlaps: no two replicas work on one key at once. A frozen process's
+// interval is suspended while it is stopped; the moment between its
+// resumption and its stop is allowed (and counted) when that stop comes
+// within ResumeBound.
+func (c *checker) overlaps() {
+	for key, ivs := range c.m.intervals {
+		for i, a := range ivs {
+			for _, b := range ivs[i+1:] {
+				if b.start >= a.end {
+					break
+				}
+				if a.r == b.r {
+					continue
+				}
+				c.checked(InvOverlap, 1)
+				var bad, excused time.Duration
+				at := int64(-1)
+				for _, sa := range a.r.live(a.start, a.end) {
+					for _, sb := range b.r.live(b.start, b.end) {
+						o := time.Duration(min(sa.to, sb.to) - max(sa.from, sb.from))
+						if o <= 0 {
+							continue
+						}
+						if c.promptTail(a, sa) || c.promptTail(b, sb) {
+							excused += o
+							continue
+						}
+						bad += o
+						if at < 0 {
+							at = max(sa.from, sb.from)
+						}
+					}
+				}
+				if excused > 0 {
+					c.rep.PauseOverlaps++
+					c.rep.WorstPauseOverlap = max(c.rep.WorstPauseOverlap, excused)
+				}
+				if bad > 0 {
+					c.violate(InvOverlap, at, key, a.r.name+"+"+b.r.name, bad,
+						"%s (epoch %d) and %s (epoch %d) both worked for %v", a.r.name, a.epoch, b.r.name, b.epoch, bad)
+				}
+			}
+		}
+	}
+}
+
+// promptTail: s is the last piece of iv, begins when its process was
+// resumed, and the runner stopped within ResumeBound of that.
+func (c *checker) promptTail(iv *interval, s span) bool {
+	if !iv.stopped || s.to != iv.end || time.Duration(s.to-s.from) > ResumeBound {
+		return false
+	}
+	for _, p := range iv.r.pauses {
+		if p.to == s.from {
+			return true
+		}
+	}
+	return false
+}
+
+// epochs: one owner per (key, epoch), and no term starts after a newer
+// one of its key has started or been granted.
+func (c *checker) epochs() {
+	for key, terms := range c.m.terms {
+		c.checked(InvEpochUnique, len(terms))
+		owners := map[int64]map[string]bool{}
+		add := func(epoch int64, owner string) {
+			if owners[epoch] == nil {
+				owners[epoch] = map[string]bool{}
+			}
+			owners[epoch][owner] = true
+		}
+		for _, t := range terms {
+			add(t.epoch, t.owner)
+		}
+		for _, iv := range c.m.intervals[key] {
+			add(iv.epoch, iv.r.owner)
+		}
+		for _, t := range terms {
+			if n := len(owners[t.epoch]); n > 1 {
+				c.violate(InvEpochUnique, t.granted, key, "", 0, "epoch %d was given to %d owners: %v",
+					t.epoch, n, sortedKeys(owners[t.epoch]))
+			}
+		}
+	}
+	for key, ivs := range c.m.intervals {
+		var newest *interval
+		for _, iv := range ivs {
+			c.checked(InvEpochOrder, 1)
+			if newest != nil && iv.epoch < newest.epoch {
+				c.violate(InvEpochOrder, iv.start, key, iv.r.name, 0,
+					"%s started epoch %d after %s had started epoch %d", iv.r.name, iv.epoch, newest.r.name, newest.epoch)
+			}
+			if newest == nil || iv.epoch > newest.epoch {
+				newest = iv
+			}
+		}
+	}
+	// A grant whose request was sent after another grant's reply arrived
+	// must carry a greater epoch.
+	for key, acq := range c.m.acquires {
+		bySent := slices.Clone(acq)
+		slices.SortFunc(bySent, func(a, b Event) int { return compareInt(a.Sent, b.Sent) })
+		j, best := 0, Event{}
+		for _, b := range bySent {
+			for ; j < len(acq) && acq[j].T < b.Sent; j++ {
+				if acq[j].Epoch > best.Epoch {
+					best = acq[j]
+				}
+			}
+			c.checked(InvEpochOrder, 1)
+			if best.Epoch >= b.Epoch {
+				c.violate(InvEpochOrder, b.T, key, b.Replica, 0,
+					"%s was granted epoch %d after %s had been granted epoch %d", b.Replica, b.Epoch, best.Replica, best.Epoch)
+			}
+		}
+	}
+}
+
+// fencedWrites: in commit order (the row's counter) the accepted writes'
+// epochs never decrease, each saw an older or equal epoch in the row, and
+// a refusal always names a newer epoch.
+func (c *checker) fencedWrites() {
+	for key, ws := range c.m.writes {
+		var accepted []Event
+		for _, w := range ws {
+			switch w.Outcome {
+			case outAccepted:
+				accepted = append(accepted, w)
+				if w.Prev > w.Epoch {
+					c.violate(InvFence, w.T, key, w.Replica, 0,
+						"%s wrote with epoch %d over a row written by epoch %d", w.Replica, w.Epoch, w.Prev)
+				}
+			case outRejected:
+				c.checked(InvFence, 1)
+				if w.Cur != 0 && w.Cur <= w.Epoch {
+					c.violate(InvFence, w.T, key, w.Replica, 0,
+						"%s's write with epoch %d was refused by the fence at epoch %d", w.Replica, w.Epoch, w.Cur)
+				}
+			}
+		}
+		slices.SortFunc(accepted, func(a, b Event) int { return compareInt(a.Seq, b.Seq) })
+		c.checked(InvFence, len(accepted))
+		for i := 1; i < len(accepted); i++ {
+			prev, w := accepted[i-1], accepted[i]
+			switch {
+			case w.Seq == prev.Seq:
+				c.violate(InvFence, w.T, key, w.Replica, 0, "two writes committed as number %d (%s and %s)",
+					w.Seq, prev.Replica, w.Replica)
+			case w.Epoch < prev.Epoch:
+				c.violate(InvFence, w.T, key, w.Replica, 0,
+					"%s's write with epoch %d was accepted after %s's with epoch %d", w.Replica, w.Epoch, prev.Replica, prev.Epoch)
+			}
+		}
+	}
+}
+
+// earlyTakeovers: a term taken from a peer that did not release it is
+// granted no sooner than the peer's last confirmed renewal + TTL + grace.
+func (c *checker) earlyTakeovers() {
+	for key, terms := range c.m.terms {
+		for i := 1; i < len(terms); i++ {
+			a, b := terms[i-1], terms[i]
+			// A grant earlier than its predecessor's is the epoch checks' business.
+			if a.owner == b.owner || a.released || a.lastConfirmed == 0 || b.granted == 0 || b.granted <= a.granted {
+				continue
+			}
+			c.checked(InvEarly, 1)
+			bound := a.lastConfirmed + int64(c.t.TTL+c.t.Grace-clockTolerance)
+			if b.granted < bound {
+				early := time.Duration(bound - b.granted)
+				c.violate(InvEarly, b.granted, key, c.name(b.owner), early,
+					"epoch %d granted %v before epoch %d's last confirmed renewal + TTL + grace", b.epoch, early, a.epoch)
+			}
+		}
+	}
+}
+
+func (c *checker) name(owner string) string {
+	if r := c.m.byOwner[owner]; r != nil {
+		return r.name
+	}
+	return owner
+}
+
+// takeoverBound is how soon a crashed holder's keys must run elsewhere.
+func (c *checker) takeoverBound() time.Duration {
+	return c.t.TTL + c.t.Grace + c.t.RenewEvery + TakeoverSlack
+}
+
+// crashTakeovers: each key a killed replica was running is running on
+// another within the bound, measured from the kill.
+func (c *checker) crashTakeovers() {
+	bound := c.takeoverBound()
+	c.rep.Takeover.Bound = bound
+	var lat []time.Duration
+	for _, f := range c.m.faults {
+		if f.kind != FaultKill {
+			continue
+		}
+		r := c.m.replicas[f.target]
+		for key, ivs := range c.m.intervals {
+			held := slices.ContainsFunc(ivs, func(iv *interval) bool { return iv.r == r && iv.start <= f.from && iv.end >= f.from })
+			if !held {
+				continue
+			}
+			next := slices.IndexFunc(ivs, func(iv *interval) bool { return iv.r != r && iv.start >= f.from })
+			if next < 0 {
+				if f.from+int64(bound) < c.m.end {
+					c.checked(InvTakeover, 1)
+					c.violate(InvTakeover, f.from, key, r.name, 0, "nobody took over from %s (killed)", r.name)
+				}
+				continue
+			}
+			d := time.Duration(ivs[next].start - f.from)
+			if c.otherFault(f, ivs[next].start) {
+				continue
+			}
+			c.checked(InvTakeover, 1)
+			lat = append(lat, d)
+			if d > bound {
+				c.violate(InvTakeover, ivs[next].start, key, ivs[next].r.name, d-bound,
+					"%s took over %v after %s was killed (bound %v)", ivs[next].r.name, d, r.name, bound)
+			}
+		}
+	}
+	c.rep.Takeover.set(lat)
+}
+
+// otherFault reports whether a fault other than f began between f and at.
+func (c *checker) otherFault(f faultWindow, at int64) bool {
+	for _, g := range c.m.faults {
+		if g != f && g.from >= f.from && g.from <= at {
+			return true
+		}
+	}
+	return false
+}
+
+// resumes: a holder frozen while a peer took its key stops within
+// ResumeBound of resuming.
+func (c *checker) resumes() {
+	var lat []time.Duration
+	for _, r := range c.m.replicas {
+		for _, p := range r.pauses {
+			for key, ivs := range c.m.intervals {
+				for _, iv := range ivs {
+					if iv.r != r || iv.start > p.from || iv.end < p.to {
+						continue
+					}
+					tookOver := slices.ContainsFunc(ivs, func(o *interval) bool { return o.r != r && o.start >= p.from && o.start <= p.to })
+					d := time.Duration(iv.end - p.to)
+					if tookOver || iv.stopped && d < c.t.TTL && (iv.cause == causeDeadline || iv.cause == causeLost) {
+						lat = append(lat, d)
+					}
+					if !tookOver {
+						continue
+					}
+					c.checked(InvResume, 1)
+					if !iv.stopped || d > ResumeBound {
+						c.violate(InvResume, p.to, key, r.name, d,
+							"%s resumed after a peer took epoch %d's key and kept working for %v (cause %q)", r.name, iv.epoch, d, iv.cause)
+					}
+				}
+			}
+		}
+	}
+	c.rep.ResumeStop.Bound = ResumeBound
+	c.rep.ResumeStop.set(lat)
+}
+
+// margins: a runner stopped for lack of confirmed renewals (not frozen
+// meanwhile, its term not released) stops at least RenewEvery + Grace
+// before another replica starts the key.
+func (c *checker) margins() {
+	promised := c.t.RenewEvery + c.t.Grace
+	c.rep.Margin.Promised = promised
+	first := true
+	for key, ivs := range c.m.intervals {
+		for i, iv := range ivs {
+			if !iv.stopped || iv.cause != causeDeadline || iv.r.pausedDuring(iv.end-int64(c.t.TTL+c.t.Grace), iv.end) {
+				continue
+			}
+			if c.released(key, iv.epoch) {
+				continue
+			}
+			next := slices.IndexFunc(ivs[i+1:], func(o *interval) bool { return o.r != iv.r && o.start >= iv.end })
+			if next < 0 {
+				continue
+			}
+			nx := ivs[i+1+next]
+			if nx.epoch <= iv.epoch {
+				continue // not a successor term: the epoch checks deal with it
+			}
+			got := time.Duration(nx.start - iv.end)
+			c.checked(InvMargin, 1)
+			if first || got < c.rep.Margin.Min {
+				c.rep.Margin.Min, first = got, false
+			}
+			c.rep.Margin.N++
+			if got < promised-MarginTolerance {
+				c.violate(InvMargin, iv.end, key, iv.r.name, promised-got,
+					"%s stopped epoch %d only %v before %s started epoch %d (promised %v)", iv.r.name, iv.epoch, got, nx.r.name, nx.epoch, promised)
+			}
+		}
+	}
+}
+
+func (c *checker) released(key string, epoch int64) bool {
+	for _, t := range c.m.terms[key] {
+		if t.epoch == epoch {
+			return t.released
+		}
+	}
+	return false
+}
+
+// health: no replica exited unexpectedly or printed a panic or data race.
+func (c *checker) health() {
+	c.checked(InvHealth, len(c.m.replicas))
+	for _, e := range c.m.crashes {
+		what := "exited unexpectedly: " + e.Err
+		if e.Ev == evDiag {
+			what = "reported: " + e.Err
+		}
+		c.violate(InvHealth, e.T, "", e.Target, 0, "%s %s (see %s.stderr)", e.Target, what, e.Target)
+	}
+}
+
+func sortedKeys(m map[string]bool) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}

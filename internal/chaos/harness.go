@@ -1,0 +1,348 @@
+package chaos
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/tenure-dev/tenure/store"
+)
+
+// Timing is the lease timing every replica uses.
+type Timing struct {
+	TTL         time.Duration `json:"ttl"`
+	Grace       time.Duration `json:"grace"`
+	RenewEvery  time.Duration `json:"renew_every"`
+	CallTimeout time.Duration `json:"call_timeout"`
+	StopTimeout time.Duration `json:"stop_timeout"`
+}
+
+// DefaultTiming is short, so that a run of a few minutes sees hundreds of
+// takeovers, and still within what every store answers comfortably.
+func DefaultTiming() Timing {
+	return Timing{TTL: 2 * time.Second, Grace: time.Second, RenewEvery: 600 * time.Millisecond,
+		CallTimeout: 300 * time.Millisecond, StopTimeout: 5 * time.Second}
+}
+
+// Options configures a run. The zero value of each field means its default.
+type Options struct {
+	// Store is the store under test: sqlite:PATH, postgres://… or
+	// redis://…. The run works in a table (namespace) of its own and drops
+	// it at the end. Required.
+	Store string
+	// Duration is how long faults are injected. Default 2m.
+	Duration time.Duration
+	// Seed draws the fault schedule; the same seed replays the same
+	// schedule. Zero picks one at random (reported).
+	Seed uint64
+	// Replicas is how many replica processes run at once. Default 3.
+	Replicas int
+	// Keys is how many keys each replica wants. Default 4.
+	Keys int
+	// Timing is the replicas' lease timing; zero fields take DefaultTiming.
+	Timing Timing
+	// Faults restricts the fault kinds (see FaultKinds). Default: all.
+	Faults []string
+	// Executable is the binary started as a replica with ReplicaEnv set;
+	// it must call ReplicaMain (see IsReplica). Default: this executable.
+	Executable string
+	// ReplicaArgs are its arguments (e.g. a hidden subcommand). Default:
+	// none, or "-test.run=^$" when this is a test binary, so a TestMain
+	// that forgot to call ReplicaMain runs no tests instead of recursing.
+	ReplicaArgs []string
+	// HistoryDir keeps the run's history (logs, schedule, report, SVG
+	// timeline) there. Default: a temporary directory, removed when the
+	// run passes and kept (named in the report) when it fails.
+	HistoryDir string
+	// Logger receives progress (faults as they happen). Default: silent.
+	Logger *slog.Logger
+}
+
+func (o Options) withDefaults() (Options, error) {
+	if o.Store == "" {
+		return o, errors.New("chaos: Options.Store is required")
+	}
+	if o.Duration == 0 {
+		o.Duration = 2 * time.Minute
+	}
+	if o.Seed == 0 {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		o.Seed = binary.LittleEndian.Uint64(b[:])>>1 | 1
+	}
+	if o.Replicas == 0 {
+		o.Replicas = 3
+	}
+	if o.Keys == 0 {
+		o.Keys = 4
+	}
+	d := DefaultTiming()
+	t := &o.Timing
+	for _, f := range []struct{ v *time.Duration; def time.Duration }{
+		{&t.TTL, d.TTL}, {&t.Grace, d.Grace}, {&t.RenewEvery, d.RenewEvery},
+		{&t.CallTimeout, d.CallTimeout}, {&t.StopTimeout, d.StopTimeout},
+	} {
+		if *f.v == 0 {
+			*f.v = f.def
+		}
+	}
+	if len(o.Faults) == 0 {
+		o.Faults = FaultKinds
+	}
+	for _, f := range o.Faults {
+		if !slices.Contains(FaultKinds, f) {
+			return o, fmt.Errorf("chaos: unknown fault kind %q (known: %v)", f, FaultKinds)
+		}
+	}
+	switch {
+	case o.Duration < 0:
+		return o, fmt.Errorf("chaos: Duration %v is negative", o.Duration)
+	case o.Replicas < 2:
+		return o, fmt.Errorf("chaos: Replicas %d: at least two are needed for a takeover", o.Replicas)
+	case o.Keys < 1 || o.Keys > 64:
+		return o, fmt.Errorf("chaos: Keys %d: between 1 and 64", o.Keys)
+	}
+	if o.Executable == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return o, fmt.Errorf("chaos: find this executable: %w", err)
+		}
+		o.Executable = exe
+		if o.ReplicaArgs == nil && flag.Lookup("test.run") != nil {
+			o.ReplicaArgs = []string{"-test.run=^$"}
+		}
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return o, nil
+}
+
+// History is everything a run recorded: its parameters, the faults it
+// drew, and every event of every process, ordered by time.
+type History struct {
+	Seed     uint64        `json:"seed"`
+	Store    string        `json:"store"` // redacted URL
+	Kind     string        `json:"kind"`
+	Timing   Timing        `json:"timing"`
+	Keys     []string      `json:"keys"`
+	Replicas int           `json:"replicas"`
+	Duration time.Duration `json:"duration"` // planned time of faults
+	Plan     []Step        `json:"plan"`     // the steps that ran, in order
+	Events   []Event       `json:"-"`        // from the *.jsonl logs
+}
+
+const metaFile = "history.json"
+
+// LoadHistory reads a history directory written by Run.
+func LoadHistory(dir string) (*History, error) {
+	b, err := os.ReadFile(filepath.Join(dir, metaFile))
+	if err != nil {
+		return nil, fmt.Errorf("chaos: %w", err)
+	}
+	h := new(History)
+	if err := json.Unmarshal(b, h); err != nil {
+		return nil, fmt.Errorf("chaos: %s: %w", metaFile, err)
+	}
+	logs, err := filepath.Glob(filepath.Join(dir, "*.jsonl"))
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range logs {
+		evs, err := readLog(p)
+		if err != nil {
+			return nil, err
+		}
+		h.Events = append(h.Events, evs...)
+	}
+	slices.SortStableFunc(h.Events, func(a, b Event) int { return compareInt(a.T, b.T) })
+	return h, nil
+}
+
+func compareInt(a, b int64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// Run starts the replicas on the store, injects faults for the duration,
+// shuts everything down, and checks the history. The error is for a run
+// that could not be carried out; violations are in the report
+// (Report.OK).
+func Run(ctx context.Context, opts Options) (*Report, error) {
+	if !supported {
+		return nil, errors.New("chaos: the fault-injection harness runs on Linux only")
+	}
+	o, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	var idb [4]byte
+	_, _ = rand.Read(idb[:])
+	runID := hex.EncodeToString(idb[:])
+	b, err := parseBackend(o.Store, "chaos_"+runID)
+	if err != nil {
+		return nil, err
+	}
+	dir, autoDir := o.HistoryDir, o.HistoryDir == ""
+	if autoDir {
+		dir, err = os.MkdirTemp("", fmt.Sprintf("tenure-chaos-%d-*", o.Seed))
+	} else {
+		err = os.MkdirAll(dir, 0o700)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("chaos: history directory: %w", err)
+	}
+	h := &harness{opts: o, runID: runID, dir: dir, backend: b, procs: map[string]*proc{},
+		log: o.Logger.With("seed", o.Seed)}
+	h.hist = History{Seed: o.Seed, Store: store.RedactURL(o.Store), Kind: b.Kind, Timing: o.Timing,
+		Replicas: o.Replicas, Duration: o.Duration}
+	for i := range o.Keys {
+		h.hist.Keys = append(h.hist.Keys, fmt.Sprintf("chaos-%s/k%d", runID, i+1))
+	}
+	h.res = resourceSpec{Kind: kindSQLite, Path: filepath.Join(dir, "resource.db"), Fence: "chaos_fence", Table: "chaos_data"}
+	if b.Kind == kindPostgres {
+		h.res = resourceSpec{Kind: kindPostgres, URL: o.Store, Fence: "chaos_fence_" + runID, Table: "chaos_data_" + runID}
+	}
+
+	runErr := h.run(ctx)
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+	defer cancel()
+	if err := errors.Join(b.cleanup(cctx), dropResource(cctx, h.res)); err != nil {
+		h.log.Warn("could not drop the run's scratch tables", "err", store.RedactError(err, urlPassword(o.Store)))
+	}
+	if runErr != nil {
+		return nil, fmt.Errorf("%w (history kept in %s)", runErr, dir)
+	}
+	hist, err := LoadHistory(dir)
+	if err != nil {
+		return nil, err
+	}
+	rep := Check(hist)
+	rep.History = hist
+	rep.HistoryDir = dir
+	if err := saveArtifacts(dir, rep); err != nil {
+		h.log.Warn("could not save the report", "err", err)
+	}
+	if rep.OK() && autoDir {
+		_ = os.RemoveAll(dir)
+		rep.HistoryDir = ""
+	}
+	return rep, nil
+}
+
+func saveArtifacts(dir string, rep *Report) error {
+	f, err := os.Create(filepath.Join(dir, "report.txt"))
+	if err != nil {
+		return err
+	}
+	werr := rep.WriteText(f)
+	if err := errors.Join(werr, f.Close()); err != nil {
+		return err
+	}
+	g, err := os.Create(filepath.Join(dir, "timeline.svg"))
+	if err != nil {
+		return err
+	}
+	return errors.Join(WriteTimeline(g, rep.History), g.Close())
+}
+
+// harness is one run in progress.
+type harness struct {
+	opts    Options
+	runID   string
+	dir     string
+	backend backend
+	res     resourceSpec
+	log     *slog.Logger
+	hl      *eventLog
+	mon     closingStore // the harness's own view of the store, for targeting
+	hist    History
+
+	mu    sync.Mutex
+	procs map[string]*proc // live replicas by name
+	seq   int
+	wg    sync.WaitGroup // process waiters
+}
+
+// run carries out the run; the history is on disk when it returns.
+func (h *harness) run(ctx context.Context) (err error) {
+	if err := h.writeMeta(); err != nil {
+		return err
+	}
+	if h.hl, err = openLog(filepath.Join(h.dir, "harness.jsonl"), ""); err != nil {
+		return err
+	}
+	defer h.hl.close()
+	octx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	h.mon, err = h.backend.open(octx)
+	if err == nil {
+		err = prepareResource(octx, h.res)
+	}
+	cancel()
+	if err != nil {
+		if h.mon != nil {
+			h.mon.Close()
+		}
+		return fmt.Errorf("chaos: prepare the store: %w", err)
+	}
+	defer h.mon.Close()
+	defer h.wg.Wait()
+	defer h.shutdown()
+
+	for range h.opts.Replicas {
+		if _, err := h.spawn(); err != nil {
+			return err
+		}
+	}
+	if !h.settle(ctx, 30*time.Second) {
+		return fmt.Errorf("chaos: the replicas did not take every key within 30s; see the *.stderr files")
+	}
+	h.log.Info("replicas up; injecting faults", "duration", h.opts.Duration, "store", h.hist.Store)
+	h.hl.add(Event{Ev: evRunBegin})
+	h.inject(ctx)
+	h.hl.add(Event{Ev: evRunEnd})
+	return h.writeMeta()
+}
+
+func (h *harness) writeMeta() error {
+	b, err := json.MarshalIndent(h.hist, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(h.dir, metaFile), b, 0o600)
+}
+
+// inject runs fault steps from the seed until the duration is up.
+func (h *harness) inject(ctx context.Context) {
+	pl := newPlanner(h.opts.Seed, h.opts.Timing, h.opts.Keys)
+	end := time.Now().Add(h.opts.Duration)
+	settleMax := 2*(h.opts.Timing.TTL+h.opts.Timing.Grace) + 2*time.Second
+	for ctx.Err() == nil && time.Now().Before(end) {
+		s := pl.next()
+		if !slices.Contains(h.opts.Faults, s.Fault) {
+			continue
+		}
+		h.hist.Plan = append(h.hist.Plan, s)
+		h.apply(ctx, s)
+		h.replaceCrashed()
+		h.settle(ctx, settleMax)
+		_ = sleepCtx(ctx, min(s.Gap, max(time.Until(end), 0)))
+	}
+}

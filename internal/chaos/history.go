@@ -1,0 +1,248 @@
+package chaos
+
+import (
+	"slices"
+	"time"
+)
+
+// This file turns a history's events into what the checks reason about:
+// replica processes with their pauses and deaths, runner intervals, terms,
+// and fault windows.
+
+type span struct{ from, to int64 }
+
+// replicaInfo is one replica process.
+type replicaInfo struct {
+	name, owner string
+	exit        int64 // when the harness reaped it; 0 while alive
+	killed      bool
+	pauses      []span // recorded inside the real pauses
+}
+
+// interval is one run of one runner: from its start record to its stop
+// record, or, without one, to its process's death (or the end of the
+// history).
+type interval struct {
+	r          *replicaInfo
+	key        string
+	epoch      int64
+	start, end int64
+	cause      string // the stop's cause, or "killed", "exited", "open"
+	stopped    bool   // ended by its own stop record
+}
+
+// term is what the store calls tell about one epoch of one key.
+type term struct {
+	key           string
+	epoch         int64
+	owner         string
+	granted       int64 // reply time of the Acquire that started it (0: unseen)
+	lastConfirmed int64 // send time of the last confirmed grant or renewal
+	released      bool  // a Release of it was attempted (it may have committed)
+}
+
+// faultWindow is a fault from its start to its end (for a kill or a
+// restart: until the process was gone).
+type faultWindow struct {
+	kind, target string
+	from, to     int64
+}
+
+// model is a history digested.
+type model struct {
+	h          *History
+	begin, end int64 // run.begin and run.end (or the first and last event)
+	replicas   map[string]*replicaInfo
+	byOwner    map[string]*replicaInfo
+	intervals  map[string][]*interval // by key, ordered by start
+	terms      map[string][]*term     // by key, ordered by epoch
+	faults     []faultWindow
+	writes     map[string][]Event // fenced writes by key
+	acquires   map[string][]Event // granted acquisitions by key
+	crashes    []Event            // unexpected exits and diagnostics
+	counts     map[string]int     // events by kind
+}
+
+func buildModel(h *History) *model {
+	m := &model{h: h, replicas: map[string]*replicaInfo{}, byOwner: map[string]*replicaInfo{},
+		intervals: map[string][]*interval{}, terms: map[string][]*term{}, writes: map[string][]Event{},
+		acquires: map[string][]Event{}, counts: map[string]int{}}
+	if len(h.Events) > 0 {
+		m.begin, m.end = h.Events[0].T, h.Events[len(h.Events)-1].T
+	}
+	open := map[*replicaInfo]map[string]*interval{}
+	openFault := map[string]int{} // kind/target → index in m.faults
+	termOf := map[string]map[int64]*term{}
+	getTerm := func(key string, epoch int64) *term {
+		if termOf[key] == nil {
+			termOf[key] = map[int64]*term{}
+		}
+		t := termOf[key][epoch]
+		if t == nil {
+			t = &term{key: key, epoch: epoch}
+			termOf[key][epoch] = t
+		}
+		return t
+	}
+	replica := func(name string) *replicaInfo {
+		r := m.replicas[name]
+		if r == nil {
+			r = &replicaInfo{name: name}
+			m.replicas[name] = r
+		}
+		return r
+	}
+	closeAll := func(r *replicaInfo, at int64, cause string) {
+		for key, iv := range open[r] {
+			iv.end, iv.cause = at, cause
+			delete(open[r], key)
+		}
+	}
+	sawEnd := false
+	for _, e := range h.Events {
+		m.counts[e.Ev]++
+		switch e.Ev {
+		case evRunBegin:
+			m.begin = e.T
+		case evRunEnd:
+			m.end, sawEnd = e.T, true
+		case evSpawn:
+			r := replica(e.Target)
+			r.owner = e.Owner
+			m.byOwner[e.Owner] = r
+		case evProc:
+			if r := replica(e.Replica); r.owner == "" {
+				r.owner = e.Owner
+				m.byOwner[e.Owner] = r
+			}
+		case evExited:
+			r := replica(e.Target)
+			r.exit = e.T
+			cause := "exited"
+			if r.killed {
+				cause = "killed"
+			}
+			closeAll(r, e.T, cause)
+			if e.Outcome == "unexpected" {
+				m.crashes = append(m.crashes, e)
+			}
+		case evDiag:
+			m.crashes = append(m.crashes, e)
+		case evFaultBegin:
+			if e.Fault == FaultKill {
+				replica(e.Target).killed = true
+			}
+			openFault[e.Fault+"/"+e.Target] = len(m.faults)
+			m.faults = append(m.faults, faultWindow{kind: e.Fault, target: e.Target, from: e.T, to: -1})
+		case evFaultEnd:
+			if i, ok := openFault[e.Fault+"/"+e.Target]; ok {
+				m.faults[i].to = e.T
+				delete(openFault, e.Fault+"/"+e.Target)
+				if e.Fault == FaultPause {
+					r := replica(e.Target)
+					r.pauses = append(r.pauses, span{m.faults[i].from, e.T})
+				}
+			}
+		case evStart:
+			r := replica(e.Replica)
+			if open[r] == nil {
+				open[r] = map[string]*interval{}
+			}
+			if prev := open[r][e.Key]; prev != nil { // a start without a stop: should not happen
+				prev.end, prev.cause = e.T, "restarted"
+			}
+			iv := &interval{r: r, key: e.Key, epoch: e.Epoch, start: e.T, end: -1}
+			open[r][e.Key] = iv
+			m.intervals[e.Key] = append(m.intervals[e.Key], iv)
+		case evStop:
+			r := replica(e.Replica)
+			if iv := open[r][e.Key]; iv != nil {
+				iv.end, iv.cause, iv.stopped = e.T, e.Cause, true
+				delete(open[r], e.Key)
+			}
+		case evAcquire:
+			if e.Epoch > 0 && (e.Outcome == outOK || e.Outcome == outCommit) {
+				t := getTerm(e.Key, e.Epoch)
+				t.owner = replica(e.Replica).owner
+				if e.Outcome == outOK {
+					t.granted = e.T
+					t.lastConfirmed = max(t.lastConfirmed, e.Sent)
+					m.acquires[e.Key] = append(m.acquires[e.Key], e)
+				}
+			}
+		case evRenew:
+			for _, it := range e.Items {
+				if it.OK {
+					t := getTerm(it.Key, it.Epoch)
+					t.lastConfirmed = max(t.lastConfirmed, e.Sent)
+				}
+			}
+		case evRelease:
+			for _, it := range e.Items {
+				getTerm(it.Key, it.Epoch).released = true
+			}
+		case evWrite:
+			m.writes[e.Key] = append(m.writes[e.Key], e)
+		}
+	}
+	last := m.end
+	if !sawEnd && len(h.Events) > 0 {
+		last = h.Events[len(h.Events)-1].T
+	}
+	for r := range open {
+		closeAll(r, max(last, r.exit), "open")
+	}
+	for i := range m.faults {
+		if m.faults[i].to < 0 {
+			m.faults[i].to = last
+		}
+	}
+	for key, byEpoch := range termOf {
+		for _, t := range byEpoch {
+			m.terms[key] = append(m.terms[key], t)
+		}
+		slices.SortFunc(m.terms[key], func(a, b *term) int { return compareInt(a.epoch, b.epoch) })
+	}
+	return m
+}
+
+// live returns the parts of [from, to] during which r was not frozen.
+func (r *replicaInfo) live(from, to int64) []span {
+	out := []span{}
+	cur := from
+	for _, p := range r.pauses {
+		if p.to <= cur || p.from >= to {
+			continue
+		}
+		if p.from > cur {
+			out = append(out, span{cur, p.from})
+		}
+		cur = max(cur, p.to)
+	}
+	if cur < to {
+		out = append(out, span{cur, to})
+	}
+	return out
+}
+
+// pausedDuring reports whether r was frozen at any moment of [from, to].
+func (r *replicaInfo) pausedDuring(from, to int64) bool {
+	for _, p := range r.pauses {
+		if p.from <= to && p.to >= from {
+			return true
+		}
+	}
+	return false
+}
+
+// faultNear reports whether any fault was active during [from, to].
+func (m *model) faultNear(from, to int64) bool {
+	for _, f := range m.faults {
+		if f.from <= to && f.to >= from {
+			return true
+		}
+	}
+	return false
+}
+
+func (m *model) since(t int64) time.Duration { return time.Duration(t - m.begin) }

@@ -1,0 +1,352 @@
+package chaos
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+)
+
+// proc is one replica process seen from the harness.
+type proc struct {
+	name, owner string
+	n           int // spawn order
+	cmd         *exec.Cmd
+	pid         int
+	proxy       *proxy // networked stores
+	control     string // SQLite: the fault control file
+	expected    atomic.Bool
+	exited      chan struct{}
+}
+
+func (p *proc) alive() bool {
+	select {
+	case <-p.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// spawn starts a new replica process.
+func (h *harness) spawn() (*proc, error) {
+	h.mu.Lock()
+	h.seq++
+	n := h.seq
+	h.mu.Unlock()
+	p := &proc{name: fmt.Sprintf("r%d", n), n: n, exited: make(chan struct{})}
+	p.owner = "chaos-" + h.runID + "-" + p.name
+	sb := h.backend
+	if sb.networked() {
+		up, err := sb.upstream()
+		if err != nil {
+			return nil, err
+		}
+		if p.proxy, err = newProxy(up); err != nil {
+			return nil, fmt.Errorf("chaos: proxy: %w", err)
+		}
+		sb = sb.via(p.proxy.Addr())
+	} else {
+		p.control = filepath.Join(h.dir, p.name+".ctl")
+		if err := setControl(p.control, ""); err != nil {
+			return nil, err
+		}
+	}
+	spec := replicaSpec{
+		Name: p.name, Owner: p.owner, Store: sb, Keys: h.hist.Keys, Prefix: "chaos-" + h.runID + "/",
+		Timing: h.opts.Timing, Log: filepath.Join(h.dir, p.name+".jsonl"), Control: p.control,
+		Resource: h.res, Seed: h.opts.Seed ^ uint64(n)*0x9e3779b97f4a7c15,
+	}
+	js, err := json.Marshal(spec)
+	if err != nil {
+		return nil, err
+	}
+	out, err := os.Create(filepath.Join(h.dir, p.name+".stderr"))
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(h.opts.Executable, h.opts.ReplicaArgs...)
+	cmd.Env = append(os.Environ(), ReplicaEnv+"="+string(js))
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = replicaAttr()
+	if err := cmd.Start(); err != nil {
+		out.Close()
+		if p.proxy != nil {
+			p.proxy.Close()
+		}
+		return nil, fmt.Errorf("chaos: start replica %s: %w", p.name, err)
+	}
+	p.cmd, p.pid = cmd, cmd.Process.Pid
+	h.hl.add(Event{Ev: evSpawn, Target: p.name, PID: p.pid, Owner: p.owner})
+	h.mu.Lock()
+	h.procs[p.name] = p
+	h.mu.Unlock()
+	h.wg.Go(func() {
+		err := cmd.Wait()
+		out.Close()
+		e := Event{Ev: evExited, Target: p.name, PID: p.pid}
+		if err != nil {
+			e.Err = err.Error()
+		}
+		if !p.expected.Load() {
+			e.Outcome = "unexpected"
+		}
+		h.hl.add(e)
+		close(p.exited)
+	})
+	return p, nil
+}
+
+// retire forgets a replica that has exited and closes its proxy.
+func (h *harness) retire(p *proc) {
+	h.mu.Lock()
+	delete(h.procs, p.name)
+	h.mu.Unlock()
+	if p.proxy != nil {
+		p.proxy.Close()
+	}
+}
+
+func (h *harness) live() []*proc {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []*proc
+	for _, p := range h.procs {
+		if p.alive() {
+			out = append(out, p)
+		}
+	}
+	slices.SortFunc(out, func(a, b *proc) int { return a.n - b.n })
+	return out
+}
+
+// replaceCrashed replaces replicas that exited without being told to (a
+// crash is also reported by the checker).
+func (h *harness) replaceCrashed() {
+	h.mu.Lock()
+	var dead []*proc
+	for _, p := range h.procs {
+		if !p.alive() {
+			dead = append(dead, p)
+		}
+	}
+	h.mu.Unlock()
+	for _, p := range dead {
+		h.log.Warn("replica exited on its own; replacing it", "replica", p.name)
+		h.retire(p)
+		if _, err := h.spawn(); err != nil {
+			h.log.Error("could not replace a replica", "err", err)
+		}
+	}
+}
+
+// holders maps each key with a live lease to its owner, as the store sees it.
+func (h *harness) holders(ctx context.Context) (map[string]string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	ls, err := h.mon.List(ctx, "chaos-"+h.runID+"/")
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]string{}
+	for _, l := range ls {
+		if l.Live {
+			out[l.Key] = l.Owner
+		}
+	}
+	return out, nil
+}
+
+// settle waits until every key has a live holder among the live replicas,
+// up to max; it reports whether that happened.
+func (h *harness) settle(ctx context.Context, limit time.Duration) bool {
+	deadline := time.Now().Add(limit)
+	for ctx.Err() == nil && time.Now().Before(deadline) {
+		if held, err := h.holders(ctx); err == nil {
+			owners := map[string]bool{}
+			for _, p := range h.live() {
+				owners[p.owner] = true
+			}
+			all := true
+			for _, k := range h.hist.Keys {
+				all = all && owners[held[k]]
+			}
+			if all {
+				return true
+			}
+		}
+		_ = sleepCtx(ctx, 50*time.Millisecond)
+	}
+	return false
+}
+
+// target resolves a step's target: the holder of its key, else a live
+// replica picked by the step.
+func (h *harness) target(ctx context.Context, s Step) *proc {
+	live := h.live()
+	if len(live) == 0 {
+		return nil
+	}
+	if held, err := h.holders(ctx); err == nil {
+		for _, p := range live {
+			if p.owner == held[h.hist.Keys[s.Key]] {
+				return p
+			}
+		}
+	}
+	return live[s.Pick%len(live)]
+}
+
+// apply carries out one fault step.
+func (h *harness) apply(ctx context.Context, s Step) {
+	p := h.target(ctx, s)
+	if p == nil {
+		return
+	}
+	h.log.Info("fault", "kind", s.Fault, "target", p.name, "all", s.All, "dur", s.Dur, "latency", s.Latency)
+	switch s.Fault {
+	case FaultKill, FaultRestart:
+		h.stopProc(p, s.Fault)
+		_ = sleepCtx(ctx, s.Respawn)
+		if _, err := h.spawn(); err != nil {
+			h.log.Error("could not start a replacement replica", "err", err)
+		}
+	case FaultPause:
+		h.pause(ctx, p, s.Dur)
+	default:
+		targets, name := []*proc{p}, p.name
+		if s.All {
+			targets, name = h.live(), "*"
+		}
+		h.hl.add(Event{Ev: evFaultBegin, Fault: s.Fault, Target: name, Dur: int64(max(s.Dur, s.Latency))})
+		for _, t := range targets {
+			h.network(t, s, true)
+		}
+		_ = sleepCtx(ctx, s.Dur)
+		for _, t := range targets {
+			h.network(t, s, false)
+		}
+		h.hl.add(Event{Ev: evFaultEnd, Fault: s.Fault, Target: name})
+	}
+}
+
+// stopProc kills (kill) or gracefully stops (restart) a replica and waits
+// for it to be gone.
+func (h *harness) stopProc(p *proc, fault string) {
+	p.expected.Store(true)
+	sig, wait := sigKill, 10*time.Second
+	if fault == FaultRestart {
+		sig, wait = sigTerm, h.opts.Timing.StopTimeout+5*time.Second
+	}
+	h.hl.add(Event{Ev: evFaultBegin, Fault: fault, Target: p.name, PID: p.pid})
+	if err := signalProcess(p.pid, sig); err != nil {
+		h.log.Warn("signal failed", "replica", p.name, "err", err)
+	}
+	select {
+	case <-p.exited:
+	case <-time.After(wait):
+		_ = signalProcess(p.pid, sigKill)
+		<-p.exited
+	}
+	h.hl.add(Event{Ev: evFaultEnd, Fault: fault, Target: p.name})
+	h.retire(p)
+}
+
+// pause freezes a replica for d. The recorded pause lies inside the real
+// one: it begins once every thread is seen stopped and ends before SIGCONT.
+func (h *harness) pause(ctx context.Context, p *proc, d time.Duration) {
+	if err := signalProcess(p.pid, sigStop); err != nil {
+		return
+	}
+	if err := awaitStopped(p.pid, 2*time.Second); err == nil {
+		h.hl.add(Event{Ev: evFaultBegin, Fault: FaultPause, Target: p.name, Dur: int64(d)})
+		_ = sleepCtx(ctx, d)
+		h.hl.add(Event{Ev: evFaultEnd, Fault: FaultPause, Target: p.name})
+	} else {
+		h.log.Warn("pause not confirmed; resuming", "replica", p.name, "err", err)
+	}
+	_ = signalProcess(p.pid, sigCont)
+}
+
+// network starts or ends a network fault for one replica: through its
+// proxy, or its control file for SQLite.
+func (h *harness) network(p *proc, s Step, on bool) {
+	if p.proxy != nil {
+		switch s.Fault {
+		case FaultPartition:
+			p.proxy.setDown(on)
+		case FaultHold:
+			p.proxy.setHold(on)
+		case FaultLatency:
+			p.proxy.setDelay(map[bool]time.Duration{true: s.Latency}[on])
+		}
+		return
+	}
+	cmd := ""
+	if on {
+		cmd = map[string]string{FaultPartition: "down", FaultHold: "hold", FaultLatency: "delay " + s.Latency.String()}[s.Fault]
+	}
+	if err := setControl(p.control, cmd); err != nil {
+		h.log.Warn("could not write a control file", "replica", p.name, "err", err)
+	}
+}
+
+// shutdown stops every replica gracefully (killing those that hang),
+// closes the proxies, and notes panics and data races the replicas printed.
+func (h *harness) shutdown() {
+	for _, p := range h.live() {
+		p.expected.Store(true)
+		_ = signalProcess(p.pid, sigCont) // in case a pause was cut short
+		_ = signalProcess(p.pid, sigTerm)
+	}
+	deadline := time.After(h.opts.Timing.StopTimeout + 10*time.Second)
+	for _, p := range h.live() {
+		select {
+		case <-p.exited:
+		case <-deadline:
+			_ = signalProcess(p.pid, sigKill)
+			<-p.exited
+		}
+	}
+	h.mu.Lock()
+	procs := make([]*proc, 0, len(h.procs))
+	for _, p := range h.procs {
+		procs = append(procs, p)
+	}
+	h.mu.Unlock()
+	for _, p := range procs {
+		h.retire(p)
+	}
+	h.wg.Wait()
+	h.scanStderr()
+}
+
+// scanStderr turns a replica's panic, fatal error or data race report into
+// an event, so the checker fails the run.
+func (h *harness) scanStderr() {
+	files, _ := filepath.Glob(filepath.Join(h.dir, "*.stderr"))
+	for _, f := range files {
+		fh, err := os.Open(f)
+		if err != nil {
+			continue
+		}
+		sc := bufio.NewScanner(fh)
+		sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			if strings.HasPrefix(line, "panic: ") || strings.HasPrefix(line, "fatal error: ") ||
+				strings.Contains(line, "WARNING: DATA RACE") {
+				h.hl.add(Event{Ev: evDiag, Target: strings.TrimSuffix(filepath.Base(f), ".stderr"), Err: line})
+				break
+			}
+		}
+		fh.Close()
+	}
+}

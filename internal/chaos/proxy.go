@@ -1,0 +1,239 @@
+package chaos
+
+import (
+	"net"
+	"sync"
+	"time"
+)
+
+// proxy is a TCP proxy between one replica and the store, through which
+// the harness plays network faults on real connections:
+//
+//   - down: nothing gets through in either direction, new connections
+//     hang; when it heals, every connection that lived through it is
+//     closed, as a partition's broken TCP sessions would be;
+//   - hold: requests reach the store and commit, replies are held back;
+//     when it ends they are delivered late (to a client that has usually
+//     given up on them);
+//   - delay: every chunk is delivered that much later, in each direction.
+type proxy struct {
+	ln       net.Listener
+	upstream string
+
+	mu      sync.Mutex
+	down    bool
+	hold    bool
+	delay   time.Duration
+	changed chan struct{} // closed and replaced on every change
+	links   map[*link]bool
+	closed  bool
+
+	wg sync.WaitGroup
+}
+
+// link is one proxied connection.
+type link struct {
+	client, server net.Conn
+	done           chan struct{}
+	once           sync.Once
+	partitioned    bool // lived through a partition; closed when it heals
+}
+
+func (l *link) close() {
+	l.once.Do(func() {
+		close(l.done)
+		l.client.Close()
+		if l.server != nil {
+			l.server.Close()
+		}
+	})
+}
+
+func newProxy(upstream string) (*proxy, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	p := &proxy{ln: ln, upstream: upstream, changed: make(chan struct{}), links: map[*link]bool{}}
+	p.wg.Go(p.accept)
+	return p, nil
+}
+
+// Addr is the address replicas dial instead of the store's.
+func (p *proxy) Addr() string { return p.ln.Addr().String() }
+
+// Close stops the proxy and closes every connection through it.
+func (p *proxy) Close() {
+	p.mu.Lock()
+	p.closed = true
+	for l := range p.links {
+		l.close()
+	}
+	p.broadcastLocked()
+	p.mu.Unlock()
+	p.ln.Close()
+	p.wg.Wait()
+}
+
+// setDown cuts the store off (true) or heals the partition (false).
+func (p *proxy) setDown(down bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down = down
+	for l := range p.links {
+		if down {
+			l.partitioned = true
+		} else if l.partitioned {
+			l.close()
+		}
+	}
+	p.broadcastLocked()
+}
+
+// setHold holds replies back (true) or delivers them again (false).
+func (p *proxy) setHold(hold bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.hold = hold
+	p.broadcastLocked()
+}
+
+// setDelay sets the added one-way latency.
+func (p *proxy) setDelay(d time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.delay = d
+	p.broadcastLocked()
+}
+
+func (p *proxy) broadcastLocked() {
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
+
+func (p *proxy) accept() {
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		l := &link{client: c, done: make(chan struct{})}
+		p.mu.Lock()
+		if p.closed {
+			p.mu.Unlock()
+			c.Close()
+			return
+		}
+		p.links[l] = true
+		l.partitioned = p.down
+		p.mu.Unlock()
+		p.wg.Go(func() { p.serve(l) })
+	}
+}
+
+func (p *proxy) serve(l *link) {
+	defer func() {
+		l.close()
+		p.mu.Lock()
+		delete(p.links, l)
+		p.mu.Unlock()
+	}()
+	// A connection opened during a partition hangs until it heals, and is
+	// then closed like every connection that lived through it.
+	if !p.await(l, false) {
+		return
+	}
+	server, err := net.DialTimeout("tcp", p.upstream, 5*time.Second)
+	if err != nil {
+		return
+	}
+	p.mu.Lock()
+	l.server = server
+	p.mu.Unlock()
+	select {
+	case <-l.done: // closed while dialing
+		server.Close()
+		return
+	default:
+	}
+	var pumps sync.WaitGroup
+	pumps.Go(func() { p.pump(l, l.client, server, false) })
+	pumps.Go(func() { p.pump(l, server, l.client, true) })
+	pumps.Wait()
+}
+
+type chunk struct {
+	b  []byte
+	at time.Time
+}
+
+// pump copies src to dst through the proxy's faults. Reading and writing
+// are separate goroutines so that added latency delays each chunk from the
+// moment it arrived, instead of adding up.
+func (p *proxy) pump(l *link, src, dst net.Conn, reply bool) {
+	chunks := make(chan chunk, 64)
+	var reader sync.WaitGroup
+	reader.Go(func() {
+		defer close(chunks)
+		for {
+			buf := make([]byte, 32<<10)
+			n, err := src.Read(buf)
+			if n > 0 {
+				select {
+				case chunks <- chunk{buf[:n], time.Now()}:
+				case <-l.done:
+					return
+				}
+			}
+			if err != nil {
+				return
+			}
+		}
+	})
+	defer reader.Wait()
+	defer l.close() // either side ending ends the link, and the reader with it
+	for c := range chunks {
+		if !p.await(l, reply) {
+			return
+		}
+		p.mu.Lock()
+		delay := p.delay
+		p.mu.Unlock()
+		if wait := time.Until(c.at.Add(delay)); wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-l.done:
+				t.Stop()
+				return
+			}
+		}
+		if _, err := dst.Write(c.b); err != nil {
+			return
+		}
+	}
+}
+
+// await blocks while the proxy's faults stop this direction, and reports
+// false when the link was closed meanwhile.
+func (p *proxy) await(l *link, reply bool) bool {
+	for {
+		p.mu.Lock()
+		blocked := p.down || reply && p.hold
+		changed := p.changed
+		p.mu.Unlock()
+		if !blocked {
+			select {
+			case <-l.done:
+				return false
+			default:
+				return true
+			}
+		}
+		select {
+		case <-changed:
+		case <-l.done:
+			return false
+		}
+	}
+}

@@ -1,0 +1,84 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/tenure-dev/tenure/store"
+	"github.com/tenure-dev/tenure/store/memstore"
+)
+
+func newRecorder(t *testing.T) (*recorder, *memstore.Store, string) {
+	dir := t.TempDir()
+	log, err := openLog(filepath.Join(dir, "r1.jsonl"), "r1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { log.close() })
+	ctl := filepath.Join(dir, "r1.ctl")
+	if err := setControl(ctl, ""); err != nil {
+		t.Fatal(err)
+	}
+	mem := memstore.New(memstore.Options{})
+	return &recorder{inner: mem, log: log, ctl: control(ctl)}, mem, dir
+}
+
+func acquire(rec *recorder, key string) (store.AcquireResult, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	return rec.Acquire(ctx, store.AcquireRequest{Key: key, Owner: "o1", TTL: time.Second, Grace: time.Second})
+}
+
+func TestAHeldReplyHidesACommittedAcquisition(t *testing.T) {
+	rec, mem, dir := newRecorder(t)
+	_ = setControl(string(rec.ctl), "hold")
+	if _, err := acquire(rec, "k"); !errors.Is(err, errHeldBack) {
+		t.Fatalf("Acquire under hold: %v, want errHeldBack", err)
+	}
+	ls, _ := mem.List(context.Background(), "")
+	if len(ls) != 1 || !ls[0].Live || ls[0].Owner != "o1" {
+		t.Fatalf("the held acquisition did not commit: %+v", ls)
+	}
+	evs, err := readLog(filepath.Join(dir, "r1.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != 1 || evs[0].Outcome != outCommit || evs[0].Epoch != ls[0].Epoch {
+		t.Fatalf("logged %+v; want the committed epoch %d with outcome %q", evs, ls[0].Epoch, outCommit)
+	}
+}
+
+func TestAnUnreachableStoreSeesNothing(t *testing.T) {
+	rec, mem, _ := newRecorder(t)
+	_ = setControl(string(rec.ctl), "down")
+	start := time.Now()
+	if _, err := acquire(rec, "k"); !errors.Is(err, errUnreachable) {
+		t.Fatalf("Acquire while down: %v, want errUnreachable", err)
+	}
+	if waited := time.Since(start); waited < 90*time.Millisecond {
+		t.Errorf("a call to an unreachable store failed after %v, before its deadline", waited)
+	}
+	if ls, _ := mem.List(context.Background(), ""); len(ls) != 0 {
+		t.Fatalf("a call reached the store through a partition: %+v", ls)
+	}
+	_ = setControl(string(rec.ctl), "")
+	if res, err := acquire(rec, "k"); err != nil || !res.Acquired {
+		t.Fatalf("after the partition: %+v, %v", res, err)
+	}
+}
+
+func TestALogKeepsItsCompleteLinesWhenTheLastOneIsTorn(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "r.jsonl")
+	body := `{"t":1,"ev":"start","key":"k","epoch":1}` + "\n" + `{"t":2,"ev":"st`
+	if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	evs, err := readLog(path)
+	if err != nil || len(evs) != 1 || evs[0].Ev != evStart {
+		t.Fatalf("readLog: %+v, %v", evs, err)
+	}
+}

@@ -1,0 +1,232 @@
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/tenure-dev/tenure"
+)
+
+// ReplicaEnv is the environment variable that turns a process into a
+// replica: it holds the replica's spec (JSON), written by the harness.
+const ReplicaEnv = "TENURE_CHAOS_REPLICA"
+
+// beatEvery is how often a running runner records that it still works.
+const beatEvery = 100 * time.Millisecond
+
+// replicaSpec is everything a replica process needs, passed in ReplicaEnv.
+type replicaSpec struct {
+	Name     string       `json:"name"`
+	Owner    string       `json:"owner"`
+	Store    backend      `json:"store"`
+	Keys     []string     `json:"keys"`
+	Prefix   string       `json:"prefix"`
+	Timing   Timing       `json:"timing"`
+	Log      string       `json:"log"`
+	Control  string       `json:"control,omitempty"` // SQLite: the fault control file
+	Resource resourceSpec `json:"resource"`
+	Seed     uint64       `json:"seed"`
+}
+
+// IsReplica reports whether this process was started by the harness as a
+// replica; if so, call ReplicaMain and exit with its code:
+//
+//	func TestMain(m *testing.M) {
+//		if chaos.IsReplica() {
+//			os.Exit(chaos.ReplicaMain())
+//		}
+//		os.Exit(m.Run())
+//	}
+func IsReplica() bool { return os.Getenv(ReplicaEnv) != "" }
+
+// ReplicaMain runs one replica from the spec in ReplicaEnv until SIGTERM
+// or SIGINT (a graceful shutdown: runners stop, leases are released) and
+// returns the process's exit code. The harness also kills replicas with
+// SIGKILL and freezes them with SIGSTOP; everything they do is in their
+// log.
+func ReplicaMain() int {
+	var spec replicaSpec
+	if err := json.Unmarshal([]byte(os.Getenv(ReplicaEnv)), &spec); err != nil {
+		fmt.Fprintf(os.Stderr, "chaos replica: %s: %v\n", ReplicaEnv, err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	if err := runReplica(ctx, spec); err != nil {
+		fmt.Fprintf(os.Stderr, "chaos replica %s: %v\n", spec.Name, err)
+		return 1
+	}
+	return 0
+}
+
+func runReplica(ctx context.Context, spec replicaSpec) error {
+	log, err := openLog(spec.Log, spec.Name)
+	if err != nil {
+		return err
+	}
+	defer log.close()
+	log.add(Event{Ev: evProc, PID: os.Getpid(), Owner: spec.Owner})
+
+	st, err := openRetrying(ctx, spec.Store)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	res, err := openResource(ctx, spec.Resource)
+	if err != nil {
+		return err
+	}
+	defer res.close()
+
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	t := spec.Timing
+	sup, err := tenure.New(tenure.Config{
+		Store:       &recorder{inner: st, log: log, ctl: control(spec.Control)},
+		Leases:      tenure.LeasesOn,
+		Owner:       spec.Owner,
+		TTL:         t.TTL,
+		Grace:       t.Grace,
+		RenewEvery:  t.RenewEvery,
+		CallTimeout: t.CallTimeout,
+		StopTimeout: t.StopTimeout,
+		Prefix:      spec.Prefix,
+		Logger:      logger.With("replica", spec.Name),
+	})
+	if err != nil {
+		return err
+	}
+	w := &workload{log: log, res: res, owner: spec.Owner, think: 2 * t.RenewEvery, seed: spec.Seed}
+	for _, key := range spec.Keys {
+		if err := sup.Set(key, tenure.Job{Runner: tenure.RunnerFunc(w.run)}); err != nil {
+			return err
+		}
+	}
+	err = sup.Run(ctx)
+	e := Event{Ev: evExit}
+	if err != nil {
+		e.Err = err.Error()
+	}
+	log.add(e)
+	return err
+}
+
+// openRetrying opens the store, retrying for a while: a replacement
+// replica may start while the store is briefly unreachable.
+func openRetrying(ctx context.Context, b backend) (closingStore, error) {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		octx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		st, err := b.open(octx)
+		cancel()
+		if err == nil || time.Now().After(deadline) || ctx.Err() != nil {
+			return st, err
+		}
+		if err := sleepCtx(ctx, 200*time.Millisecond); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// workload is the runner every key runs.
+type workload struct {
+	log   *eventLog
+	res   resource
+	owner string
+	think time.Duration
+	seed  uint64
+}
+
+// run records the work's start, a heartbeat while it lasts, and its stop
+// the moment the context ends; meanwhile a writer makes fenced writes.
+func (w *workload) run(ctx context.Context, l tenure.Lease) error {
+	w.log.add(Event{Ev: evStart, Key: l.Key, Epoch: l.Epoch})
+	writerDone := make(chan struct{})
+	go func() {
+		defer close(writerDone)
+		w.writeLoop(ctx, l)
+	}()
+	beat := time.NewTicker(beatEvery)
+	defer beat.Stop()
+	for ctx.Err() == nil {
+		select {
+		case <-ctx.Done():
+		case <-beat.C:
+			w.log.add(Event{Ev: evBeat, Key: l.Key, Epoch: l.Epoch})
+		}
+	}
+	w.log.add(Event{Ev: evStop, Key: l.Key, Epoch: l.Epoch, Cause: causeName(context.Cause(ctx))})
+	// The writer may still be finishing a write it had decided on; the
+	// lease is released only once it has.
+	<-writerDone
+	return nil
+}
+
+// writeLoop reads, thinks, and writes with the lease's epoch until the
+// context ends. The think time ignores the context on purpose: a write
+// already decided on goes out even after the lease is gone, as it would
+// from a process that was frozen mid-write, and only the fence stops it.
+func (w *workload) writeLoop(ctx context.Context, l tenure.Lease) {
+	h := fnv.New64a()
+	h.Write([]byte(l.Key))
+	rng := rand.New(rand.NewPCG(w.seed, h.Sum64()^uint64(l.Epoch)))
+	for ctx.Err() == nil {
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err := w.res.read(rctx, l.Key)
+		cancel()
+		if err != nil {
+			_ = sleepCtx(ctx, 50*time.Millisecond)
+			continue
+		}
+		time.Sleep(time.Duration(rng.Int64N(int64(w.think) + 1)))
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		began := Now()
+		res, err := w.res.write(wctx, l.Key, l.Epoch, w.owner)
+		cancel()
+		e := Event{Ev: evWrite, Key: l.Key, Epoch: l.Epoch, Sent: began}
+		switch {
+		case err != nil:
+			e.Outcome, e.Err = outError, err.Error()
+		case res.accepted:
+			e.Outcome, e.Seq, e.Prev = outAccepted, res.seq, res.prev
+		default:
+			e.Outcome, e.Cur = outRejected, res.cur
+		}
+		w.log.add(e)
+	}
+}
+
+// Stop causes as the checker names them.
+const (
+	causeDeadline = "deadline"
+	causeLost     = "lost"
+	causeStopping = "stopping"
+)
+
+func causeName(err error) string {
+	switch {
+	case errors.Is(err, tenure.ErrDeadline):
+		return causeDeadline
+	case errors.Is(err, tenure.ErrLeaseLost):
+		return causeLost
+	case errors.Is(err, tenure.ErrStopping):
+		return causeStopping
+	case errors.Is(err, tenure.ErrKeyRemoved):
+		return "removed"
+	case errors.Is(err, tenure.ErrRebalance):
+		return "rebalance"
+	case errors.Is(err, tenure.ErrRestart):
+		return "restart"
+	case err == nil:
+		return ""
+	}
+	return err.Error()
+}

@@ -1,0 +1,145 @@
+package chaos
+
+import (
+	"fmt"
+	"html"
+	"io"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Layout of the SVG timeline.
+const (
+	tlWidth  = 1600 // drawing width of the time axis, px
+	tlLabel  = 170  // left column with key names
+	tlRow    = 26
+	tlHeader = 30
+)
+
+var tlPalette = []string{"#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2", "#edc948", "#9c755f", "#ff9da7", "#bab0ac"}
+
+var tlFaultColor = map[string]string{
+	FaultKill: "#d62728", FaultPause: "#7f7f7f", FaultPartition: "#9467bd",
+	FaultHold: "#8c564b", FaultLatency: "#17becf", FaultRestart: "#2ca02c",
+}
+
+// WriteTimeline draws a history as SVG: one row per key with a bar per
+// runner interval, coloured by replica (hatched while its process was
+// frozen), a row of faults on top, and violations outlined in red.
+func WriteTimeline(w io.Writer, h *History) error {
+	if h == nil {
+		return fmt.Errorf("chaos: no history to draw")
+	}
+	m := buildModel(h)
+	rep := Check(h)
+	from, to := m.begin, m.end
+	for _, ivs := range m.intervals {
+		for _, iv := range ivs {
+			from = min(from, iv.start)
+		}
+	}
+	if to <= from {
+		to = from + 1
+	}
+	x := func(t int64) float64 {
+		return tlLabel + float64(max(min(t, to), from)-from)/float64(to-from)*tlWidth
+	}
+	keys := slices.Clone(h.Keys)
+	for k := range m.intervals {
+		if !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
+	}
+	colors := map[string]string{}
+	var names []string
+	for name := range m.replicas {
+		names = append(names, name)
+	}
+	slices.SortFunc(names, func(a, b string) int { return compareInt(int64(len(a)), int64(len(b)))*2 + strings.Compare(a, b) })
+	for i, name := range names {
+		colors[name] = tlPalette[i%len(tlPalette)]
+	}
+
+	height := tlHeader + tlRow*(len(keys)+1) + 40
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="11">`+"\n",
+		tlLabel+tlWidth+20, height)
+	b.WriteString(`<defs><pattern id="frozen" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)">` +
+		`<rect width="3" height="6" fill="white" fill-opacity="0.6"/></pattern></defs>` + "\n")
+	fmt.Fprintf(&b, `<text x="4" y="16" font-size="13">seed %d · %s · %v · %s</text>`+"\n",
+		h.Seed, html.EscapeString(h.Store), time.Duration(to-from).Round(time.Second), verdictText(rep))
+	// Seconds grid.
+	for s := int64(0); from+s*int64(time.Second) <= to; s += gridStep(to - from) {
+		gx := x(from + s*int64(time.Second))
+		fmt.Fprintf(&b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#eee"/><text x="%.1f" y="%d" fill="#999">%ds</text>`+"\n",
+			gx, tlHeader, gx, height-30, gx+2, height-18, s)
+	}
+	// Faults row.
+	y := tlHeader
+	fmt.Fprintf(&b, `<text x="4" y="%d">faults</text>`+"\n", y+16)
+	for _, f := range m.faults {
+		x0, x1 := x(f.from), x(f.to)
+		fmt.Fprintf(&b, `<rect x="%.1f" y="%d" width="%.1f" height="%d" fill="%s" fill-opacity="0.7"><title>%s %s</title></rect>`+"\n",
+			x0, y+3, max(x1-x0, 2), tlRow-6, tlFaultColor[f.kind], f.kind, html.EscapeString(f.target))
+		if x1-x0 > 40 {
+			fmt.Fprintf(&b, `<text x="%.1f" y="%d" fill="white">%s %s</text>`+"\n", x0+2, y+17, f.kind, html.EscapeString(f.target))
+		}
+	}
+	// One row per key.
+	for i, key := range keys {
+		y = tlHeader + tlRow*(i+1)
+		fmt.Fprintf(&b, `<text x="4" y="%d">%s</text>`+"\n", y+16, html.EscapeString(key))
+		for _, iv := range m.intervals[key] {
+			x0, x1 := x(iv.start), x(iv.end)
+			fmt.Fprintf(&b, `<rect x="%.1f" y="%d" width="%.1f" height="%d" fill="%s"><title>%s epoch %d, %v, stop: %s</title></rect>`+"\n",
+				x0, y+3, max(x1-x0, 1), tlRow-6, colors[iv.r.name], iv.r.name, iv.epoch,
+				time.Duration(iv.end-iv.start).Round(time.Millisecond), html.EscapeString(iv.cause))
+			for _, p := range iv.r.pauses {
+				if p.to > iv.start && p.from < iv.end {
+					px0, px1 := x(max(p.from, iv.start)), x(min(p.to, iv.end))
+					fmt.Fprintf(&b, `<rect x="%.1f" y="%d" width="%.1f" height="%d" fill="url(#frozen)"/>`+"\n", px0, y+3, max(px1-px0, 1), tlRow-6)
+				}
+			}
+			if x1-x0 > 60 {
+				fmt.Fprintf(&b, `<text x="%.1f" y="%d" fill="white">%s e%d</text>`+"\n", x0+3, y+17, iv.r.name, iv.epoch%100000)
+			}
+		}
+		for _, v := range rep.Violations {
+			if v.Key != key {
+				continue
+			}
+			vx := x(m.begin + int64(v.At))
+			fmt.Fprintf(&b, `<rect x="%.1f" y="%d" width="%.1f" height="%d" fill="none" stroke="red" stroke-width="2"><title>%s</title></rect>`+"\n",
+				vx-2, y+1, max(float64(v.Amount)/float64(to-from)*tlWidth, 4), tlRow-2, html.EscapeString(v.Detail))
+		}
+	}
+	// Legend.
+	lx := float64(tlLabel)
+	for _, name := range names {
+		fmt.Fprintf(&b, `<rect x="%.0f" y="%d" width="10" height="10" fill="%s"/><text x="%.0f" y="%d">%s</text>`+"\n",
+			lx, height-12, colors[name], lx+13, height-3, name)
+		lx += 45
+	}
+	b.WriteString("</svg>\n")
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func verdictText(r *Report) string {
+	if r.OK() {
+		return "no violations"
+	}
+	return fmt.Sprintf("%d violations", len(r.Violations))
+}
+
+// gridStep picks a whole number of seconds between grid lines, about 20
+// lines across.
+func gridStep(span int64) int64 {
+	for _, s := range []int64{1, 2, 5, 10, 15, 30, 60, 120, 300, 600} {
+		if span/(s*int64(time.Second)) <= 25 {
+			return s
+		}
+	}
+	return 1200
+}
