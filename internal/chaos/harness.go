@@ -90,7 +90,10 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	d := DefaultTiming()
 	t := &o.Timing
-	for _, f := range []struct{ v *time.Duration; def time.Duration }{
+	for _, f := range []struct {
+		v   *time.Duration
+		def time.Duration
+	}{
 		{&t.TTL, d.TTL}, {&t.Grace, d.Grace}, {&t.RenewEvery, d.RenewEvery},
 		{&t.CallTimeout, d.CallTimeout}, {&t.StopTimeout, d.StopTimeout},
 	} {
