@@ -27,6 +27,10 @@ var errPartitioned = errors.New("e2e: partitioned from the store")
 type partition struct {
 	st  store.Store
 	cut atomic.Bool
+	// watchDelay holds every Watch call back before it subscribes, as a
+	// slow connection to a remote store would.
+	watchDelay time.Duration
+	watching   atomic.Int32 // subscriptions made
 
 	// Hooks for a child process, which reports them to its parent.
 	onRelease func(at time.Time)
@@ -194,5 +198,20 @@ func (p *partition) Watch(ctx context.Context, prefix string) (<-chan store.Even
 	if !ok {
 		return nil, errors.New("e2e: the store has no push channel")
 	}
-	return w.Watch(ctx, prefix)
+	if p.watchDelay > 0 {
+		select {
+		case <-time.After(p.watchDelay):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	ch, err := w.Watch(ctx, prefix)
+	if err == nil {
+		p.watching.Add(1)
+	}
+	return ch, err
 }
+
+// Watching reports whether a subscription to the store's push channel has
+// been made.
+func (p *partition) Watching() bool { return p.watching.Load() > 0 }

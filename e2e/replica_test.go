@@ -86,12 +86,19 @@ func (tl *timeline) runner(who string) tenure.Runner {
 // the times recorded by runners and by the partition wrapper.
 func waitUntil(t testing.TB, timeout time.Duration, what string, cond func() bool) {
 	t.Helper()
+	pollUntil(t, timeout, time.Millisecond, what, cond)
+}
+
+// pollUntil is waitUntil with a chosen interval, for conditions that cost
+// enough to disturb what is measured.
+func pollUntil(t testing.TB, timeout, every time.Duration, what string, cond func() bool) {
+	t.Helper()
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("gave up after %v waiting for %s", timeout, what)
 		}
-		time.Sleep(time.Millisecond)
+		time.Sleep(every)
 	}
 }
 
