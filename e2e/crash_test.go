@@ -94,6 +94,22 @@ func TestACrashedHolderIsReplacedEndToEnd(t *testing.T) {
 			if bStart.epoch <= aStart.epoch {
 				t.Errorf("B's epoch %d is not greater than A's %d", bStart.epoch, aStart.epoch)
 			}
+
+			// The partition heals: A's next renewal is refused, and A must
+			// neither start again nor disturb B.
+			mark := tl.mark()
+			a.st.Heal()
+			waitUntil(t, 3*crashRenew, "A to see B as leader", func() bool { return a.sup.LeaderOf(key) == b.sup.Owner() })
+			time.Sleep(2 * crashRenew)
+			if e, ok := tl.next(mark, "A", "start", key); ok {
+				t.Errorf("A started again (epoch %d) after the partition healed, while B held the key", e.epoch)
+			}
+			if e, ok := tl.next(mark, "B", "stop", key); ok {
+				t.Errorf("B's runner stopped (%v) once A was back", e.cause)
+			}
+			if a.sup.Holds(key) || !b.sup.Holds(key) {
+				t.Errorf("after healing: A holds %v, B holds %v", a.sup.Holds(key), b.sup.Holds(key))
+			}
 		})
 	}
 }

@@ -67,6 +67,9 @@ func (p *partition) Cut() time.Time {
 	return time.Now()
 }
 
+// Heal ends the partition.
+func (p *partition) Heal() { p.cut.Store(false) }
+
 // Confirmed is the send time of key's last confirmed grant or renewal.
 func (p *partition) Confirmed(key string) time.Time {
 	p.mu.Lock()
