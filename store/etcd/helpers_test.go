@@ -1,0 +1,118 @@
+package etcd
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/tenure-dev/tenure/internal/testenv"
+	"github.com/tenure-dev/tenure/store"
+)
+
+// randomPrefix returns a namespace no other test uses.
+func randomPrefix(t testing.TB) string {
+	t.Helper()
+	b := make([]byte, 8)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return "t_" + hex.EncodeToString(b)
+}
+
+// newTestStore opens a store on the shared test etcd in a fresh namespace,
+// deleting the namespace and revoking its leases when the test ends.
+func newTestStore(t testing.TB) *Store {
+	t.Helper()
+	return newTestStoreWith(t, Options{})
+}
+
+func newTestStoreWith(t testing.TB, opts Options) *Store {
+	t.Helper()
+	url := testenv.Etcd.URL(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if opts.Prefix == "" {
+		opts.Prefix = randomPrefix(t)
+	}
+	s, err := Open(ctx, url, opts)
+	if err != nil {
+		testenv.Unavailable(t, "etcd: "+err.Error())
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Errorf("closing store: %v", err)
+		}
+		dropNamespace(t, s.prefix)
+	})
+	return s
+}
+
+// testClient returns a client of the test etcd, closed when the test ends.
+func testClient(t testing.TB) *clientv3.Client {
+	t.Helper()
+	cfg, err := parseURL(testenv.Etcd.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Logger = zap.NewNop()
+	c, err := clientv3.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// dropNamespace revokes the leases a namespace's keys are on and deletes
+// the keys, through a client of its own, since the test may have closed
+// the store. Benchmarks grant leases of an hour; they must not linger.
+func dropNamespace(t testing.TB, prefix string) {
+	t.Helper()
+	c := testClient(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	root := "/" + prefix + "/"
+	resp, err := c.Get(ctx, root, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		t.Errorf("dropping namespace %s: %v", prefix, err)
+		return
+	}
+	leases := map[int64]bool{}
+	for _, kv := range resp.Kvs {
+		if kv.Lease != 0 {
+			leases[kv.Lease] = true
+		}
+	}
+	for id := range leases {
+		if _, err := c.Revoke(ctx, clientv3.LeaseID(id)); err != nil && ctx.Err() != nil {
+			t.Errorf("revoking lease %x: %v", id, err)
+			return
+		}
+	}
+	if _, err := c.Delete(ctx, root, clientv3.WithPrefix()); err != nil {
+		t.Errorf("dropping namespace %s: %v", prefix, err)
+	}
+}
+
+func testCtx(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func mustAcquire(t testing.TB, s *Store, key, owner string, ttl, grace time.Duration) int64 {
+	t.Helper()
+	res, err := s.Acquire(testCtx(t), store.AcquireRequest{Key: key, Owner: owner, TTL: ttl, Grace: grace, Running: true})
+	if err != nil {
+		t.Fatalf("acquire %q by %q: %v", key, owner, err)
+	}
+	if !res.Acquired {
+		t.Fatalf("acquire %q by %q: blocked by %+v", key, owner, res.Holder)
+	}
+	return res.Epoch
+}
