@@ -384,4 +384,3 @@ func demoRunner(d *demoLog, replica string) tenure.Runner {
 		return nil
 	})
 }
-

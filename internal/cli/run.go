@@ -59,8 +59,8 @@ command again; the lease only keeps the runs from overlapping.
 
 SIGINT or SIGTERM to tenure stops the command and releases the lease, so a
 peer takes over at once; a command that does not die, even after SIGKILL,
-keeps the lease, which then expires on its own. A second signal skips the
-rest of --stop-timeout and kills the group.
+keeps the lease, which then expires on its own. A second signal, a second or
+more after the first, skips the rest of --stop-timeout and kills the group.
 
 Timing: a peer may start the command ttl + grace after this replica's last
 confirmed renewal; this replica stops it ttl/3 before its lease runs out, so
@@ -190,21 +190,25 @@ func (e *env) run(cmd *cobra.Command, f runFlags, args []string) error {
 	}
 
 	// The first signal hands over gracefully; a second one cuts the stop
-	// timeout short.
+	// timeout short. A repeat within a second is the same request delivered
+	// twice (to the process and to its group, as timeout(1) and some
+	// shells do), not a person insisting.
 	var signalled syscall.Signal
 	var sigMu sync.Mutex
 	go func() {
+		var first time.Time
 		for sig := range sigs {
 			sigMu.Lock()
-			first := signalled == 0
-			if first {
-				signalled = sig.(syscall.Signal)
+			isFirst := signalled == 0
+			if isFirst {
+				signalled, first = sig.(syscall.Signal), time.Now()
 			}
 			sigMu.Unlock()
-			if first {
+			switch {
+			case isFirst:
 				log.Info("stopping: the command is stopped, then the lease released", "signal", sig.String())
 				stop()
-			} else {
+			case time.Since(first) >= time.Second:
 				log.Warn("second signal: killing the command now", "signal", sig.String())
 				r.hurryUp()
 			}
