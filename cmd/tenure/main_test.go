@@ -22,6 +22,9 @@ import (
 // tenureBin is the binary under test, built by TestMain.
 var tenureBin string
 
+// interrupt is what Ctrl-C sends.
+var interrupt = syscall.SIGINT
+
 const (
 	childModeEnv = "TENURE_TEST_CHILD" // the mode the test binary runs in as a command
 	childLogEnv  = "TENURE_TEST_LOG"   // where it appends its start/stop lines

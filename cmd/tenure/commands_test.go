@@ -1,0 +1,419 @@
+package main_test
+
+import (
+	"encoding/json"
+	"io"
+	"maps"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/tenure-dev/tenure/internal/storeurl"
+	"github.com/tenure-dev/tenure/internal/testenv"
+	"github.com/tenure-dev/tenure/store"
+)
+
+const secret = "Sup3r-s3cret-pw"
+
+// seed puts leases into a fresh SQLite store: one held, one released, one
+// expired.
+func seed(t *testing.T) string {
+	t.Helper()
+	url := "sqlite:" + filepath.Join(t.TempDir(), "leases.db")
+	st, err := storeurl.Open(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	ctx := t.Context()
+	for _, c := range []struct {
+		key string
+		ttl time.Duration
+	}{{"held", time.Hour}, {"released", time.Hour}, {"expired", time.Millisecond}} {
+		res, err := st.Acquire(ctx, store.AcquireRequest{Key: c.key, Owner: "owner-" + c.key, TTL: c.ttl, Grace: time.Second, Running: true})
+		if err != nil || !res.Acquired {
+			t.Fatalf("seed %s: %+v, %v", c.key, res, err)
+		}
+		if c.key == "released" {
+			if err := st.Release(ctx, "owner-released", []store.Term{{Key: c.key, Epoch: res.Epoch}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	time.Sleep(5 * time.Millisecond) // let "expired" expire
+	return url
+}
+
+func TestStatusJSONHasExactlyTheDocumentedFields(t *testing.T) {
+	t.Parallel()
+	url := seed(t)
+	stdout, stderr, code := runTenure(t, nil, "status", "--store", url, "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	var rows []map[string]any
+	if err := json.Unmarshal([]byte(stdout), &rows); err != nil {
+		t.Fatalf("status --json printed %q: %v", stdout, err)
+	}
+	want := []string{"epoch", "expires_in_ms", "key", "live", "owner", "released", "running"}
+	byKey := map[string]map[string]any{}
+	for _, r := range rows {
+		if got := slices.Sorted(maps.Keys(r)); !slices.Equal(got, want) {
+			t.Errorf("fields %v, want %v", got, want)
+		}
+		byKey[r["key"].(string)] = r
+	}
+	if len(byKey) != 3 {
+		t.Fatalf("rows %v, want held, released and expired", rows)
+	}
+	held, rel, exp := byKey["held"], byKey["released"], byKey["expired"]
+	if held["live"] != true || held["owner"] != "owner-held" || held["running"] != true || held["expires_in_ms"].(float64) < 3_500_000 {
+		t.Errorf("held lease shown as %v", held)
+	}
+	if rel["live"] != false || rel["released"] != true {
+		t.Errorf("released lease shown as %v", rel)
+	}
+	if exp["live"] != false || exp["released"] != false || exp["expires_in_ms"].(float64) >= 0 {
+		t.Errorf("expired lease shown as %v", exp)
+	}
+
+	stdout, _, _ = runTenure(t, nil, "status", "--store", url, "--json", "--prefix", "rel")
+	if err := json.Unmarshal([]byte(stdout), &rows); err != nil || len(rows) != 1 || rows[0]["key"] != "released" {
+		t.Errorf("--prefix rel gave %q", stdout)
+	}
+}
+
+func TestStatusTableShowsEachLeaseState(t *testing.T) {
+	t.Parallel()
+	url := seed(t)
+	// The store comes from TENURE_STORE here.
+	stdout, stderr, code := runTenure(t, []string{"TENURE_STORE=" + url}, "status")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	for _, want := range []*regexp.Regexp{
+		regexp.MustCompile(`(?m)^KEY\s+OWNER\s+EPOCH\s+STATE\s+RUNNING\s+TIME LEFT$`),
+		regexp.MustCompile(`(?m)^held\s+owner-held\s+1\s+held\s+yes\s+(59m|1h)`),
+		regexp.MustCompile(`(?m)^released\s+owner-released\s+1\s+released\s+\S+\s+-$`),
+		regexp.MustCompile(`(?m)^expired\s+owner-expired\s+1\s+expired\s+\S+\s+expired .* ago$`),
+	} {
+		if !want.MatchString(stdout) {
+			t.Errorf("table does not match %s:\n%s", want, stdout)
+		}
+	}
+	if strings.Contains(stdout, "\x1b") {
+		t.Error("escape codes in output that is not a terminal")
+	}
+}
+
+func TestStatusWatchRedrawsUntilInterrupted(t *testing.T) {
+	t.Parallel()
+	url := seed(t)
+	p := start(t, nil, "status", "--store", url, "--watch")
+	time.Sleep(2500 * time.Millisecond)
+	if err := p.cmd.Process.Signal(interrupt); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, 5*time.Second); code != 0 {
+		t.Errorf("exit %d after SIGINT", code)
+	}
+	if n := strings.Count(p.out.String(), "KEY "); n < 2 {
+		t.Errorf("%d tables in 2.5s, want one a second:\n%s", n, p.out.String())
+	}
+}
+
+// oneLineError checks the usage-error contract: exit 2, one line on stderr.
+func oneLineError(t *testing.T, stderr string, code int, wantCode int, mention string) {
+	t.Helper()
+	if code != wantCode {
+		t.Errorf("exit %d, want %d; stderr: %q", code, wantCode, stderr)
+	}
+	if lines := strings.Split(strings.TrimRight(stderr, "\n"), "\n"); len(lines) != 1 || !strings.HasPrefix(lines[0], "tenure: ") {
+		t.Errorf("stderr is not one 'tenure: …' line: %q", stderr)
+	}
+	if !strings.Contains(stderr, mention) {
+		t.Errorf("stderr %q does not mention %q", stderr, mention)
+	}
+}
+
+func TestBadInputIsAUsageErrorOnOneLine(t *testing.T) {
+	t.Parallel()
+	dbURL := "sqlite:" + filepath.Join(t.TempDir(), "x.db")
+	cases := []struct {
+		name    string
+		env     []string
+		args    []string
+		mention string
+	}{
+		{"unknown scheme", nil, []string{"run", "--key", "k", "--store", "mongodb://h/db", "--", "true"}, "unknown scheme"},
+		{"path without scheme", nil, []string{"status", "--store", "/var/lib/x.db"}, "sqlite:/var/lib/x.db"},
+		{"bad duration", nil, []string{"run", "--key", "k", "--ttl", "ten", "--", "true"}, "--ttl"},
+		{"bad duration from env", []string{"TENURE_STOP_TIMEOUT=soon"}, []string{"run", "--key", "k", "--", "true"}, "TENURE_STOP_TIMEOUT"},
+		{"control character in key", nil, []string{"run", "--key", "a\x01b", "--store", dbURL, "--", "true"}, "key"},
+		{"key too long", nil, []string{"run", "--key", strings.Repeat("k", 513), "--store", dbURL, "--", "true"}, "513 bytes"},
+		{"missing key", nil, []string{"run", "--store", dbURL, "--", "true"}, "--key is required"},
+		{"missing command", nil, []string{"run", "--key", "k", "--store", dbURL}, "missing command"},
+		{"command without --", nil, []string{"run", "--key", "k", "--store", dbURL, "true"}, "after --"},
+		{"empty command after --", nil, []string{"run", "--key", "k", "--store", dbURL, "--"}, "missing command"},
+		{"ttl too short", nil, []string{"run", "--key", "k", "--store", dbURL, "--ttl", "1ms", "--", "true"}, "--ttl"},
+		{"stop timeout beyond the margin", nil, []string{"run", "--key", "k", "--store", dbURL, "--ttl", "3s", "--grace", "1s", "--", "true"}, "--stop-timeout"},
+		{"public http", nil, []string{"run", "--key", "k", "--store", dbURL, "--http", ":9090", "--", "true"}, "--http-public"},
+		{"unknown flag", nil, []string{"run", "--kee", "k", "--", "true"}, "--kee"},
+		{"unknown command", nil, []string{"frobnicate"}, "frobnicate"},
+		{"bad log level", nil, []string{"run", "--key", "k", "--store", dbURL, "--log-level", "loud", "--", "true"}, "--log-level"},
+		{"release without a terminal", nil, []string{"release", "--key", "k", "--store", dbURL}, "--yes"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, stderr, code := runTenure(t, c.env, c.args...)
+			oneLineError(t, stderr, code, 2, c.mention)
+		})
+	}
+}
+
+func TestMissingCommandExitsLikeAShell(t *testing.T) {
+	t.Parallel()
+	dbURL := "sqlite:" + filepath.Join(t.TempDir(), "x.db")
+	_, stderr, code := runTenure(t, nil, "run", "--key", "k", "--store", dbURL, "--", "no-such-command-here")
+	oneLineError(t, stderr, code, 127, "command not found")
+}
+
+func TestPasswordsAreNeverPrinted(t *testing.T) {
+	t.Parallel()
+	pg := "postgres://u:" + secret + "@127.0.0.1:1/db?connect_timeout=2"
+	redis := "redis://:" + secret + "@127.0.0.1:1/0?dial_timeout=1s"
+	cases := []struct {
+		name string
+		env  []string
+		args []string
+		code int
+	}{
+		{"unknown scheme", nil, []string{"status", "--store", "mysql://root:" + secret + "@h/db"}, 2},
+		{"unknown scheme from env", []string{"TENURE_STORE=mysql://root:" + secret + "@h/db"}, []string{"status"}, 2},
+		{"unparsable", nil, []string{"status", "--store", "postgres://u:" + secret + "@[::1/db"}, 2},
+		{"bad table", nil, []string{"migrate", "--store", "postgres://u:" + secret + "@h/db?table=no-dashes"}, 2},
+		{"keyword string", nil, []string{"status", "--store", "host=h password=" + secret}, 2},
+		{"bad query", nil, []string{"status", "--store", "postgres://u:" + secret + "@h/db?x=%zz"}, 2},
+		{"postgres unreachable (run)", nil, []string{"run", "--key", "k", "--store", pg, "--", "true"}, 3},
+		{"postgres unreachable (status)", nil, []string{"status", "--store", pg}, 3},
+		{"postgres unreachable (release)", nil, []string{"release", "--key", "k", "--yes", "--store", pg}, 3},
+		{"postgres unreachable (migrate)", []string{"TENURE_STORE=" + pg}, []string{"migrate"}, 3},
+		{"redis unreachable", nil, []string{"status", "--store", redis}, 3},
+		{"redis bad option", nil, []string{"status", "--store", "redis://:" + secret + "@127.0.0.1:1/0?no_such_option=1"}, 2},
+		{"bad ttl with a password in the store", nil, []string{"run", "--key", "k", "--store", pg, "--ttl", "x", "--", "true"}, 2},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			stdout, stderr, code := runTenure(t, c.env, c.args...)
+			if code != c.code {
+				t.Errorf("exit %d, want %d; stderr: %s", code, c.code, stderr)
+			}
+			if strings.Contains(stdout+stderr, secret) || strings.Contains(stdout+stderr, "s3cret") {
+				t.Errorf("the password was printed:\n%s%s", stdout, stderr)
+			}
+			if stderr == "" {
+				t.Error("no error message")
+			}
+		})
+	}
+}
+
+func TestPasswordIsNotPrintedByARunningReplica(t *testing.T) {
+	t.Parallel()
+	base := testenv.Postgres.URL(t)
+	// The test server trusts local connections, so the password is sent
+	// and ignored: the replica runs with a secret in its URL.
+	url := strings.Replace(base, "postgres://postgres@", "postgres://postgres:"+secret+"@", 1)
+	if url == base {
+		t.Skipf("cannot put a password into %s", base)
+	}
+	table := "cli_secret_" + strings.ReplaceAll(time.Now().Format("150405.000000"), ".", "_")
+	url += "&table=" + table
+	dir := t.TempDir()
+	p := start(t, childEnv("record", filepath.Join(dir, "log")), "run", "--key", "secretive", "--store", url,
+		"--ttl", ttl.String(), "--grace", grace.String(), "--stop-timeout", stopTimeout.String(),
+		"--http", "127.0.0.1:0", "--log-level", "debug", "--", self(t))
+	addr := httpAddr(t, p)
+	waitStarts(t, filepath.Join(dir, "log"), 1, 10*time.Second)
+	body := get(t, "http://"+addr+"/status")
+	if strings.Contains(body, secret) {
+		t.Errorf("/status shows the password: %s", body)
+	}
+	if err := p.cmd.Process.Signal(interrupt); err != nil {
+		t.Fatal(err)
+	}
+	p.wait(t, 10*time.Second)
+	if strings.Contains(p.out.String(), secret) {
+		t.Errorf("the replica logged the password:\n%s", p.out.String())
+	}
+	dropTable(t, base, table)
+}
+
+var addrRE = regexp.MustCompile(`serving /metrics.* addr=(127\.0\.0\.1:\d+)`)
+
+// httpAddr reads the address tenure reports it listens on.
+func httpAddr(t *testing.T, p *proc) string {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if m := addrRE.FindStringSubmatch(p.out.String()); m != nil {
+			return m[1]
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatalf("tenure did not report its HTTP address:\n%s", p.out.String())
+	return ""
+}
+
+func get(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %s %s", url, resp.Status, body)
+	}
+	return string(body)
+}
+
+func TestHTTPServesMetricsStatusAndHealth(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	url := "sqlite:" + filepath.Join(dir, "leases.db")
+	p := start(t, childEnv("record", filepath.Join(dir, "log")), "run", "--key", "served", "--store", url,
+		"--owner", "replica-http", "--ttl", ttl.String(), "--grace", grace.String(), "--stop-timeout", stopTimeout.String(),
+		"--http", "127.0.0.1:0", "--", self(t))
+	addr := httpAddr(t, p)
+	waitStarts(t, filepath.Join(dir, "log"), 1, 10*time.Second)
+	time.Sleep(ttl / 2) // a renewal round or two
+
+	if body := get(t, "http://"+addr+"/healthz"); strings.TrimSpace(body) != "ok" {
+		t.Errorf("/healthz = %q", body)
+	}
+
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(strings.NewReader(get(t, "http://"+addr+"/metrics")))
+	if err != nil {
+		t.Fatalf("/metrics is not Prometheus text: %v", err)
+	}
+	for _, name := range []string{"tenure_leases_held", "tenure_acquisitions_total", "tenure_renewals_total", "go_goroutines", "process_cpu_seconds_total"} {
+		if families[name] == nil {
+			t.Errorf("/metrics lacks %s", name)
+		}
+	}
+	if f := families["tenure_leases_held"]; f != nil {
+		if v := f.GetMetric()[0].GetGauge().GetValue(); v != 1 {
+			t.Errorf("tenure_leases_held = %v, want 1", v)
+		}
+	}
+
+	var doc struct {
+		Owner string `json:"owner"`
+		Keys  []struct {
+			Key        string `json:"key"`
+			Running    bool   `json:"running"`
+			LeaderHere bool   `json:"leader_here"`
+		} `json:"keys"`
+		Leases []map[string]any `json:"leases"`
+	}
+	if err := json.Unmarshal([]byte(get(t, "http://"+addr+"/status")), &doc); err != nil {
+		t.Fatal(err)
+	}
+	if doc.Owner != "replica-http" || len(doc.Keys) != 1 || doc.Keys[0].Key != "served" || !doc.Keys[0].Running || !doc.Keys[0].LeaderHere {
+		t.Errorf("/status = %+v", doc)
+	}
+	if len(doc.Leases) != 1 || doc.Leases[0]["owner"] != "replica-http" || doc.Leases[0]["live"] != true {
+		t.Errorf("/status leases = %v", doc.Leases)
+	}
+}
+
+func TestReleaseRevokesTheHoldersLeaseAndItsCommandStops(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	log := filepath.Join(dir, "log")
+	url := "sqlite:" + filepath.Join(dir, "leases.db")
+	start(t, childEnv("record", log), "run", "--key", "revoked", "--store", url,
+		"--ttl", ttl.String(), "--grace", grace.String(), "--stop-timeout", stopTimeout.String(), "--", self(t))
+	first := waitStarts(t, log, 1, 10*time.Second)[0]
+
+	stdout, stderr, code := runTenure(t, nil, "release", "--key", "revoked", "--store", url, "--yes")
+	if code != 0 || !strings.Contains(stdout, "revoked") {
+		t.Fatalf("release: exit %d\n%s%s", code, stdout, stderr)
+	}
+	// The holder's next renewal is refused: its command gets SIGTERM.
+	deadline := time.Now().Add(ttl)
+	for {
+		stopped := slices.ContainsFunc(readChildLog(t, log), func(ev childEvent) bool { return ev.what == "stop" && ev.pid == first.pid })
+		if stopped {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the holder's command was not stopped after the revocation")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	stdout, _, code = runTenure(t, nil, "release", "--key", "nothing-here", "--store", url, "--yes")
+	if code != 0 || !strings.Contains(stdout, "no live lease") {
+		t.Errorf("release of a free key: exit %d, %q", code, stdout)
+	}
+}
+
+func TestMigrateVersionAndHelp(t *testing.T) {
+	t.Parallel()
+	url := "sqlite:" + filepath.Join(t.TempDir(), "m.db")
+	if stdout, stderr, code := runTenure(t, nil, "migrate", "--store", url); code != 0 || !strings.Contains(stdout, "migrated") {
+		t.Errorf("migrate: exit %d %s%s", code, stdout, stderr)
+	}
+	if stdout, _, code := runTenure(t, nil, "version"); code != 0 || !strings.HasPrefix(stdout, "tenure ") {
+		t.Errorf("version: exit %d %q", code, stdout)
+	}
+	for _, cmd := range []string{"run", "status", "release", "migrate", "version", "demo"} {
+		stdout, _, code := runTenure(t, nil, cmd, "--help")
+		if code != 0 || !strings.Contains(stdout, "Examples:") {
+			t.Errorf("%s --help: exit %d, no examples:\n%s", cmd, code, stdout)
+		}
+	}
+	if stdout, _, _ := runTenure(t, nil, "run", "--help"); !strings.Contains(stdout, "Exit codes:") || !strings.Contains(stdout, "TENURE_EPOCH") {
+		t.Errorf("run --help does not document exit codes and the command's environment:\n%s", stdout)
+	}
+	if stdout, _, code := runTenure(t, nil, "completion", "bash"); code != 0 || !strings.Contains(stdout, "tenure") {
+		t.Errorf("completion bash: exit %d", code)
+	}
+}
+
+func TestDemoShowsCrashTakeoverAndHandoffOnItsOwn(t *testing.T) {
+	t.Parallel()
+	began := time.Now()
+	stdout, stderr, code := runTenure(t, nil, "demo")
+	took := time.Since(began)
+	if code != 0 {
+		t.Fatalf("demo exit %d\n%s%s", code, stdout, stderr)
+	}
+	if took > 20*time.Second {
+		t.Errorf("demo took %v", took)
+	}
+	for _, want := range []string{"crashes", "took over nightly-report", "shuts down gracefully", "took over mailer", "At no moment did two replicas run the same key"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("demo output lacks %q:\n%s", want, stdout)
+		}
+	}
+	if strings.Contains(stdout, "\x1b") {
+		t.Error("escape codes in demo output to a pipe")
+	}
+	if m := regexp.MustCompile(`store: (\S+)`).FindStringSubmatch(stdout); m == nil {
+		t.Error("demo does not name its store")
+	} else if _, err := os.Stat(filepath.Dir(m[1])); !os.IsNotExist(err) {
+		t.Errorf("demo left %s behind (stat: %v)", filepath.Dir(m[1]), err)
+	}
+}
