@@ -271,3 +271,41 @@ func dropTable(t *testing.T, url, table string) {
 		t.Logf("drop %s: %v", table, err)
 	}
 }
+
+func TestOnceInterruptedBySigtermExitsWith143(t *testing.T) {
+	dir := t.TempDir()
+	log := filepath.Join(dir, "commands.log")
+	p := start(t, childEnv("record", log), "run", "--once", "--key", "once-term", "--store", "sqlite:"+filepath.Join(dir, "leases.db"),
+		"--ttl", ttl.String(), "--grace", grace.String(), "--stop-timeout", stopTimeout.String(), "--", self(t))
+	waitStarts(t, log, 1, 10*time.Second)
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, 5*time.Second); code != 128+int(syscall.SIGTERM) {
+		t.Errorf("exit %d, want %d: the command did not finish", code, 128+int(syscall.SIGTERM))
+	}
+}
+
+func TestSecondSignalKillsAStubbornCommandAtOnce(t *testing.T) {
+	dir := t.TempDir()
+	log := filepath.Join(dir, "commands.log")
+	const longStop = 1500 * time.Millisecond
+	p := start(t, childEnv("stubborn", log), "run", "--key", "impatient", "--store", "sqlite:"+filepath.Join(dir, "leases.db"),
+		"--ttl", ttl.String(), "--grace", grace.String(), "--stop-timeout", longStop.String(), "--", self(t))
+	ev := waitStarts(t, log, 1, 10*time.Second)[0]
+	first := time.Now()
+	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1100 * time.Millisecond) // a repeat within a second would be ignored
+	if !alive(ev.pid) {
+		t.Fatal("the stubborn command died on SIGTERM")
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if gone := waitGone(t, longStop, ev.pid, ev.grand); gone.Sub(first) >= longStop {
+		t.Errorf("the command lived %v after the first signal, the whole stop timeout", gone.Sub(first))
+	}
+	p.wait(t, 5*time.Second)
+}

@@ -73,8 +73,9 @@ confirmed renewal; this replica stops it ttl/3 before its lease runs out, so
   # a singleton poller on one host (replicas share an SQLite file)
   tenure run --key telegram-poller --store sqlite:/var/lib/app/tenure.db -- ./poller --verbose
 
-  # run once, from cron on every host: exits with the job's status
-  tenure run --once --key backup -- /usr/local/bin/backup
+  # a schema migration started by every replica at boot: one at a time,
+  # each exits with the migration's status
+  tenure run --once --key db-migrate -- ./migrate.sh
 
   # with metrics and status on http://127.0.0.1:9090/metrics
   TENURE_STORE=redis://cache:6379/0 tenure run --key mailer --http 127.0.0.1:9090 -- ./mailer`,
