@@ -31,7 +31,7 @@ func BenchmarkCrashTakeover(b *testing.B) {
 		b.Run(be.name, func(b *testing.B) {
 			open := be.site(b)
 			stA, stB := open(b), open(b)
-			var fromRenewal, fromCut, stopToStart samples
+			var fromRenewal, fromCut, stopToStart, renewalToStop samples
 			i := 0
 			for b.Loop() {
 				i++
@@ -59,6 +59,7 @@ func BenchmarkCrashTakeover(b *testing.B) {
 				fromRenewal = append(fromRenewal, bStart.at.Sub(last))
 				fromCut = append(fromCut, bStart.at.Sub(cut))
 				stopToStart = append(stopToStart, bStart.at.Sub(aStop.at))
+				renewalToStop = append(renewalToStop, aStop.at.Sub(last))
 				if err := r.stop(); err != nil {
 					b.Errorf("B's Run: %v", err)
 				}
@@ -69,6 +70,7 @@ func BenchmarkCrashTakeover(b *testing.B) {
 			fromRenewal.report(b, "renewal-start")
 			fromCut.report(b, "cut-start")
 			stopToStart.report(b, "Astop-Bstart")
+			renewalToStop.report(b, "renewal-Astop")
 			b.Logf("floor TTL+grace = %v; target renewal→start ≤ TTL+grace+200ms = %v",
 				crashTTL+crashGrace, crashTTL+crashGrace+200*time.Millisecond)
 		})
