@@ -18,7 +18,8 @@ import (
 //
 //	TENURE_CHAOS_DURATION=10m go test ./internal/chaos -run TestChaosPostgres -v -timeout 30m
 //
-// TENURE_CHAOS_SEED replays a schedule; TENURE_CHAOS_HISTORY=DIR keeps
+// TENURE_CHAOS_SEED replays a schedule; TENURE_CHAOS_KEYS and
+// TENURE_CHAOS_REPLICAS change the shape; TENURE_CHAOS_HISTORY=DIR keeps
 // every run's history (otherwise only a failed run's is kept).
 
 func TestChaosSQLite(t *testing.T) {
@@ -53,6 +54,15 @@ func runChaos(t *testing.T, url string) {
 		}
 		opts.Seed = seed
 	}
+	for env, field := range map[string]*int{"TENURE_CHAOS_KEYS": &opts.Keys, "TENURE_CHAOS_REPLICAS": &opts.Replicas} {
+		if v := os.Getenv(env); v != "" {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				t.Fatalf("%s: %v", env, err)
+			}
+			*field = n
+		}
+	}
 	if dir := os.Getenv("TENURE_CHAOS_HISTORY"); dir != "" {
 		opts.HistoryDir = filepath.Join(dir, t.Name())
 	}
@@ -75,5 +85,22 @@ func runChaos(t *testing.T, url string) {
 	}
 	if faults == 0 || rep.Transitions == 0 || rep.Ops.Accepted == 0 {
 		t.Errorf("the run was vacuous: %d faults, %d transitions, %d accepted writes", faults, rep.Transitions, rep.Ops.Accepted)
+	}
+}
+
+func TestAReplicaThatCannotStartEndsTheRunWithWhatItPrinted(t *testing.T) {
+	start := time.Now()
+	_, err := Run(context.Background(), Options{
+		Store:      "sqlite:" + filepath.Join(t.TempDir(), "leases.db"),
+		Duration:   time.Second,
+		Executable: "/bin/sh",
+		// Not a replica: prints and exits, as a binary without ReplicaMain would.
+		ReplicaArgs: []string{"-c", "echo this binary is no replica >&2; exit 3"},
+	})
+	if err == nil || !strings.Contains(err.Error(), "this binary is no replica") {
+		t.Fatalf("Run: %v; want the replica's own output", err)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Errorf("took %v to notice", took)
 	}
 }

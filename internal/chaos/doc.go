@@ -52,6 +52,26 @@
 // takeover latencies, time without a holder, and step-downs no fault
 // explains. [WriteTimeline] draws the history as SVG.
 //
+// # Using it from a command
+//
+// `tenure verify` is Run plus a hidden subcommand that is the replica:
+//
+//	// tenure __chaos-replica (hidden): the process Run starts.
+//	os.Exit(chaos.ReplicaMain())
+//
+//	// tenure verify --store URL --duration 2m --seed N --replicas 3 --keys 4 --timeline FILE
+//	rep, err := chaos.Run(ctx, chaos.Options{
+//		Store: url, Duration: d, Seed: seed, Replicas: n, Keys: k,
+//		ReplicaArgs: []string{"__chaos-replica"}, // Executable defaults to os.Executable()
+//		Logger:      logger,                      // progress: one line per fault
+//	})
+//	if err != nil { … }                           // the run could not be carried out
+//	rep.WriteText(os.Stdout)
+//	chaos.WriteTimeline(file, rep.History)        // --timeline
+//	if !rep.OK() { … exit 1 }                     // rep.HistoryDir keeps the evidence
+//
+// A saved history can be checked again offline: Check(LoadHistory(dir)).
+//
 // # Running it
 //
 // The package tests run a short schedule on each store. A long run:

@@ -309,13 +309,8 @@ func (h *harness) run(ctx context.Context) (err error) {
 	defer h.wg.Wait()
 	defer h.shutdown()
 
-	for range h.opts.Replicas {
-		if _, err := h.spawn(); err != nil {
-			return err
-		}
-	}
-	if !h.settle(ctx, 30*time.Second) {
-		return fmt.Errorf("chaos: the replicas did not take every key within 30s; see the *.stderr files")
+	if err := h.warmUp(ctx); err != nil {
+		return err
 	}
 	h.log.Info("replicas up; injecting faults", "duration", h.opts.Duration, "store", h.hist.Store)
 	h.hl.add(Event{Ev: evRunBegin})

@@ -187,6 +187,40 @@ func (h *harness) settle(ctx context.Context, limit time.Duration) bool {
 	return false
 }
 
+// warmUp starts the replicas and waits until every key has a holder. A
+// replica that exits meanwhile (a binary that does not call ReplicaMain, a
+// store it cannot open) ends the run with what it printed.
+func (h *harness) warmUp(ctx context.Context) error {
+	for range h.opts.Replicas {
+		if _, err := h.spawn(); err != nil {
+			return err
+		}
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for !h.settle(ctx, 200*time.Millisecond) {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		h.mu.Lock()
+		var dead *proc
+		for _, p := range h.procs {
+			if !p.alive() {
+				dead = p
+			}
+		}
+		h.mu.Unlock()
+		if dead != nil {
+			out, _ := os.ReadFile(filepath.Join(h.dir, dead.name+".stderr"))
+			return fmt.Errorf("chaos: replica %s exited while starting (does %s call chaos.ReplicaMain?): %s",
+				dead.name, h.opts.Executable, strings.TrimSpace(string(out[:min(len(out), 2000)])))
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("chaos: the replicas did not take every key within 30s; see the *.stderr files")
+		}
+	}
+	return nil
+}
+
 // target resolves a step's target: the holder of its key, else a live
 // replica picked by the step.
 func (h *harness) target(ctx context.Context, s Step) *proc {

@@ -11,8 +11,10 @@ import (
 
 // Layout of the SVG timeline.
 const (
-	tlWidth  = 1600 // drawing width of the time axis, px
-	tlLabel  = 170  // left column with key names
+	tlPerSec = 15 // px per second of the time axis, between tlMinW and tlMaxW
+	tlMinW   = 1600
+	tlMaxW   = 24000
+	tlLabel  = 170 // left column with key names
 	tlRow    = 26
 	tlHeader = 30
 )
@@ -33,15 +35,12 @@ func WriteTimeline(w io.Writer, h *History) error {
 	}
 	m := buildModel(h)
 	rep := Check(h)
+	// Time 0 is the first fault, as in the report; the warm-up is cut off.
 	from, to := m.begin, m.end
-	for _, ivs := range m.intervals {
-		for _, iv := range ivs {
-			from = min(from, iv.start)
-		}
-	}
 	if to <= from {
 		to = from + 1
 	}
+	tlWidth := float64(min(max(time.Duration(to-from).Seconds()*tlPerSec, tlMinW), tlMaxW))
 	x := func(t int64) float64 {
 		return tlLabel + float64(max(min(t, to), from)-from)/float64(to-from)*tlWidth
 	}
@@ -63,14 +62,14 @@ func WriteTimeline(w io.Writer, h *History) error {
 
 	height := tlHeader + tlRow*(len(keys)+1) + 40
 	var b strings.Builder
-	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="11">`+"\n",
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%d" font-family="sans-serif" font-size="11">`+"\n",
 		tlLabel+tlWidth+20, height)
 	b.WriteString(`<defs><pattern id="frozen" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)">` +
 		`<rect width="3" height="6" fill="white" fill-opacity="0.6"/></pattern></defs>` + "\n")
 	fmt.Fprintf(&b, `<text x="4" y="16" font-size="13">seed %d · %s · %v · %s</text>`+"\n",
 		h.Seed, html.EscapeString(h.Store), time.Duration(to-from).Round(time.Second), verdictText(rep))
 	// Seconds grid.
-	for s := int64(0); from+s*int64(time.Second) <= to; s += gridStep(to - from) {
+	for s := int64(0); from+s*int64(time.Second) <= to; s += gridStep(to-from, tlWidth) {
 		gx := x(from + s*int64(time.Second))
 		fmt.Fprintf(&b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#eee"/><text x="%.1f" y="%d" fill="#999">%ds</text>`+"\n",
 			gx, tlHeader, gx, height-30, gx+2, height-18, s)
@@ -133,11 +132,11 @@ func verdictText(r *Report) string {
 	return fmt.Sprintf("%d violations", len(r.Violations))
 }
 
-// gridStep picks a whole number of seconds between grid lines, about 20
-// lines across.
-func gridStep(span int64) int64 {
+// gridStep picks a whole number of seconds between grid lines, at least
+// 60px apart.
+func gridStep(span int64, width float64) int64 {
 	for _, s := range []int64{1, 2, 5, 10, 15, 30, 60, 120, 300, 600} {
-		if span/(s*int64(time.Second)) <= 25 {
+		if float64(span/(s*int64(time.Second))) <= width/60 {
 			return s
 		}
 	}
