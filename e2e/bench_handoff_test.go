@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tenure-dev/tenure"
+	"github.com/tenure-dev/tenure/store/sqlite"
 )
 
 // Reproduce with:
@@ -95,19 +96,43 @@ func checkHandoff(b *testing.B, tl *timeline, mark int, old string, prev, start 
 }
 
 // BenchmarkGracefulHandoffSQLiteTwoProcesses bounces a key between this
-// process and a child process sharing one SQLite file, with the default
-// timing. Times cross the process boundary, so they are wall-clock times of
-// the one host. A random pause of up to 100ms before each handoff spreads
-// the releases over the phase of whatever polls for them.
+// process and a child process sharing one SQLite file. Times cross the
+// process boundary, so they are wall-clock times of the one host. A random
+// pause before each handoff, up to the interval of whatever finds the
+// release, spreads releases evenly over its phase.
 //
-//	go test -run '^$' -bench 'GracefulHandoffSQLiteTwoProcesses' -benchtime 50x ./e2e/
+//   - watch-poll=50ms: store/sqlite's default; Watch polls the file for
+//     other processes' changes every 50ms. Default engine timing.
+//
+//   - watch-poll=off: no poller; the peer's engine finds the release in its
+//     next round's read of the lease table. TTL 3s, so rounds every 1s.
+//
+//     go test -run '^$' -bench 'GracefulHandoffSQLiteTwoProcesses/watch-poll=50ms' -benchtime 100x ./e2e/
+//     go test -run '^$' -bench 'GracefulHandoffSQLiteTwoProcesses/watch-poll=off' -benchtime 40x ./e2e/
 func BenchmarkGracefulHandoffSQLiteTwoProcesses(b *testing.B) {
+	for _, c := range []struct {
+		name       string
+		poll       time.Duration
+		ttl, grace time.Duration
+		phase      time.Duration
+	}{
+		{"watch-poll=50ms", sqlite.DefaultWatchPoll, tenure.DefaultTTL, tenure.DefaultGrace, 2 * sqlite.DefaultWatchPoll},
+		{"watch-poll=off", -1, crashTTL, crashGrace, crashRenew},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			benchTwoProcesses(b, c.poll, c.ttl, c.grace, c.phase)
+		})
+	}
+}
+
+func benchTwoProcesses(b *testing.B, poll, ttl, grace, phase time.Duration) {
 	const key = "nightly-report"
 	path := filepath.Join(b.TempDir(), "leases.db")
 	var tl timeline
-	parent := newReplica(b, "parent", openSQLite(b, path), tenure.Config{}, tl.runner("parent"), key).start()
+	cfg := tenure.Config{TTL: ttl, Grace: grace}
+	parent := newReplica(b, "parent", openSQLite(b, path, sqlite.Options{WatchPoll: poll}), cfg, tl.runner("parent"), key).start()
 	last := tl.await(b, 5*time.Second, 0, "parent", "start", key)
-	c := startChild(b, &tl, childSpec{Path: path, Key: key, TTL: tenure.DefaultTTL, Grace: tenure.DefaultGrace})
+	c := startChild(b, &tl, childSpec{Path: path, Key: key, TTL: ttl, Grace: grace, WatchPoll: poll})
 	waitUntil(b, 10*time.Second, "the child to be refused", func() bool { return c.Refusals() > 0 })
 	waitUntil(b, 5*time.Second, "the parent to watch", parent.st.Watching)
 	// The child reports no subscription; its first round (just done) came
@@ -117,26 +142,26 @@ func BenchmarkGracefulHandoffSQLiteTwoProcesses(b *testing.B) {
 	var toChild, toParent samples
 	parentHolds := true
 	for b.Loop() {
-		time.Sleep(rand.N(100 * time.Millisecond))
+		time.Sleep(rand.N(phase))
 		mark := tl.mark()
 		if parentHolds {
 			released := len(parent.st.Releases())
 			if err := parent.sup.SetEnabled(key, false); err != nil {
 				b.Fatal(err)
 			}
-			start := tl.await(b, 15*time.Second, mark, "child", "start", key)
+			start := tl.await(b, ttl+grace, mark, "child", "start", key)
 			checkHandoff(b, &tl, mark, "parent", last, start)
 			toChild = append(toChild, start.at.Sub(parent.st.Releases()[released]))
-			refusedParent := parent.st.Refusals()
+			refused := parent.st.Refusals()
 			if err := parent.sup.SetEnabled(key, true); err != nil {
 				b.Fatal(err)
 			}
-			waitUntil(b, 5*time.Second, "the parent to be refused", func() bool { return parent.st.Refusals() > refusedParent })
+			waitUntil(b, 5*time.Second, "the parent to be refused", func() bool { return parent.st.Refusals() > refused })
 			last = start
 		} else {
 			released := len(c.Releases())
 			c.send(b, "disable")
-			start := tl.await(b, 15*time.Second, mark, "parent", "start", key)
+			start := tl.await(b, ttl+grace, mark, "parent", "start", key)
 			waitUntil(b, 5*time.Second, "the child's release report", func() bool { return len(c.Releases()) > released })
 			checkHandoff(b, &tl, mark, "child", last, start)
 			toParent = append(toParent, start.at.Sub(c.Releases()[released]))

@@ -96,15 +96,15 @@ func sqliteSite(t testing.TB) func(testing.TB) store.Store {
 	path := filepath.Join(t.TempDir(), "leases.db")
 	return func(t testing.TB) store.Store {
 		t.Helper()
-		return openSQLite(t, path)
+		return openSQLite(t, path, sqlite.Options{})
 	}
 }
 
-func openSQLite(t testing.TB, path string) *sqlite.Store {
+func openSQLite(t testing.TB, path string, opts sqlite.Options) *sqlite.Store {
 	t.Helper()
 	ctx, cancel := setupCtx()
 	defer cancel()
-	s, err := sqlite.Open(ctx, path, sqlite.Options{})
+	s, err := sqlite.Open(ctx, path, opts)
 	if err != nil {
 		t.Fatalf("sqlite.Open: %v", err)
 	}
