@@ -103,12 +103,13 @@ func checkHandoff(b *testing.B, tl *timeline, mark int, old string, prev, start 
 //
 //   - watch-poll=50ms: store/sqlite's default; Watch polls the file for
 //     other processes' changes every 50ms. Default engine timing.
-//
 //   - watch-poll=off: no poller; the peer's engine finds the release in its
 //     next round's read of the lease table. TTL 3s, so rounds every 1s.
 //
-//     go test -run '^$' -bench 'GracefulHandoffSQLiteTwoProcesses/watch-poll=50ms' -benchtime 100x ./e2e/
-//     go test -run '^$' -bench 'GracefulHandoffSQLiteTwoProcesses/watch-poll=off' -benchtime 40x ./e2e/
+// Reproduce with:
+//
+//	go test -run '^$' -bench 'GracefulHandoffSQLiteTwoProcesses/watch-poll=50ms' -benchtime 100x ./e2e/
+//	go test -run '^$' -bench 'GracefulHandoffSQLiteTwoProcesses/watch-poll=off' -benchtime 40x ./e2e/
 func BenchmarkGracefulHandoffSQLiteTwoProcesses(b *testing.B) {
 	for _, c := range []struct {
 		name       string
