@@ -4,6 +4,7 @@
 package main_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -52,8 +53,9 @@ func TestMain(m *testing.M) {
 
 // child is the command tenure runs. Modes:
 //
-//	record    start a grandchild, append "start OWNER EPOCH PID GRANDPID NANOS",
-//	          and on SIGTERM append "stop …" and exit 0
+//	record    append "start OWNER EPOCH PID 0 NANOS", start a grandchild and
+//	          append "grand OWNER EPOCH PID GRANDPID NANOS" once it is ready;
+//	          on SIGTERM append "stop …" and exit 0
 //	stubborn  ignore SIGTERM, start a grandchild that ignores it too, append
 //	          the start line, sleep
 //	exit:N    exit with status N at once
@@ -64,14 +66,17 @@ func child(mode string) int {
 	case strings.HasPrefix(mode, "exit:"):
 		n, _ := strconv.Atoi(strings.TrimPrefix(mode, "exit:"))
 		return n
-	case mode == "sleep":
-		time.Sleep(time.Minute)
-		return 0
-	case mode == "stubborn-sleep":
-		signal.Ignore(syscall.SIGTERM)
+	case mode == "sleep" || mode == "stubborn-sleep":
+		if mode == "stubborn-sleep" {
+			signal.Ignore(syscall.SIGTERM)
+		}
+		fmt.Println("ready")
 		time.Sleep(time.Minute)
 		return 0
 	case mode == "record" || mode == "stubborn":
+		// The start is logged first thing, so its time is as close as can
+		// be to the moment the command began: what exclusivity is about.
+		logLine("start", 0)
 		terms := make(chan os.Signal, 1)
 		grandMode := "sleep"
 		if mode == "stubborn" {
@@ -83,11 +88,21 @@ func child(mode string) int {
 		self, _ := os.Executable()
 		grand := exec.Command(self)
 		grand.Env = append(os.Environ(), childModeEnv+"="+grandMode)
-		if err := grand.Start(); err != nil {
+		ready, err := grand.StdoutPipe()
+		if err == nil {
+			err = grand.Start()
+		}
+		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
-		logLine("start", grand.Process.Pid)
+		// Log the grandchild once it has set up its signals, so a test
+		// never signals it half-started.
+		if _, err := bufio.NewReader(ready).ReadString('\n'); err != nil {
+			fmt.Fprintln(os.Stderr, "grandchild:", err)
+			return 1
+		}
+		logLine("grand", grand.Process.Pid)
 		<-terms // never, when stubborn
 		logLine("stop", grand.Process.Pid)
 		return 0
@@ -133,12 +148,21 @@ func readChildLog(t *testing.T, path string) []childEvent {
 			t.Fatalf("bad child log line %q: %v", line, err)
 		}
 		ev.at = time.Unix(0, nanos)
+		if ev.what == "grand" {
+			for i := range out {
+				if out[i].what == "start" && out[i].pid == ev.pid {
+					out[i].grand = ev.grand
+				}
+			}
+			continue
+		}
 		out = append(out, ev)
 	}
 	return out
 }
 
-// waitChildLog waits until the log has n "start" lines, and returns the log.
+// waitStarts waits until the log has n starts, each with its grandchild
+// ready, and returns the log.
 func waitStarts(t *testing.T, path string, n int, within time.Duration) []childEvent {
 	t.Helper()
 	deadline := time.Now().Add(within)
@@ -146,7 +170,7 @@ func waitStarts(t *testing.T, path string, n int, within time.Duration) []childE
 		evs := readChildLog(t, path)
 		starts := 0
 		for _, ev := range evs {
-			if ev.what == "start" {
+			if ev.what == "start" && ev.grand != 0 {
 				starts++
 			}
 		}

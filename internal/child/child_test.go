@@ -1,6 +1,7 @@
 package child
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -42,10 +43,10 @@ func TestMain(m *testing.M) {
 //
 //	exit:N         exit with status N
 //	env            print TENURE_KEY and exit
-//	tree           start a grandchild, record both pids, sleep
+//	tree           start a grandchild, record both pids once it is ready, sleep
 //	stubborn-tree  the same, both ignoring SIGTERM
 //	leave-behind   start a grandchild, record both pids, exit 0
-//	sleep          record the pid, sleep (a grandchild's role)
+//	sleep          print "ready", sleep (a grandchild's role)
 //	stubborn       the same, ignoring SIGTERM
 func helper(mode string) int {
 	switch {
@@ -59,7 +60,7 @@ func helper(mode string) int {
 		if mode == "stubborn" {
 			signal.Ignore(syscall.SIGTERM)
 		}
-		recordPid()
+		fmt.Println("ready") // to the parent, which records our pid
 		time.Sleep(time.Minute)
 		return 0
 	case mode == "tree" || mode == "stubborn-tree" || mode == "leave-behind":
@@ -70,14 +71,23 @@ func helper(mode string) int {
 		}
 		cmd := exec.Command(os.Args[0])
 		cmd.Env = append(os.Environ(), helperEnv+"="+grand)
-		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-		if err := cmd.Start(); err != nil {
+		cmd.Stderr = os.Stderr
+		ready, err := cmd.StdoutPipe()
+		if err == nil {
+			err = cmd.Start()
+		}
+		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			return 1
 		}
-		recordPid()
+		// Record only once the grandchild has set up its signals, so a
+		// test never signals it half-started.
+		if _, err := bufio.NewReader(ready).ReadString('\n'); err != nil {
+			fmt.Fprintln(os.Stderr, "grandchild:", err)
+			return 1
+		}
+		recordPids(os.Getpid(), cmd.Process.Pid)
 		if mode == "leave-behind" {
-			time.Sleep(200 * time.Millisecond) // let the grandchild record itself
 			return 0
 		}
 		time.Sleep(time.Minute)
@@ -86,12 +96,14 @@ func helper(mode string) int {
 	return 99
 }
 
-func recordPid() {
+func recordPids(pids ...int) {
 	f, err := os.OpenFile(os.Getenv(pidFileEnv), os.O_APPEND|os.O_WRONLY|os.O_CREATE, 0o600)
 	if err != nil {
 		panic(err)
 	}
-	fmt.Fprintln(f, os.Getpid())
+	for _, pid := range pids {
+		fmt.Fprintln(f, pid)
+	}
 	f.Close()
 }
 
