@@ -31,6 +31,7 @@ type partition struct {
 	// slow connection to a remote store would.
 	watchDelay time.Duration
 	watching   atomic.Int32 // subscriptions made
+	watchedAt  atomic.Pointer[time.Time]
 
 	// Hooks for a child process, which reports them to its parent.
 	onRelease func(at time.Time)
@@ -210,9 +211,19 @@ func (p *partition) Watch(ctx context.Context, prefix string) (<-chan store.Even
 	}
 	ch, err := w.Watch(ctx, prefix)
 	if err == nil {
+		now := time.Now()
+		p.watchedAt.CompareAndSwap(nil, &now)
 		p.watching.Add(1)
 	}
 	return ch, err
+}
+
+// WatchedAt is when the first subscription was made (zero if none yet).
+func (p *partition) WatchedAt() time.Time {
+	if at := p.watchedAt.Load(); at != nil {
+		return *at
+	}
+	return time.Time{}
 }
 
 // Watching reports whether a subscription to the store's push channel has
