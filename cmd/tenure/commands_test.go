@@ -363,6 +363,10 @@ func TestReleaseRevokesTheHoldersLeaseAndItsCommandStops(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+	stdout, _, _ = runTenure(t, nil, "status", "--store", url)
+	if !regexp.MustCompile(`(?m)^revoked\s+-\s+2\s+revoked\s`).MatchString(stdout) {
+		t.Errorf("status after release:\n%s", stdout)
+	}
 	stdout, _, code = runTenure(t, nil, "release", "--key", "nothing-here", "--store", url, "--yes")
 	if code != 0 || !strings.Contains(stdout, "no live lease") {
 		t.Errorf("release of a free key: exit %d, %q", code, stdout)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"go.uber.org/goleak"
 
 	"github.com/tenure-dev/tenure"
 )
@@ -139,4 +140,8 @@ func TestDemoRunsInProcessAndEndsOnItsOwn(t *testing.T) {
 	if entries, _ := os.ReadDir(os.Getenv("TMPDIR")); len(entries) != 0 {
 		t.Errorf("demo left %d entries in its temporary directory", len(entries))
 	}
+}
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
 }

@@ -45,7 +45,7 @@ when it goes.
 
 The command runs in its own process group with TENURE_KEY, TENURE_EPOCH
 (the lease's fencing epoch) and TENURE_OWNER in its environment; its output
-goes to tenure's. When the lease is lost, or tenure is stopped, the whole
+goes to tenure's, its input is /dev/null. When the lease is lost, or tenure is stopped, the whole
 group gets SIGTERM, then SIGKILL after --stop-timeout. If tenure itself dies
 (kill -9, out of memory), a guard process kills the group at once, so a peer
 never starts while an orphan still works. Whatever the command leaves in its

@@ -39,13 +39,17 @@ func viewLeases(leases []store.Lease) []leaseView {
 	return out
 }
 
-// state is the word shown for a lease: held, released or expired.
+// state is the word shown for a lease: held, released, expired, or
+// revoked (by tenure release: owned by nobody, blocked until its expiry +
+// grace).
 func state(l store.Lease) string {
 	switch {
 	case l.Live:
 		return "held"
 	case l.Released:
 		return "released"
+	case l.Owner == "" && l.Epoch > 0:
+		return "revoked"
 	default:
 		return "expired"
 	}
@@ -123,7 +127,7 @@ func (e *env) statusCommand() *cobra.Command {
 		Use:   "status [--store URL] [--json] [--watch] [--prefix P]",
 		Short: "Show every lease in the store",
 		Long: `Show every lease in the store: its key, owner, epoch, state (held,
-released or expired), whether the holder reported its command running, and
+released, expired, or revoked by tenure release), whether the holder reported its command running, and
 the time left before it expires (negative after expiry), all on the store's
 clock.
 
