@@ -261,13 +261,13 @@ func Table(rows []Row) string {
 			rounds = fmt.Sprint(n)
 		}
 		if r.Recovery > 0 {
-			recovery = r.Recovery.String()
+			recovery = r.Recovery.Round(100 * time.Millisecond).String()
 			if r.Unrecovered > 0 {
 				recovery += fmt.Sprintf(" (%d still unowned)", r.Unrecovered)
 			}
 		}
-		fmt.Fprintf(&b, "| %s | %d | %s | %d (%d) | %s | %s | %s | %s | %d | %d | %d–%d | %d | %d |\n",
-			r.Scenario, r.Keys, r.Policy, r.Moves, r.MinMoves, ratio, rounds, r.MaxUnowned, recovery,
+		fmt.Fprintf(&b, "| %s | %d | %s | %d (%d) | %s | %s | %v | %s | %d | %d | %d–%d | %d | %d |\n",
+			r.Scenario, r.Keys, r.Policy, r.Moves, r.MinMoves, ratio, rounds, r.MaxUnowned.Round(100*time.Millisecond), recovery,
 			r.Bounces, r.FreshSheds, r.Min, r.Max, r.Idle, r.Overlaps)
 	}
 	return b.String()

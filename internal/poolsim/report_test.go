@@ -1,0 +1,272 @@
+package poolsim
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tenure-dev/tenure/internal/balance"
+	"github.com/tenure-dev/tenure/store"
+)
+
+// The configurations the report compares. "grace-aware" is a change to
+// how the engine builds the View (Config.GraceOwned), not a policy option.
+var (
+	reference  = ReferencePolicy(ReferenceConfig{})
+	balDefault = BalancedPolicy("balanced, defaults", balance.Config{})
+	balOrphan8 = BalancedPolicy("balanced, OrphanDelay 8s", balance.Config{OrphanDelay: 8 * time.Second})
+	balGrace8  = BalancedPolicy("balanced, OrphanDelay 8s, grace-aware view", balance.Config{OrphanDelay: 8 * time.Second})
+)
+
+// TestReport prints the tables of the "Pools" section of BENCHMARKS.md.
+// It takes about two minutes on two cores, so it runs only when asked for
+// by name:
+//
+//	go test ./internal/poolsim -run TestReport -v
+func TestReport(t *testing.T) {
+	if !strings.Contains(flag.Lookup("test.run").Value.String(), "TestReport") {
+		t.Skip("runs only with -run TestReport")
+	}
+	ctx := t.Context()
+	type job struct {
+		p     Policy
+		su    Setup
+		cold  bool
+		rows  []Row
+		err   error
+		start time.Time
+	}
+	var jobs []*job
+	add := func(p Policy, su Setup) {
+		jobs = append(jobs, &job{p: p, su: su}, &job{p: p, su: su, cold: true})
+	}
+	big := Setup{Keys: 10000, Seed: 1}
+	add(reference, big)
+	add(balDefault, big)
+	add(balOrphan8, big)
+	graceful := big
+	graceful.GraceOwned = true
+	add(balGrace8, graceful)
+	pushed := big
+	pushed.Push = true
+	add(balDefault, pushed)
+	pushed.GraceOwned = true
+	add(balGrace8, pushed)
+
+	// Two at a time: one simulation per core.
+	sem := make(chan struct{}, 2)
+	var wg sync.WaitGroup
+	for _, j := range jobs {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			if j.cold {
+				var r Row
+				r, j.err = ColdStart(ctx, j.p, j.su)
+				j.rows = []Row{r}
+			} else {
+				j.rows, j.err = Timeline(ctx, j.p, j.su)
+			}
+		})
+	}
+	wg.Wait()
+	table := func(push bool) string {
+		var timeline [][]Row
+		var cold []Row
+		for _, j := range jobs {
+			if j.err != nil {
+				t.Fatal(j.err)
+			}
+			if j.su.Push != push {
+				continue
+			}
+			if j.cold {
+				cold = append(cold, j.rows...)
+			} else {
+				timeline = append(timeline, j.rows)
+			}
+		}
+		var rows []Row
+		for i := range timeline[0] {
+			for _, tl := range timeline {
+				rows = append(rows, tl[i])
+			}
+		}
+		return Table(append(rows, cold...))
+	}
+	var out strings.Builder
+	fmt.Fprintf(&out, "### 10,000 keys, store without push (SQLite across processes, MySQL; the reference polls Redis)\n\n%s\n", table(false))
+	fmt.Fprintf(&out, "### 10,000 keys, store with push (PostgreSQL, Redis, etcd)\n\n%s\n", table(true))
+
+	// The case: 1,000 keys, 10 workers, one joins.
+	var small []Row
+	var seeds strings.Builder
+	seeds.WriteString("| policy | store | rounds to ±10%, seeds 1–10 | moves (min 90), seeds 1–10 |\n|---|---|---|---|\n")
+	for _, c := range []struct {
+		p    Policy
+		push bool
+	}{{reference, false}, {balDefault, false}, {balDefault, true}, {balOrphan8, false}} {
+		var rounds, moves []string
+		for seed := uint64(1); seed <= 10; seed++ {
+			r, _, err := Join(ctx, c.p, Setup{Keys: 1000, Seed: seed, Push: c.push})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if seed == 1 {
+				if c.push {
+					r.Policy += " (push)"
+				}
+				small = append(small, r)
+			}
+			n := "never"
+			if k := r.RoundsToConverge(); k >= 0 {
+				n = fmt.Sprint(k)
+			}
+			rounds, moves = append(rounds, n), append(moves, fmt.Sprint(r.Moves))
+		}
+		store := "polling"
+		if c.push {
+			store = "push"
+		}
+		fmt.Fprintf(&seeds, "| %s | %s | %s | %s |\n", c.p.Name, store, strings.Join(rounds, " "), strings.Join(moves, " "))
+	}
+	fmt.Fprintf(&out, "### 1,000 keys, 10 workers, one joins (seed 1)\n\n%s\n%s\n", Table(small), seeds.String())
+
+	m := heldKeyMemory(100_000)
+	fmt.Fprintf(&out, "### Memory per held key (100,000 keys)\n\n"+
+		"| what | bytes per key |\n|---|---:|\n"+
+		"| bookkeeping: key record, keeper term, observed lease, map slots, key string | %.0f |\n"+
+		"| runner: goroutine stack | %.0f |\n"+
+		"| runner: context, done channel, watchdog timer, run record | %.0f |\n"+
+		"| total | %.0f |\n", m.bookkeeping, m.stack, m.runnerHeap, m.bookkeeping+m.stack+m.runnerHeap)
+	t.Logf("\n%s", out.String())
+}
+
+// The engine's per-key records as of this writing (tenure.keyState,
+// runState, hold.Term and the keeper's observation of the lease table),
+// copied field for field so their size can be measured from here.
+type (
+	memKeyState struct {
+		key         string
+		job         struct{ runner, reload any }
+		configured  bool
+		run         *memRunState
+		starting    bool
+		newTerm     bool
+		acquiredAt  time.Time
+		failures    int
+		retryAt     time.Time
+		nextAcquire time.Time
+		restart     bool
+		releasing   bool
+		lastErr     error
+		removed     chan struct{}
+		pool        *int
+		claim       bool
+		heldSince   time.Time
+	}
+	memRunState struct {
+		lease struct {
+			key, owner string
+			epoch      int64
+		}
+		leased   bool
+		cancel   context.CancelCauseFunc
+		done     chan struct{}
+		started  time.Time
+		cause    error
+		watchdog *time.Timer
+	}
+	memTerm struct {
+		key      string
+		epoch    int64
+		deadline time.Time
+	}
+	memObservation struct {
+		lease store.Lease
+		at    time.Time
+	}
+)
+
+// keyMemory is the memory per held key, in bytes.
+type keyMemory struct{ bookkeeping, stack, runnerHeap float64 }
+
+// heldKeyMemory measures, with runtime.MemStats after a GC, the heap a
+// supervisor-like set of maps takes for n held keys (key record, keeper
+// term, observation), then the stack and heap added by one parked runner
+// goroutine per key with its context, done channel and watchdog timer.
+// Per key and approximate: map growth is amortized, and the runner's
+// stack is the smallest a parked goroutine has.
+func heldKeyMemory(n int) keyMemory {
+	var m0, m1, m2 runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&m0)
+	keys := make(map[string]*memKeyState, n)
+	held := make(map[string]memTerm, n)
+	observed := make(map[string]memObservation, n)
+	for i := range n {
+		k := fmt.Sprintf("acct-%06d", i)
+		keys[k] = &memKeyState{key: k, configured: true, claim: true}
+		held[k] = memTerm{key: k, epoch: int64(i)}
+		observed[k] = memObservation{lease: store.Lease{Key: k, Owner: "w00", Epoch: int64(i), Live: true}}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&m1)
+
+	parent, stop := context.WithCancel(context.Background())
+	defer stop()
+	var wg sync.WaitGroup
+	for _, ks := range keys {
+		ctx, cancel := context.WithCancelCause(parent)
+		rs := &memRunState{leased: true, cancel: cancel, done: make(chan struct{}), watchdog: time.AfterFunc(time.Hour, func() {})}
+		ks.run = rs
+		wg.Go(func() {
+			<-ctx.Done()
+			close(rs.done)
+		})
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&m2)
+	per := func(a, b uint64) float64 { return (float64(a) - float64(b)) / float64(n) }
+	m := keyMemory{
+		bookkeeping: per(m1.HeapAlloc, m0.HeapAlloc),
+		stack:       per(m2.StackInuse, m1.StackInuse),
+		runnerHeap:  per(m2.HeapAlloc, m1.HeapAlloc),
+	}
+	for _, ks := range keys {
+		ks.run.watchdog.Stop()
+	}
+	stop()
+	wg.Wait()
+	runtime.KeepAlive(held)
+	runtime.KeepAlive(observed)
+	return m
+}
+
+// BenchmarkReferencePlan100kKeys50Workers is the reference policy's
+// counterpart of balance.BenchmarkPlan100kKeys50Workers.
+func BenchmarkReferencePlan100kKeys50Workers(b *testing.B) {
+	keys := Keys(100_000)
+	var ws []balance.Worker
+	for i := range 50 {
+		ws = append(ws, balance.Worker{ID: WorkerID(i), Weight: 1})
+	}
+	owner := make(map[string]string, len(keys))
+	held := map[string]time.Time{}
+	for i, k := range keys {
+		owner[k] = ws[i%50].ID
+		if i%50 == 0 {
+			held[k] = time.Unix(0, 0)
+		}
+	}
+	pol := NewReference(ReferenceConfig{})
+	v := balance.View{Self: "w00", Now: time.Unix(1000, 0), Workers: ws, Keys: keys, Owner: owner, HeldSince: held}
+	for b.Loop() {
+		pol.Plan(v)
+	}
+}
