@@ -14,7 +14,7 @@ import (
 )
 
 // The store tests run a short schedule (TENURE_CHAOS_DURATION, default
-// 40s) and expect no violation. A long run of one store:
+// 35s) and expect no violation. A long run of one store:
 //
 //	TENURE_CHAOS_DURATION=10m go test ./internal/chaos -run TestChaosPostgres -v -timeout 30m
 //
@@ -34,12 +34,19 @@ func TestChaosRedis(t *testing.T) {
 	runChaos(t, testenv.Redis.URL(t))
 }
 
-func runChaos(t *testing.T, url string) {
+func runChaos(t *testing.T, url string) { _ = runChaosWith(t, url, 35*time.Second, nil) }
+
+// runChaosWith runs a schedule of d (unless TENURE_CHAOS_DURATION says
+// otherwise) on url and expects no violation; adjust changes the options.
+func runChaosWith(t *testing.T, url string, d time.Duration, adjust func(*Options)) *Report {
 	if testing.Short() {
 		t.Skip("runs replicas under faults for tens of seconds")
 	}
-	opts := Options{Store: url, Duration: 40 * time.Second,
+	opts := Options{Store: url, Duration: d,
 		Logger: slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo}))}
+	if adjust != nil {
+		adjust(&opts)
+	}
 	if v := os.Getenv("TENURE_CHAOS_DURATION"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil {
@@ -86,6 +93,7 @@ func runChaos(t *testing.T, url string) {
 	if faults == 0 || rep.Transitions == 0 || rep.Ops.Accepted == 0 {
 		t.Errorf("the run was vacuous: %d faults, %d transitions, %d accepted writes", faults, rep.Transitions, rep.Ops.Accepted)
 	}
+	return rep
 }
 
 func TestAReplicaThatCannotStartEndsTheRunWithWhatItPrinted(t *testing.T) {

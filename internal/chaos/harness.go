@@ -53,8 +53,16 @@ type Options struct {
 	Keys int
 	// Timing is the replicas' lease timing; zero fields take DefaultTiming.
 	Timing Timing
-	// Faults restricts the fault kinds (see FaultKinds). Default: all.
+	// Faults restricts the fault kinds (see FaultKinds). Default: all
+	// (store-restart only with RestartStore).
 	Faults []string
+	// RestartStore, when set, crashes the store under test and brings it
+	// back after down, for a server the caller owns (tests); it returns
+	// once the store answers again. The store must keep every write it
+	// acknowledged (Redis: appendfsync always): one that loses them may
+	// hand a key to two holders, which package tenure does not promise to
+	// survive.
+	RestartStore func(ctx context.Context, down time.Duration) error
 	// Executable is the binary started as a replica with ReplicaEnv set;
 	// it must call ReplicaMain (see IsReplica). Default: this executable.
 	Executable string
@@ -102,11 +110,16 @@ func (o Options) withDefaults() (Options, error) {
 		}
 	}
 	if len(o.Faults) == 0 {
-		o.Faults = FaultKinds
+		o.Faults = slices.DeleteFunc(slices.Clone(FaultKinds), func(f string) bool {
+			return f == FaultStoreRestart && o.RestartStore == nil
+		})
 	}
 	for _, f := range o.Faults {
 		if !slices.Contains(FaultKinds, f) {
 			return o, fmt.Errorf("chaos: unknown fault kind %q (known: %v)", f, FaultKinds)
+		}
+		if f == FaultStoreRestart && o.RestartStore == nil {
+			return o, errors.New("chaos: the store-restart fault needs Options.RestartStore")
 		}
 	}
 	switch {

@@ -13,10 +13,13 @@ const (
 	FaultHold      = "hold-replies" // requests commit, replies are held back
 	FaultLatency   = "latency"      // added one-way latency to the store
 	FaultRestart   = "restart"      // SIGTERM a holder (graceful); start a replacement
+	// FaultStoreRestart crashes and restarts the store itself, through
+	// Options.RestartStore; drawn only when that is set.
+	FaultStoreRestart = "store-restart"
 )
 
 // FaultKinds lists every fault kind, in report order.
-var FaultKinds = []string{FaultKill, FaultPause, FaultPartition, FaultHold, FaultLatency, FaultRestart}
+var FaultKinds = []string{FaultKill, FaultPause, FaultPartition, FaultHold, FaultLatency, FaultRestart, FaultStoreRestart}
 
 // Step is one fault of a schedule. Its target is resolved when it runs:
 // the replica then holding key number Key, or, when no replica does, the
@@ -27,7 +30,7 @@ type Step struct {
 	Pick  int    `json:"pick"`
 	// All aims a network fault at every replica instead of one.
 	All bool `json:"all,omitempty"`
-	// Dur is how long a pause or a network fault lasts.
+	// Dur is how long a pause, a network fault or a store restart lasts.
 	Dur time.Duration `json:"dur,omitempty"`
 	// Latency is the added one-way latency of a latency fault.
 	Latency time.Duration `json:"latency,omitempty"`
@@ -50,7 +53,7 @@ func newPlanner(seed uint64, timing Timing, keys int) *planner {
 }
 
 // weights of the fault kinds, in FaultKinds order.
-var faultWeights = []int{22, 22, 16, 10, 10, 20}
+var faultWeights = []int{22, 22, 16, 10, 10, 20, 10}
 
 func (p *planner) next() Step {
 	ttl := p.timing.TTL
@@ -65,6 +68,8 @@ func (p *planner) next() Step {
 		s.Respawn = between(0, 0.5)
 	case FaultPause:
 		s.Dur = between(0.5, 4)
+	case FaultStoreRestart:
+		s.Dur = between(0.25, 2) // how long the store stays down
 	case FaultPartition, FaultHold:
 		s.Dur = between(1, 3)
 		s.All = p.rng.IntN(10) < 3

@@ -254,6 +254,12 @@ func (h *harness) apply(ctx context.Context, s Step) {
 		}
 	case FaultPause:
 		h.pause(ctx, p, s.Dur)
+	case FaultStoreRestart:
+		h.hl.add(Event{Ev: evFaultBegin, Fault: s.Fault, Target: "*", Dur: int64(s.Dur)})
+		if err := h.opts.RestartStore(ctx, s.Dur); err != nil {
+			h.log.Error("could not restart the store", "err", err)
+		}
+		h.hl.add(Event{Ev: evFaultEnd, Fault: s.Fault, Target: "*"})
 	default:
 		targets, name := []*proc{p}, p.name
 		if s.All {

@@ -23,7 +23,7 @@ var tlPalette = []string{"#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2", 
 
 var tlFaultColor = map[string]string{
 	FaultKill: "#d62728", FaultPause: "#7f7f7f", FaultPartition: "#9467bd",
-	FaultHold: "#8c564b", FaultLatency: "#17becf", FaultRestart: "#2ca02c",
+	FaultHold: "#8c564b", FaultLatency: "#17becf", FaultRestart: "#2ca02c", FaultStoreRestart: "#e377c2",
 }
 
 // WriteTimeline draws a history as SVG: one row per key with a bar per
