@@ -1,6 +1,7 @@
 package main_test
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"maps"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/tenure-dev/tenure/internal/storeurl"
 	"github.com/tenure-dev/tenure/internal/testenv"
@@ -419,5 +421,47 @@ func TestDemoShowsCrashTakeoverAndHandoffOnItsOwn(t *testing.T) {
 		t.Error("demo does not name its store")
 	} else if _, err := os.Stat(filepath.Dir(m[1])); !os.IsNotExist(err) {
 		t.Errorf("demo left %s behind (stat: %v)", filepath.Dir(m[1]), err)
+	}
+}
+
+func TestRedisStoreWorksFromTheCommandLine(t *testing.T) {
+	t.Parallel()
+	base := testenv.Redis.URL(t)
+	ns := "cli_test_" + strings.ReplaceAll(time.Now().Format("150405.000000"), ".", "_")
+	url := base + "?namespace=" + ns
+	t.Cleanup(func() { deleteNamespace(t, base, ns) })
+	dir := t.TempDir()
+	p := start(t, childEnv("record", filepath.Join(dir, "log")), "run", "--key", "on-redis", "--store", url,
+		"--owner", "redis-replica", "--ttl", ttl.String(), "--grace", grace.String(), "--stop-timeout", stopTimeout.String(), "--", self(t))
+	waitStarts(t, filepath.Join(dir, "log"), 1, 10*time.Second)
+	stdout, stderr, code := runTenure(t, nil, "status", "--store", url, "--json")
+	var rows []map[string]any
+	if code != 0 || json.Unmarshal([]byte(stdout), &rows) != nil || len(rows) != 1 || rows[0]["owner"] != "redis-replica" {
+		t.Errorf("status on Redis: exit %d %s%s", code, stdout, stderr)
+	}
+	if stdout, _, code := runTenure(t, nil, "migrate", "--store", url); code != 0 || !strings.Contains(stdout, "needs no migration") {
+		t.Errorf("migrate on Redis: exit %d %q", code, stdout)
+	}
+	if err := p.cmd.Process.Signal(interrupt); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t, 10*time.Second); code != 0 {
+		t.Errorf("exit %d after SIGINT", code)
+	}
+}
+
+// deleteNamespace removes a test's keys from Redis.
+func deleteNamespace(t *testing.T, url, ns string) {
+	opts, err := goredis.ParseURL(url)
+	if err != nil {
+		t.Logf("clean up %s: %v", ns, err)
+		return
+	}
+	c := goredis.NewClient(opts)
+	defer c.Close()
+	ctx := context.Background()
+	iter := c.Scan(ctx, 0, "{"+ns+"}*", 100).Iterator()
+	for iter.Next(ctx) {
+		c.Del(ctx, iter.Val())
 	}
 }

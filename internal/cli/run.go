@@ -57,7 +57,7 @@ lease and exits with the command's exit status. --once does not remember that
 the work was done: every tenure --once that later gets the lease runs the
 command again; the lease only keeps the runs from overlapping.
 
-SIGINT or SIGTERM to tenure stops the command and releases the lease, so a
+SIGINT, SIGTERM or SIGHUP to tenure stops the command and releases the lease, so a
 peer takes over at once; a command that does not die, even after SIGKILL,
 keeps the lease, which then expires on its own. A second signal, a second or
 more after the first, skips the rest of --stop-timeout and kills the group.
