@@ -350,6 +350,7 @@ func (s *Supervisor) watch(ctx context.Context, w store.Watcher) {
 		if err != nil {
 			s.log.Debug("could not watch the store; polling only", "err", err)
 		} else {
+			s.onSubscribed()
 			for ev := range events {
 				if ev.Kind == store.Released {
 					s.onReleased(ev.Key)
@@ -363,6 +364,22 @@ func (s *Supervisor) watch(ctx context.Context, w store.Watcher) {
 		case <-t.C:
 		}
 	}
+}
+
+// onSubscribed retries every wanted key that is not held, at once: a
+// release that landed before the subscription existed sent no event.
+func (s *Supervisor) onSubscribed() {
+	s.mu.Lock()
+	for _, ks := range s.keys {
+		if ks.wantsLease() && ks.run == nil && !s.keeper.Holds(ks.key) {
+			ks.nextAcquire = time.Time{}
+		}
+	}
+	if len(s.pools) > 0 {
+		s.replan = true
+	}
+	s.mu.Unlock()
+	s.poke()
 }
 
 func (s *Supervisor) onReleased(key string) {
