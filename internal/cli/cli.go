@@ -136,7 +136,6 @@ TENURE_EPOCH is set too: they then describe the lease of a parent tenure.
   tenure demo`,
 		SilenceErrors:     true,
 		SilenceUsage:      true,
-		CompletionOptions: cobra.CompletionOptions{HiddenDefaultCmd: false},
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
 			return e.applyEnv(cmd)
 		},

@@ -3,8 +3,8 @@ package storeurl
 import (
 	"context"
 	"errors"
-	"os"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
