@@ -134,8 +134,8 @@ TENURE_EPOCH is set too: they then describe the lease of a parent tenure.
 		Example: `  tenure run --key nightly-report -- ./report.sh
   tenure status --store postgres://tenure@db/ops
   tenure demo`,
-		SilenceErrors:     true,
-		SilenceUsage:      true,
+		SilenceErrors: true,
+		SilenceUsage:  true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
 			return e.applyEnv(cmd)
 		},
