@@ -101,4 +101,3 @@ func (s *redisServer) restart(ctx context.Context, down time.Duration) error {
 	}
 	return s.start(s.cmd.Path, 10*time.Second)
 }
-
