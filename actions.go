@@ -2,6 +2,7 @@ package tenure
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 )
@@ -21,6 +22,7 @@ type keyState struct {
 	retryAt     time.Time // no start before this (backoff)
 	nextAcquire time.Time // no acquisition attempt before this
 	restart     bool      // start again at once when the runner returns
+	done        bool      // the runner returned ErrDone: finished until Set again
 	releasing   bool      // a release of its lease is in flight
 	lastErr     error
 
@@ -32,7 +34,7 @@ type keyState struct {
 }
 
 // wantsRun: the key should have a runner here, lease permitting.
-func (ks *keyState) wantsRun() bool { return ks.configured && !ks.job.Disabled }
+func (ks *keyState) wantsRun() bool { return ks.configured && !ks.job.Disabled && !ks.done }
 
 // wantsLease: the key should be acquired by this replica.
 func (ks *keyState) wantsLease() bool {
@@ -252,6 +254,9 @@ func (s *Supervisor) runRunner(ctx context.Context, ks *keyState, r *runState, r
 			ks.restart = false
 			ks.retryAt = time.Time{}
 		}
+	case errors.Is(err, ErrDone):
+		s.log.Info("runner finished; releasing its lease", "key", ks.key, "epoch", r.lease.Epoch)
+		ks.done, ks.failures, ks.lastErr = true, 0, nil
 	default:
 		if ranFor >= s.cfg.BackoffMax {
 			ks.failures = 0

@@ -103,8 +103,31 @@ type Config struct {
 // ErrConfig is wrapped by every configuration error.
 var ErrConfig = errors.New("tenure: invalid config")
 
+// ConfigError says which Config field is invalid and why. It matches
+// ErrConfig with errors.Is.
+type ConfigError struct {
+	Field  string // the Config field, e.g. "RenewEvery"
+	Reason string
+}
+
+func (e *ConfigError) Error() string { return e.Field + ": " + e.Reason + ": " + ErrConfig.Error() }
+
+// Is makes errors.Is(err, ErrConfig) true.
+func (e *ConfigError) Is(target error) bool { return target == ErrConfig }
+
 func configErr(field, format string, args ...any) error {
-	return fmt.Errorf("%s: %s: %w", field, fmt.Sprintf(format, args...), ErrConfig)
+	return &ConfigError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+// Validate checks the configuration as New would, without needing a
+// Store: the timing rule, the owner id and the lease mode. A Config
+// without a Store that needs one is reported only by New.
+func (c Config) Validate() error {
+	if c.Leases != LeasesAuto && c.Leases != LeasesOn && c.Leases != LeasesOff {
+		return configErr("Leases", "unknown mode %d", int(c.Leases))
+	}
+	_, err := c.withDefaults()
+	return err
 }
 
 // leasesActive decides whether leases are on, or why the config is refused.

@@ -26,7 +26,7 @@ func (s *Supervisor) Set(key string, job Job) error {
 		s.keys[key] = ks
 	}
 	changed := ks.configured && ks.run != nil && !sameJob(ks.job, job)
-	ks.job, ks.configured = job, true
+	ks.job, ks.configured, ks.done = job, true, false
 	if changed {
 		ks.restart = true
 		ks.run.stop(ErrRestart)

@@ -2,6 +2,7 @@ package tenure
 
 import (
 	"context"
+	"errors"
 	"fmt"
 )
 
@@ -24,6 +25,12 @@ type Lease struct {
 type Runner interface {
 	Run(ctx context.Context, lease Lease) error
 }
+
+// ErrDone, returned by a runner (or wrapped), says its work is finished:
+// the supervisor releases the key's lease and does not start it again
+// until the key is Set anew. Any other return while the lease is held is a
+// failure and is retried with backoff.
+var ErrDone = errors.New("tenure: runner finished")
 
 // RunnerFunc adapts a function to Runner.
 type RunnerFunc func(ctx context.Context, lease Lease) error

@@ -3,6 +3,7 @@ package tenure_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -334,4 +335,38 @@ func TestAKeyThatFailedOnceAndThenLostItsLeaseDoesNotSpin(t *testing.T) {
 			t.Fatalf("after the loss: running %v, %d starts", a.KeyStatus("telegram").Running, calls.Load())
 		}
 	})
+}
+
+func TestARunnerThatReturnsErrDoneReleasesItsLeaseAndIsNotRestarted(t *testing.T) {
+	bubble(t, func(t *testing.T, st *memstore.Store) {
+		var calls atomic.Int32
+		a := newReplica(t, st, "A")
+		a.Set("nightly-report", tenure.Job{Runner: tenure.RunnerFunc(func(context.Context, tenure.Lease) error {
+			calls.Add(1)
+			return fmt.Errorf("report sent: %w", tenure.ErrDone)
+		})})
+		a.start()
+		defer a.stop()
+		advance(3 * renew)
+		if n := calls.Load(); n != 1 {
+			t.Fatalf("ran %d times, want once", n)
+		}
+		if l := lease(t, st, "nightly-report"); !l.Released {
+			t.Fatalf("lease after ErrDone: %+v, want released", l)
+		}
+		if s := a.KeyStatus("nightly-report"); s.Running || s.LastError != "" {
+			t.Fatalf("status %+v", s)
+		}
+	})
+}
+
+func TestConfigErrorsNameTheirFieldAndValidateNeedsNoStore(t *testing.T) {
+	err := tenure.Config{TTL: 10 * time.Second, RenewEvery: 6 * time.Second}.Validate()
+	var ce *tenure.ConfigError
+	if !errors.As(err, &ce) || ce.Field != "RenewEvery" || !errors.Is(err, tenure.ErrConfig) {
+		t.Fatalf("Validate = %v, want a ConfigError for RenewEvery", err)
+	}
+	if err := (tenure.Config{Leases: tenure.LeasesOn}).Validate(); err != nil {
+		t.Fatalf("defaults without a store: %v", err)
+	}
 }

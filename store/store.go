@@ -132,7 +132,9 @@ type Lease struct {
 	// Live is true while the term is owned, unreleased and unexpired
 	// (a revoked term has no owner and is never live).
 	Live bool
-	// Released is true when the term ended by release or revocation.
+	// Released is true when the term ended by release (a peer may take
+	// it at once). A revoked term is not released: it has no owner, is not
+	// live, and blocks until its expiry + grace.
 	Released bool
 	// Running is the runner state the holder last reported.
 	Running bool
