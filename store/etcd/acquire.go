@@ -129,7 +129,7 @@ func (s *Store) Revoke(ctx context.Context, key string) (bool, error) {
 		if resp.Succeeded {
 			// The grace key stays on the holder's batch lease: that batch
 			// must never be kept alive as a whole again.
-			s.dropBatch(v.rec.owner, nil)
+			s.forgetBatchesOf(v.rec.owner, key)
 			return true, nil
 		}
 	}

@@ -9,6 +9,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/tenure-dev/tenure/internal/testenv"
 	"github.com/tenure-dev/tenure/store"
@@ -55,7 +56,7 @@ func newTestStoreWith(t testing.TB, opts Options) *Store {
 // testClient returns a client of the test etcd, closed when the test ends.
 func testClient(t testing.TB) *clientv3.Client {
 	t.Helper()
-	cfg, err := parseURL(testenv.Etcd.URL(t))
+	cfg, _, err := parseURL(testenv.Etcd.URL(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,18 +83,15 @@ func dropNamespace(t testing.TB, prefix string) {
 		t.Errorf("dropping namespace %s: %v", prefix, err)
 		return
 	}
-	leases := map[int64]bool{}
+	var ids []clientv3.LeaseID
+	seen := map[int64]bool{}
 	for _, kv := range resp.Kvs {
-		if kv.Lease != 0 {
-			leases[kv.Lease] = true
+		if kv.Lease != 0 && !seen[kv.Lease] {
+			seen[kv.Lease] = true
+			ids = append(ids, clientv3.LeaseID(kv.Lease))
 		}
 	}
-	for id := range leases {
-		if _, err := c.Revoke(ctx, clientv3.LeaseID(id)); err != nil && ctx.Err() != nil {
-			t.Errorf("revoking lease %x: %v", id, err)
-			return
-		}
-	}
+	revokeAll(ctx, c, ids)
 	if _, err := c.Delete(ctx, root, clientv3.WithPrefix()); err != nil {
 		t.Errorf("dropping namespace %s: %v", prefix, err)
 	}
@@ -115,4 +113,18 @@ func mustAcquire(t testing.TB, s *Store, key, owner string, ttl, grace time.Dura
 		t.Fatalf("acquire %q by %q: blocked by %+v", key, owner, res.Holder)
 	}
 	return res.Epoch
+}
+
+// revokeAll revokes leases, sixteen at a time; leases already gone are
+// fine.
+func revokeAll(ctx context.Context, c *clientv3.Client, ids []clientv3.LeaseID) {
+	var g errgroup.Group
+	g.SetLimit(parallel)
+	for _, id := range ids {
+		g.Go(func() error {
+			_, _ = c.Revoke(ctx, id)
+			return nil
+		})
+	}
+	_ = g.Wait()
 }

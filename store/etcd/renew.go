@@ -2,27 +2,13 @@ package etcd
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/tenure-dev/tenure/store"
 )
-
-// batch is what the store remembers of an owner's last renewal that moved
-// terms onto fresh leases: the leases, and every term it attached to them.
-// Terms only ever leave those leases (release, revocation, a new term), so
-// members is exact or too large, never too small; a renewal whose terms
-// are exactly the members, all still on these leases, may therefore keep
-// the leases alive instead of writing anything.
-type batch struct {
-	leases  *grant
-	members map[string]int64 // key → epoch
-}
 
 // candidate is a renewal item whose term the read found current.
 type candidate struct {
@@ -30,10 +16,10 @@ type candidate struct {
 	v    *view
 }
 
-// Renew extends every listed term of owner: one read of the listed keys,
-// then either two lease keep-alives for the whole batch (when the terms
-// are exactly those the owner's last renewal bound to shared leases) or
-// one write that binds the current terms to two freshly granted leases.
+// Renew extends every listed term of owner: one read of the listed keys;
+// then a keep-alive of each pair of leases that an earlier renewal bound
+// exactly these terms to, and one write that binds the remaining current
+// terms to a pair granted now (see batch.go).
 func (s *Store) Renew(ctx context.Context, owner string, ttl time.Duration, items []store.RenewItem) ([]bool, error) {
 	if err := store.ValidateRenew(owner, ttl, items); err != nil {
 		return nil, err
@@ -72,13 +58,7 @@ func (s *Store) Renew(ctx context.Context, owner string, ttl time.Duration, item
 	}
 	var ok map[string]bool
 	if len(order) > 0 {
-		ttlSecs := s.ttlSeconds(ttl)
-		if b := s.sameBatch(owner, ttlSecs, cands); b != nil {
-			ok, err = s.keepAlive(ctx, owner, b, order)
-		} else {
-			ok, err = s.rebind(ctx, owner, ttlSecs, order)
-		}
-		if err != nil {
+		if ok, err = s.renewCurrent(ctx, owner, s.ttlSeconds(ttl), cands, order); err != nil {
 			return nil, s.wrap("renew", err)
 		}
 	}
@@ -87,123 +67,6 @@ func (s *Store) Renew(ctx context.Context, owner string, ttl time.Duration, item
 		renewed[i] = c != nil && c.item.Epoch == it.Epoch && ok[it.Key]
 	}
 	return renewed, nil
-}
-
-// sameBatch returns owner's remembered batch when the candidates are
-// exactly its members and every one of them is still on its leases.
-func (s *Store) sameBatch(owner string, ttl int64, cands map[string]*candidate) *batch {
-	s.batchMu.Lock()
-	defer s.batchMu.Unlock()
-	b := s.batches[owner]
-	if b == nil || b.leases.ttl != ttl || len(b.members) != len(cands) {
-		return nil
-	}
-	for key, c := range cands {
-		g, hasGrace := b.leases.grace[c.v.rec.grace]
-		if b.members[key] != c.item.Epoch || clientv3.LeaseID(c.v.live.Lease) != b.leases.live ||
-			!hasGrace || c.v.grace == nil || clientv3.LeaseID(c.v.grace.Lease) != g {
-			return nil
-		}
-	}
-	return b
-}
-
-// keepAlive renews a whole batch by refreshing its leases: the live lease
-// first, then the grace leases, so each grace key still outlives its live
-// key by the grace — and never a grace lease whose live lease had expired,
-// which would hold peers off a term nobody holds. Only running flags that
-// changed are written.
-func (s *Store) keepAlive(ctx context.Context, owner string, b *batch, order []*candidate) (map[string]bool, error) {
-	if _, err := s.client.KeepAliveOnce(ctx, b.leases.live); err != nil {
-		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			s.dropBatch(owner, b)
-			return nil, nil // expired: every term is lost
-		}
-		return nil, err
-	}
-	g, gctx := errgroup.WithContext(ctx)
-	for _, id := range b.leases.grace {
-		g.Go(func() error {
-			_, err := s.client.KeepAliveOnce(gctx, id)
-			return err
-		})
-	}
-	if err := g.Wait(); err != nil {
-		// A grace lease cannot end before its live lease unless someone
-		// revoked it; without it a peer could start right at expiry, so
-		// the renewal is not confirmed and the next one rebinds.
-		s.dropBatch(owner, b)
-		return nil, fmt.Errorf("keep-alive of a grace lease: %w", err)
-	}
-	var changed []*candidate
-	for _, c := range order {
-		if c.item.Running != c.v.rec.running {
-			changed = append(changed, c)
-		}
-	}
-	ok, err := s.writeTerms(ctx, changed, func(c *candidate) []clientv3.Op {
-		rec := *c.v.rec
-		rec.running = c.item.Running
-		return []clientv3.Op{clientv3.OpPut(s.recordKey(c.item.Key), rec.encode())}
-	})
-	if err != nil {
-		return nil, err
-	}
-	for _, c := range order {
-		if _, wrote := ok[c.item.Key]; !wrote {
-			ok[c.item.Key] = true
-		}
-	}
-	return ok, nil
-}
-
-// rebind moves every current term onto a live lease of ttl seconds and a
-// grace lease per grace, granted now, and remembers them as owner's batch.
-func (s *Store) rebind(ctx context.Context, owner string, ttl int64, order []*candidate) (map[string]bool, error) {
-	var graces []int64
-	for _, c := range order {
-		if !containsInt(graces, c.v.rec.grace) {
-			graces = append(graces, c.v.rec.grace)
-		}
-	}
-	gr, err := s.grant(ctx, ttl, graces)
-	if err != nil {
-		return nil, err
-	}
-	ok, err := s.writeTerms(ctx, order, func(c *candidate) []clientv3.Op {
-		ops := []clientv3.Op{
-			clientv3.OpPut(s.liveKey(c.item.Key), string(c.v.live.Value), clientv3.WithLease(gr.live)),
-			clientv3.OpPut(s.graceKey(c.item.Key), fmtInt(c.item.Epoch), clientv3.WithLease(gr.grace[c.v.rec.grace])),
-		}
-		if c.item.Running != c.v.rec.running {
-			rec := *c.v.rec
-			rec.running = c.item.Running
-			ops = append(ops, clientv3.OpPut(s.recordKey(c.item.Key), rec.encode()))
-		}
-		return ops
-	})
-	if err != nil {
-		// Some terms may be on the new leases; the next renewal rebinds.
-		s.dropBatch(owner, nil)
-		return nil, err
-	}
-	b := &batch{leases: gr, members: make(map[string]int64, len(ok))}
-	for _, c := range order {
-		if ok[c.item.Key] {
-			b.members[c.item.Key] = c.item.Epoch
-		}
-	}
-	s.batchMu.Lock()
-	if len(b.members) > 0 {
-		s.batches[owner] = b
-	} else {
-		delete(s.batches, owner)
-	}
-	s.batchMu.Unlock()
-	if len(b.members) == 0 {
-		s.revokeUnused(ctx, gr)
-	}
-	return ok, nil
 }
 
 // writeTerms runs ops(c) for every candidate whose live key still holds
@@ -321,33 +184,4 @@ func (s *Store) Release(ctx context.Context, owner string, terms []store.Term) e
 		return s.wrap("release", err)
 	}
 	return nil
-}
-
-// forgetMember removes key from owner's batch once both of its keys left
-// the batch's leases (a release deletes them, a new term re-puts them).
-func (s *Store) forgetMember(owner, key string) {
-	s.batchMu.Lock()
-	defer s.batchMu.Unlock()
-	if b := s.batches[owner]; b != nil {
-		delete(b.members, key)
-	}
-}
-
-// dropBatch forgets owner's batch (only b, when b is not nil), so the next
-// renewal writes its terms onto fresh leases.
-func (s *Store) dropBatch(owner string, b *batch) {
-	s.batchMu.Lock()
-	defer s.batchMu.Unlock()
-	if b == nil || s.batches[owner] == b {
-		delete(s.batches, owner)
-	}
-}
-
-func containsInt(xs []int64, x int64) bool {
-	for _, y := range xs {
-		if y == x {
-			return true
-		}
-	}
-	return false
 }
