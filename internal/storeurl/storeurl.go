@@ -6,7 +6,9 @@
 //
 //	sqlite:PATH, sqlite:/abs/path.db, sqlite:///abs/path.db   (?table=, ?busy_timeout=)
 //	postgres://user:pass@host:5432/db, postgresql://…         (?table=, plus pgx's parameters)
+//	mysql://user:pass@host:3306/db                            (?table=, ?socket=, plus the driver's parameters)
 //	redis://[user:pass@]host:6379/0, rediss://…               (?namespace=, plus go-redis's)
+//	etcd://[user:pass@]host:2379[,host2:2379], etcd+https://… (?prefix=, ?dial_timeout=, TLS files)
 //
 // An empty URL means an SQLite file in the user's state directory (see
 // [DefaultPath]). No error of this package shows a password.
@@ -26,13 +28,15 @@ import (
 	"strings"
 
 	"github.com/tenure-dev/tenure/store"
+	"github.com/tenure-dev/tenure/store/etcd"
+	"github.com/tenure-dev/tenure/store/mysql"
 	"github.com/tenure-dev/tenure/store/postgres"
 	"github.com/tenure-dev/tenure/store/redis"
 	"github.com/tenure-dev/tenure/store/sqlite"
 )
 
 // Supported lists the URL forms this build accepts, for error messages and help.
-const Supported = "sqlite:PATH, postgres://, postgresql://, redis://, rediss://"
+const Supported = "sqlite:PATH, postgres://, postgresql://, mysql://, redis://, rediss://, etcd://, etcd+https://"
 
 // Store is an open lease store that must be closed. Its dynamic type is the
 // backend's own (*sqlite.Store, …), so optional powers such as
@@ -49,7 +53,9 @@ type Kind string
 const (
 	SQLite   Kind = "sqlite"
 	Postgres Kind = "postgres"
+	MySQL    Kind = "mysql"
 	Redis    Kind = "redis"
+	Etcd     Kind = "etcd"
 )
 
 // Spec is a parsed store URL: which backend, the URL to hand it (with this
@@ -58,9 +64,10 @@ type Spec struct {
 	Kind Kind
 	// URL is what the backend's opener receives.
 	URL string
-	// Table (postgres) or Namespace (redis), taken out of the query so the
-	// driver never sees a parameter it does not know.
-	Table, Namespace string
+	// Table (postgres, mysql), Namespace (redis) or Prefix (etcd), taken
+	// out of the query so the driver never sees a parameter it does not
+	// know.
+	Table, Namespace, Prefix string
 	// Shown is the URL fit for printing: password replaced.
 	Shown string
 }
@@ -122,9 +129,20 @@ func Parse(raw string) (Spec, error) {
 	case "postgres", "postgresql":
 		spec.Kind = Postgres
 		return takeParam(spec, "table", func(s *Spec, v string) { s.Table = v })
+	case "mysql":
+		spec.Kind = MySQL
+		return takeParam(spec, "table", func(s *Spec, v string) { s.Table = v })
 	case "redis", "rediss":
 		spec.Kind = Redis
 		return takeParam(spec, "namespace", func(s *Spec, v string) { s.Namespace = v })
+	case "etcd", "etcd+https":
+		spec.Kind = Etcd
+		if strings.HasSuffix(shown, "<unparsable URL>") {
+			// A list of endpoints (h1:2379,h2:2379) is no URL to net/url;
+			// hide the password by hand rather than the whole URL.
+			spec.Shown = Scrub(raw, Secrets(raw))
+		}
+		return takeEtcdPrefix(spec)
 	}
 	return Spec{}, fmt.Errorf("store URL %s: unknown scheme %q (supported: %s): %w",
 		shown, Redact(scheme), Supported, store.ErrInvalidURL)
@@ -138,29 +156,63 @@ func takeParam(spec Spec, name string, set func(*Spec, string)) (Spec, error) {
 		// url.Parse's message repeats the whole URL, password included.
 		return Spec{}, fmt.Errorf("store URL %s does not parse: %w", spec.Shown, store.ErrInvalidURL)
 	}
-	q, err := url.ParseQuery(u.RawQuery)
-	if err != nil {
-		return Spec{}, fmt.Errorf("store URL %s: bad query string: %w", spec.Shown, store.ErrInvalidURL)
+	rawQuery, found, err := takeFromQuery(&spec, u.RawQuery, name, set)
+	if err != nil || !found {
+		return spec, err
 	}
-	vals, ok := q[name]
-	if !ok {
-		return spec, nil
-	}
-	if len(vals) != 1 {
-		return Spec{}, fmt.Errorf("store URL %s: parameter %q given %d times: %w", spec.Shown, name, len(vals), store.ErrInvalidURL)
-	}
-	if err := store.ValidateName(name, vals[0]); err != nil {
-		return Spec{}, fmt.Errorf("store URL %s: %w", spec.Shown, err)
-	}
-	set(&spec, vals[0])
-	q.Del(name)
-	u.RawQuery = q.Encode()
+	u.RawQuery = rawQuery
 	spec.URL = u.String()
 	return spec, nil
 }
 
-// Open parses raw and opens its store. Postgres and Redis are pinged, so a
-// wrong host or password fails here. Errors wrap store.ErrInvalidURL (or
+// takeEtcdPrefix is takeParam for ?prefix= of an etcd URL, which net/url
+// cannot parse when it lists several endpoints: the query is cut out by
+// hand, as store/etcd reads it (after the first '?', before any '#').
+func takeEtcdPrefix(spec Spec) (Spec, error) {
+	base, query, hasQuery := strings.Cut(spec.URL, "?")
+	if !hasQuery {
+		return spec, nil
+	}
+	query, fragment, hasFragment := strings.Cut(query, "#")
+	rawQuery, found, err := takeFromQuery(&spec, query, "prefix", func(s *Spec, v string) { s.Prefix = v })
+	if err != nil || !found {
+		return spec, err
+	}
+	spec.URL = base
+	if rawQuery != "" {
+		spec.URL += "?" + rawQuery
+	}
+	if hasFragment {
+		spec.URL += "#" + fragment // for store/etcd to refuse
+	}
+	return spec, nil
+}
+
+// takeFromQuery validates parameter name of rawQuery as a table or
+// namespace name, hands it to set and returns the query without it. found
+// is false, and nothing changes, when the parameter is absent.
+func takeFromQuery(spec *Spec, rawQuery, name string, set func(*Spec, string)) (rest string, found bool, err error) {
+	q, err := url.ParseQuery(rawQuery)
+	if err != nil {
+		return "", false, fmt.Errorf("store URL %s: bad query string: %w", spec.Shown, store.ErrInvalidURL)
+	}
+	vals, ok := q[name]
+	if !ok {
+		return rawQuery, false, nil
+	}
+	if len(vals) != 1 {
+		return "", false, fmt.Errorf("store URL %s: parameter %q given %d times: %w", spec.Shown, name, len(vals), store.ErrInvalidURL)
+	}
+	if err := store.ValidateName(name, vals[0]); err != nil {
+		return "", false, fmt.Errorf("store URL %s: %w", spec.Shown, err)
+	}
+	set(spec, vals[0])
+	q.Del(name)
+	return q.Encode(), true, nil
+}
+
+// Open parses raw and opens its store. Servers (all but SQLite) are
+// contacted, so a wrong host or password fails here. Errors wrap store.ErrInvalidURL (or
 // store.ErrInvalidName) when the URL itself is at fault; any other error
 // means the store could not be reached or used.
 func Open(ctx context.Context, raw string) (Store, error) {
@@ -186,8 +238,20 @@ func OpenSpec(ctx context.Context, spec Spec) (Store, error) {
 			return nil, err
 		}
 		return s, nil
+	case MySQL:
+		s, err := mysql.Open(ctx, spec.URL, mysql.Options{Table: spec.Table})
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
 	case Redis:
 		s, err := redis.Open(ctx, spec.URL, redis.Options{Namespace: spec.Namespace})
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
+	case Etcd:
+		s, err := etcd.Open(ctx, spec.URL, etcd.Options{Prefix: spec.Prefix})
 		if err != nil {
 			return nil, err
 		}

@@ -2,6 +2,7 @@ package storeurl
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"net/url"
 	"os"
@@ -10,10 +11,13 @@ import (
 	"testing"
 	"time"
 
+	mysqldrv "github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tenure-dev/tenure/internal/testenv"
 	"github.com/tenure-dev/tenure/store"
+	"github.com/tenure-dev/tenure/store/etcd"
+	"github.com/tenure-dev/tenure/store/mysql"
 	"github.com/tenure-dev/tenure/store/postgres"
 	"github.com/tenure-dev/tenure/store/redis"
 	"github.com/tenure-dev/tenure/store/sqlite"
@@ -23,18 +27,24 @@ const secret = "hunter2-s3cret"
 
 func TestParseChoosesTheBackendByScheme(t *testing.T) {
 	cases := []struct {
-		raw       string
-		kind      Kind
-		url       string
-		table, ns string
+		raw               string
+		kind              Kind
+		url               string
+		table, ns, prefix string
 	}{
-		{"sqlite:x.db", SQLite, "sqlite:x.db", "", ""},
-		{"sqlite:///abs/x.db?table=t1", SQLite, "sqlite:///abs/x.db?table=t1", "", ""},
-		{"SQLite:/abs/x.db", SQLite, "SQLite:/abs/x.db", "", ""},
-		{"postgres://u:" + secret + "@h/db?sslmode=disable&table=jobs", Postgres, "postgres://u:" + secret + "@h/db?sslmode=disable", "jobs", ""},
-		{"postgresql://h/db", Postgres, "postgresql://h/db", "", ""},
-		{"redis://h:6379/0?namespace=ops", Redis, "redis://h:6379/0", "", "ops"},
-		{"rediss://:" + secret + "@h:6380/1", Redis, "rediss://:" + secret + "@h:6380/1", "", ""},
+		{"sqlite:x.db", SQLite, "sqlite:x.db", "", "", ""},
+		{"sqlite:///abs/x.db?table=t1", SQLite, "sqlite:///abs/x.db?table=t1", "", "", ""},
+		{"SQLite:/abs/x.db", SQLite, "SQLite:/abs/x.db", "", "", ""},
+		{"postgres://u:" + secret + "@h/db?sslmode=disable&table=jobs", Postgres, "postgres://u:" + secret + "@h/db?sslmode=disable", "jobs", "", ""},
+		{"postgresql://h/db", Postgres, "postgresql://h/db", "", "", ""},
+		{"mysql://root:" + secret + "@h:3306/db?table=jobs&tls=true", MySQL, "mysql://root:" + secret + "@h:3306/db?tls=true", "jobs", "", ""},
+		{"mysql://root@h/db", MySQL, "mysql://root@h/db", "", "", ""},
+		{"redis://h:6379/0?namespace=ops", Redis, "redis://h:6379/0", "", "ops", ""},
+		{"rediss://:" + secret + "@h:6380/1", Redis, "rediss://:" + secret + "@h:6380/1", "", "", ""},
+		{"etcd://h:2379?prefix=ops", Etcd, "etcd://h:2379", "", "", "ops"},
+		{"etcd://app:" + secret + "@h1:2379,h2:2379/?dial_timeout=2s&prefix=ops", Etcd, "etcd://app:" + secret + "@h1:2379,h2:2379/?dial_timeout=2s", "", "", "ops"},
+		{"etcd://[::1]:2379,[::2]:2379", Etcd, "etcd://[::1]:2379,[::2]:2379", "", "", ""},
+		{"etcd+https://app:" + secret + "@h1,h2?prefix=p#x", Etcd, "etcd+https://app:" + secret + "@h1,h2#x", "", "", "p"},
 	}
 	for _, c := range cases {
 		spec, err := Parse(c.raw)
@@ -42,8 +52,8 @@ func TestParseChoosesTheBackendByScheme(t *testing.T) {
 			t.Errorf("Parse(%q): %v", c.raw, err)
 			continue
 		}
-		if spec.Kind != c.kind || spec.URL != c.url || spec.Table != c.table || spec.Namespace != c.ns {
-			t.Errorf("Parse(%q) = %+v; want kind %s, url %q, table %q, namespace %q", c.raw, spec, c.kind, c.url, c.table, c.ns)
+		if spec.Kind != c.kind || spec.URL != c.url || spec.Table != c.table || spec.Namespace != c.ns || spec.Prefix != c.prefix {
+			t.Errorf("Parse(%q) = %+v; want kind %s, url %q, table %q, namespace %q, prefix %q", c.raw, spec, c.kind, c.url, c.table, c.ns, c.prefix)
 		}
 		if strings.Contains(spec.Shown, secret) {
 			t.Errorf("Parse(%q).Shown = %q shows the password", c.raw, spec.Shown)
@@ -51,10 +61,26 @@ func TestParseChoosesTheBackendByScheme(t *testing.T) {
 	}
 }
 
+func TestEtcdEndpointListIsShownWithoutItsPassword(t *testing.T) {
+	spec, err := Parse("etcd://app:" + secret + "@h1:2379,h2:2379?prefix=ops")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The endpoints stay readable: only the password is hidden.
+	if want := "etcd://app:xxxxx@h1:2379,h2:2379?prefix=ops"; spec.Shown != want {
+		t.Errorf("Shown = %q, want %q", spec.Shown, want)
+	}
+}
+
 func TestBadURLsAreRefusedWithoutShowingThePassword(t *testing.T) {
 	bad := []struct{ raw, want string }{
-		{"mysql://root:" + secret + "@h/db", "unknown scheme"},
-		{"etcd://u:" + secret + "@h:2379", "unknown scheme"},
+		{"mongodb://root:" + secret + "@h/db", "unknown scheme"},
+		{"mysql://root:" + secret + "@h/db?table=bad-name", "table"},
+		{"mysql://root:" + secret + "@h/db?table=a&table=b", "2 times"},
+		{"mysql://root:" + secret + "@[::1/db", "does not parse"},
+		{"etcd://u:" + secret + "@h:2379?prefix=9bad", "prefix"},
+		{"etcd://u:" + secret + "@h1:2379,h2?prefix=a&prefix=b", "2 times"},
+		{"etcd://u:" + secret + "@h1:2379,h2?prefix=%zz", "query"},
 		{"/var/lib/tenure.db", "sqlite:/var/lib/tenure.db"},
 		{"host=h password=" + secret, "no scheme"},
 		{"postgres://u:" + secret + "@h/db?table=bad-name", "table"},
@@ -88,7 +114,7 @@ func TestUnknownSchemeListsTheSupportedOnes(t *testing.T) {
 	if err == nil || !errors.Is(err, store.ErrInvalidURL) {
 		t.Fatalf("Parse: %v, want ErrInvalidURL", err)
 	}
-	for _, s := range []string{"sqlite:", "postgres://", "redis://", `"mongodb"`} {
+	for _, s := range []string{"sqlite:", "postgres://", "postgresql://", "mysql://", "redis://", "rediss://", "etcd://", "etcd+https://", `"mongodb"`} {
 		if !strings.Contains(err.Error(), s) {
 			t.Errorf("error %q does not mention %s", err, s)
 		}
@@ -134,21 +160,35 @@ func TestDefaultURLSurvivesOddCharactersInThePath(t *testing.T) {
 }
 
 func TestUnreachableServersFailWithoutShowingThePassword(t *testing.T) {
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
 	defer cancel()
-	// Port 1 on loopback refuses at once.
-	for _, raw := range []string{
-		"postgres://u:" + secret + "@127.0.0.1:1/db?connect_timeout=2&table=t",
-		"redis://u:" + secret + "@127.0.0.1:1/0?dial_timeout=1s",
-		"redis://u:" + secret + "@127.0.0.1:1/0?bogus_option=1",
+	// Port 1 on loopback refuses at once. urlFault: the URL is wrong (a
+	// usage error), rather than the server out of reach.
+	for _, c := range []struct {
+		raw      string
+		urlFault bool
+	}{
+		{"postgres://u:" + secret + "@127.0.0.1:1/db?connect_timeout=2&table=t", false},
+		{"redis://u:" + secret + "@127.0.0.1:1/0?dial_timeout=1s", false},
+		{"redis://u:" + secret + "@127.0.0.1:1/0?bogus_option=1", true},
+		{"mysql://u:" + secret + "@127.0.0.1:1/db?timeout=2s&table=t", false},
+		{"mysql://u:" + secret + "@127.0.0.1:1", true},
+		{"mysql://u:" + secret + "@127.0.0.1:99999/db", true},
+		{"etcd://u:" + secret + "@127.0.0.1:1?dial_timeout=1s&prefix=p", false},
+		{"etcd://u:" + secret + "@127.0.0.1:1,127.0.0.1:2?dial_timeout=1s", false},
+		{"etcd://u:" + secret + "@127.0.0.1:1?no_such_option=1", true},
+		{"etcd://u:" + secret + "@127.0.0.1:1/path", true},
 	} {
-		_, err := Open(ctx, raw)
+		_, err := Open(ctx, c.raw)
 		if err == nil {
-			t.Errorf("Open(%s) succeeded", Redact(raw))
+			t.Errorf("Open(%s) succeeded", Redact(c.raw))
 			continue
 		}
 		if strings.Contains(err.Error(), secret) {
 			t.Errorf("Open: error %q shows the password", err)
+		}
+		if IsURLError(err) != c.urlFault {
+			t.Errorf("Open(%s): IsURLError = %t for %v", Redact(c.raw), !c.urlFault, err)
 		}
 	}
 }
@@ -202,6 +242,95 @@ func TestRedisNamespaceComesFromTheURL(t *testing.T) {
 	defer s.Close()
 	if got := s.(*redis.Store).Namespace(); got != "storeurl_test" {
 		t.Fatalf("namespace %q", got)
+	}
+}
+
+func TestMySQLTableComesFromTheURL(t *testing.T) {
+	base := testenv.MySQL.URL(t)
+	table := "storeurl_test_" + strings.ReplaceAll(time.Now().Format("150405.000000"), ".", "_")
+	s, err := Open(t.Context(), withParam(base, "table="+table))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	t.Cleanup(func() { dropMySQLTable(t, base, table) })
+	if got := s.(*mysql.Store).Table(); got != table {
+		t.Fatalf("table %q, want %q", got, table)
+	}
+	res, err := s.Acquire(t.Context(), store.AcquireRequest{Key: "k", Owner: "o", TTL: time.Second, Grace: time.Second})
+	if err != nil || !res.Acquired {
+		t.Fatalf("Acquire = %+v, %v", res, err)
+	}
+}
+
+func TestMySQLWrongPasswordIsNotShown(t *testing.T) {
+	base := testenv.MySQL.URL(t)
+	raw := strings.Replace(base, "mysql://root@", "mysql://nobody_here:"+secret+"@", 1)
+	if raw == base {
+		t.Skipf("cannot put a password into %s", Redact(base))
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if s, err := Open(ctx, raw); err == nil {
+		s.Close()
+		t.Skip("server accepted the made-up user; nothing to check")
+	} else if strings.Contains(err.Error(), secret) {
+		t.Errorf("error %q shows the password", err)
+	}
+}
+
+func TestEtcdPrefixComesFromTheURL(t *testing.T) {
+	base := testenv.Etcd.URL(t)
+	prefix := "storeurl_test_" + strings.ReplaceAll(time.Now().Format("150405.000000"), ".", "_")
+	s, err := Open(t.Context(), withParam(base, "prefix="+prefix))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if got := s.(*etcd.Store).Prefix(); got != prefix {
+		t.Fatalf("prefix %q, want %q", got, prefix)
+	}
+	ctx := t.Context()
+	res, err := s.Acquire(ctx, store.AcquireRequest{Key: "k", Owner: "o", TTL: 2 * time.Second, Grace: time.Second})
+	if err != nil || !res.Acquired {
+		t.Fatalf("Acquire = %+v, %v", res, err)
+	}
+	if err := s.Release(ctx, "o", []store.Term{{Key: "k", Epoch: res.Epoch}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// withParam adds one query parameter to a URL.
+func withParam(base, param string) string {
+	if strings.Contains(base, "?") {
+		return base + "&" + param
+	}
+	return base + "?" + param
+}
+
+// dropMySQLTable drops a test's table through a connection of its own:
+// the store does not lend out its handle.
+func dropMySQLTable(t *testing.T, raw, table string) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Logf("drop %s: %v", table, err)
+		return
+	}
+	cfg := mysqldrv.NewConfig()
+	cfg.User = u.User.Username()
+	cfg.Passwd, _ = u.User.Password()
+	cfg.Net, cfg.Addr, cfg.DBName = "tcp", u.Host, strings.TrimPrefix(u.Path, "/")
+	connector, err := mysqldrv.NewConnector(cfg)
+	if err != nil {
+		t.Logf("drop %s: %v", table, err)
+		return
+	}
+	db := sql.OpenDB(connector)
+	defer db.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS `"+table+"`"); err != nil {
+		t.Logf("drop %s: %v", table, err)
 	}
 }
 
