@@ -40,8 +40,9 @@ type Pool struct {
 	// Weight scales this replica's share (default 1).
 	Weight float64
 	// Epsilon, MaxKeys, OrphanDelay, MinHold and HandoffRate tune the
-	// balance; zero values take the defaults of internal/balance: 0.1, no
-	// maximum, 2s, 30s and 0.1.
+	// balance; zero values take the defaults: 0.1, no maximum,
+	// 1.5×RenewEvery (longer than a round, so a handed-over key reaches
+	// its preferred worker first even without push events), 30s and 0.1.
 	Epsilon     float64
 	MaxKeys     int
 	OrphanDelay time.Duration
@@ -82,6 +83,9 @@ func (s *Supervisor) AddPool(p Pool) error {
 	}
 	if p.RefreshEvery <= 0 {
 		p.RefreshEvery = 30 * time.Second
+	}
+	if p.OrphanDelay <= 0 {
+		p.OrphanDelay = s.cfg.RenewEvery * 3 / 2
 	}
 	member := WorkerPrefix + p.Name + "/" + s.cfg.Owner + "@" + strconv.FormatFloat(p.Weight, 'g', -1, 64)
 	if err := store.ValidateKey(member); err != nil {
@@ -197,15 +201,28 @@ func (s *Supervisor) planPool(ps *poolState) {
 	now := time.Now()
 	s.mu.Lock()
 	keys, keySet := ps.keys, ps.keySet
+	// Claim only once membership has been held for a round, so peers
+	// starting together see each other first: otherwise the first one up
+	// claims every key and sheds most of them a moment later.
 	member := s.keeper.Holds(ps.memberKey)
+	settled := false
+	if mk := s.keys[ps.memberKey]; mk != nil && member {
+		settled = now.Sub(mk.heldSince) >= s.cfg.RenewEvery
+	}
 	s.mu.Unlock()
 	if keys == nil {
 		return
 	}
 	view := balance.View{Self: s.cfg.Owner, Now: now, Keys: keys, Owner: make(map[string]string), HeldSince: make(map[string]time.Time)}
 	prefix := WorkerPrefix + ps.cfg.Name + "/"
-	s.keeper.LiveOwners(func(key, owner string, running bool) {
+	// Keys whose holder crashed are still blocked during grace: counting
+	// them as owned keeps the first worker around from taking keys it does
+	// not prefer before their preferred worker can.
+	s.keeper.LiveOwners(true, func(key, owner string, live, running bool) {
 		if rest, ok := strings.CutPrefix(key, prefix); ok {
+			if !live {
+				return // a member in grace is gone
+			}
 			if w, ok := parseMember(rest, owner); ok {
 				w.Draining = !running
 				if owner == s.cfg.Owner {
@@ -228,7 +245,7 @@ func (s *Supervisor) planPool(ps *poolState) {
 		}
 	}
 	var plan balance.Plan
-	if member {
+	if settled {
 		plan = ps.policy.Plan(view)
 	}
 	ps.plan = plan
@@ -306,7 +323,7 @@ func (s *Supervisor) Pools() []PoolStatus {
 			st.Error = ps.lastErr.Error()
 		}
 		prefix := WorkerPrefix + ps.cfg.Name + "/"
-		s.keeper.LiveOwners(func(key, owner string, _ bool) {
+		s.keeper.LiveOwners(false, func(key, owner string, _, _ bool) {
 			if rest, ok := strings.CutPrefix(key, prefix); ok {
 				if w, ok := parseMember(rest, owner); ok {
 					st.Workers[w.ID] += 0

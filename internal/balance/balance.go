@@ -58,7 +58,9 @@ type Config struct {
 	// OrphanDelay is how long a key stays unowned before workers that do
 	// not prefer it may claim it, so its preferred worker claims first.
 	// Workers at or above their target wait twice as long, so orphans go
-	// to the workers that need them. Default 2s.
+	// to the workers that need them. Default 8s: longer than a supervision
+	// round (5s by default), so on a store without push the preferred
+	// worker sees a handed-over key before anyone else may take it.
 	OrphanDelay time.Duration
 	// MinHold is how long a key is kept before it may be handed over, so
 	// the same key does not bounce. Default 30s.
@@ -73,7 +75,7 @@ func (c Config) withDefaults() Config {
 		c.Epsilon = 0.1
 	}
 	if c.OrphanDelay <= 0 {
-		c.OrphanDelay = 2 * time.Second
+		c.OrphanDelay = 8 * time.Second
 	}
 	if c.MinHold <= 0 {
 		c.MinHold = 30 * time.Second

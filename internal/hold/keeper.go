@@ -414,16 +414,23 @@ func compareStrings(a, b string) int {
 
 // LiveOwners calls f for every key whose lease is live as last seen —
 // this replica's own terms included — with its owner and whether the
-// owner reported its runner running.
-func (k *Keeper) LiveOwners(f func(key, owner string, running bool)) {
+// owner reported its runner running. With inGrace, terms that expired
+// less than Grace ago count too: no peer can take them yet.
+//
+// f runs under the keeper's lock: it must not call the keeper.
+func (k *Keeper) LiveOwners(inGrace bool, f func(key, owner string, live, running bool)) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	for key := range k.held {
-		f(key, k.owner, true)
+		f(key, k.owner, true, true)
 	}
 	for key := range k.observed {
-		if l, ok := k.observedLocked(key); ok && l.Live && l.Owner != "" {
-			f(key, l.Owner, l.Running)
+		l, ok := k.observedLocked(key)
+		if !ok || l.Owner == "" || l.Released {
+			continue
+		}
+		if l.Live || inGrace && l.TimeLeft > -k.timing.Grace {
+			f(key, l.Owner, l.Live, l.Running)
 		}
 	}
 }
