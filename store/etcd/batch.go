@@ -59,14 +59,14 @@ func (s *Store) renewCurrent(ctx context.Context, owner string, ttl int64, cands
 		ok = make(map[string]bool, len(order))
 	)
 	g, gctx := errgroup.WithContext(ctx)
-	for _, b := range keep {
+	for _, k := range keep {
 		g.Go(func() error {
-			alive, err := s.keepAlive(gctx, owner, b)
+			alive, err := s.keepAlive(gctx, owner, k.b)
 			if err != nil {
 				return err
 			}
 			mu.Lock()
-			for key := range b.members {
+			for _, key := range k.keys {
 				ok[key] = alive
 			}
 			mu.Unlock()
@@ -93,8 +93,8 @@ func (s *Store) renewCurrent(ctx context.Context, owner string, ttl int64, cands
 	// A rebind wrote the flags with the keys; kept batches write only the
 	// flags that changed.
 	var changed []*candidate
-	for _, b := range keep {
-		for key := range b.members {
+	for _, k := range keep {
+		for _, key := range k.keys {
 			if c := cands[key]; ok[key] && c.item.Running != c.v.rec.running {
 				changed = append(changed, c)
 			}
@@ -114,40 +114,50 @@ func (s *Store) renewCurrent(ctx context.Context, owner string, ttl int64, cands
 	return ok, nil
 }
 
+// kept is a batch a renewal keeps alive, with its members at the time:
+// a release may remove members while the renewal runs.
+type kept struct {
+	b    *batch
+	keys []string
+}
+
 // plan picks the owner's batches to keep alive and the candidates to
 // rebind, and forgets every other batch: those are not kept alive again,
 // and whatever terms are left on them expire.
-func (s *Store) plan(owner string, ttl int64, cands map[string]*candidate, order []*candidate) (keep []*batch, rest []*candidate) {
+func (s *Store) plan(owner string, ttl int64, cands map[string]*candidate, order []*candidate) (keep []kept, rest []*candidate) {
 	s.batchMu.Lock()
 	defer s.batchMu.Unlock()
+	var intact []*batch
+	covered := 0
 	for _, b := range s.batches[owner] {
 		if b.intact(ttl, cands) {
-			keep = append(keep, b)
+			intact = append(intact, b)
+			covered += len(b.members)
 		}
 	}
-	covered := 0
-	for _, b := range keep {
-		covered += len(b.members)
-	}
-	if covered < len(order) && len(keep) >= maxBatches {
+	if covered < len(order) && len(intact) >= maxBatches {
 		// Room for the new batch: fold the smallest kept ones into it.
-		slices.SortFunc(keep, func(a, b *batch) int { return len(b.members) - len(a.members) })
-		keep = keep[:maxBatches-1]
+		slices.SortFunc(intact, func(a, b *batch) int { return len(b.members) - len(a.members) })
+		intact = intact[:maxBatches-1]
 	}
 	claimed := make(map[string]bool, len(order))
-	for _, b := range keep {
+	for _, b := range intact {
+		k := kept{b: b, keys: make([]string, 0, len(b.members))}
 		for key := range b.members {
 			claimed[key] = true
+			k.keys = append(k.keys, key)
 		}
+		keep = append(keep, k)
 	}
 	for _, c := range order {
 		if !claimed[c.item.Key] {
 			rest = append(rest, c)
 		}
 	}
-	s.batches[owner] = slices.Clone(keep)
-	if len(keep) == 0 {
+	if len(intact) == 0 {
 		delete(s.batches, owner)
+	} else {
+		s.batches[owner] = intact
 	}
 	return keep, rest
 }
