@@ -191,7 +191,11 @@ func (b *Balanced) Plan(v View) Plan {
 				b.orphanSince[key] = since
 			}
 			delay := b.cfg.OrphanDelay
-			if counts[v.Self] >= plan.Target {
+			underTarget := counts[v.Self] < plan.Target
+			switch prefFull := counts[k.pref] >= shares[k.pref].cap; {
+			case prefFull && underTarget:
+				delay = 0 // its preferred worker cannot take it: no reason to wait
+			case !prefFull && !underTarget:
 				delay *= 2
 			}
 			_, cooling := b.gaveUp[key]
@@ -282,7 +286,7 @@ func (b *Balanced) Plan(v View) Plan {
 		// Keys a worker does not prefer go to it only while it is more than
 		// Epsilon below its share, and only the part its preferred keys
 		// cannot cover: handing more would move keys twice.
-		low := counts[w.ID] < int(math.Floor(shares[w.ID].fair*(1-b.cfg.Epsilon)))
+		low := counts[w.ID] < int(math.Ceil(shares[w.ID].fair*(1-b.cfg.Epsilon)))
 		if need := d - elsewhere[w.ID]; w.ID != v.Self && low && need > 0 {
 			spare += need
 		}

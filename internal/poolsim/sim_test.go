@@ -106,8 +106,10 @@ func TestAGracefulLeaveFreesItsKeysForPeersAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := s.Stats(w, Tolerance)
-	// Pushed releases reach the preferred peers in the same instant.
-	if st.Unowned != 0 || st.MaxUnowned != 0 || st.Moves == 0 {
+	// Pushed releases reach the preferred peers in the same instant; keys
+	// beyond a preferred peer's cap wait at most one orphan delay (8s) for
+	// a peer that saw them free before the preferred one filled up.
+	if st.Unowned != 0 || st.MaxUnowned > 8*time.Second || st.Moves == 0 {
 		t.Fatalf("after a graceful leave: %d unowned, longest wait %v, %d moves", st.Unowned, st.MaxUnowned, st.Moves)
 	}
 }
