@@ -1,0 +1,50 @@
+package chaos
+
+import (
+	"encoding/xml"
+	"strings"
+	"testing"
+)
+
+func TestTheTimelineDrawsEveryRunAndOutlinesViolations(t *testing.T) {
+	s := newStory("r1", "r2")
+	s.run("r1", 1, 0, 5000, causeStopping)
+	s.run("r2", 2, 4500, 9000, causeStopping) // overlaps r1 by 500ms
+	s.fault(FaultPause, "r2", 6000, 7000)
+	s.add(Event{T: s.at(60_000), Ev: evRunEnd})
+	h := s.h
+	sortEvents(h.Events)
+
+	var b strings.Builder
+	if err := WriteTimeline(&b, &h); err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Rects []struct {
+			Fill   string `xml:"fill,attr"`
+			Stroke string `xml:"stroke,attr"`
+			Title  string `xml:"title"`
+		} `xml:"rect"`
+	}
+	if err := xml.Unmarshal([]byte(b.String()), &doc); err != nil {
+		t.Fatalf("not valid SVG/XML: %v", err)
+	}
+	var runs, faults, outlined, frozen int
+	for _, r := range doc.Rects {
+		switch {
+		case r.Stroke == "red":
+			if strings.Contains(r.Title, "both worked") {
+				outlined++
+			}
+		case strings.Contains(r.Title, "epoch"):
+			runs++
+		case strings.HasPrefix(r.Title, FaultPause):
+			faults++
+		case r.Fill == "url(#frozen)":
+			frozen++
+		}
+	}
+	if runs != 2 || faults != 1 || outlined != 1 || frozen != 1 {
+		t.Errorf("drew %d runs, %d faults, %d outlined violations, %d frozen stretches; want 2, 1, 1, 1", runs, faults, outlined, frozen)
+	}
+}
