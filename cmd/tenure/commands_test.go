@@ -198,8 +198,15 @@ func TestPasswordsAreNeverPrinted(t *testing.T) {
 		args []string
 		code int
 	}{
-		{"unknown scheme", nil, []string{"status", "--store", "mysql://root:" + secret + "@h/db"}, 2},
-		{"unknown scheme from env", []string{"TENURE_STORE=mysql://root:" + secret + "@h/db"}, []string{"status"}, 2},
+		{"unknown scheme", nil, []string{"status", "--store", "mongodb://root:" + secret + "@h/db"}, 2},
+		{"unknown scheme from env", []string{"TENURE_STORE=mongodb://root:" + secret + "@h/db"}, []string{"status"}, 2},
+		{"mysql bad table", nil, []string{"migrate", "--store", "mysql://root:" + secret + "@h/db?table=no-dashes"}, 2},
+		{"mysql without a database", nil, []string{"status", "--store", "mysql://root:" + secret + "@127.0.0.1:1"}, 2},
+		{"mysql unreachable", nil, []string{"status", "--store", "mysql://root:" + secret + "@127.0.0.1:1/db?timeout=1s"}, 3},
+		{"etcd bad prefix", nil, []string{"status", "--store", "etcd://u:" + secret + "@h1:2379,h2?prefix=9x"}, 2},
+		{"etcd unknown parameter", nil, []string{"status", "--store", "etcd://u:" + secret + "@h1:2379,h2?nope=1"}, 2},
+		{"etcd unreachable", nil, []string{"status", "--store", "etcd://u:" + secret + "@127.0.0.1:1,127.0.0.1:2?dial_timeout=1s"}, 3},
+		{"postgres unreachable (pool)", nil, []string{"pool", "--keys", "a,b", "--store", pg, "--", "true"}, 3},
 		{"unparsable", nil, []string{"status", "--store", "postgres://u:" + secret + "@[::1/db"}, 2},
 		{"bad table", nil, []string{"migrate", "--store", "postgres://u:" + secret + "@h/db?table=no-dashes"}, 2},
 		{"keyword string", nil, []string{"status", "--store", "host=h password=" + secret}, 2},
@@ -384,7 +391,7 @@ func TestMigrateVersionAndHelp(t *testing.T) {
 	if stdout, _, code := runTenure(t, nil, "version"); code != 0 || !strings.HasPrefix(stdout, "tenure ") {
 		t.Errorf("version: exit %d %q", code, stdout)
 	}
-	for _, cmd := range []string{"run", "status", "release", "migrate", "version", "demo"} {
+	for _, cmd := range []string{"run", "pool", "status", "release", "migrate", "version", "demo"} {
 		stdout, _, code := runTenure(t, nil, cmd, "--help")
 		if code != 0 || !strings.Contains(stdout, "Examples:") {
 			t.Errorf("%s --help: exit %d, no examples:\n%s", cmd, code, stdout)

@@ -23,7 +23,7 @@ import (
 const (
 	ExitOK      = 0
 	ExitFailure = 1 // a failure after start: a store error, a command that would not stop
-	ExitUsage   = 2 // bad flags, URL, duration, key, or timing combination
+	ExitUsage   = 2 // bad flags, URL, duration, key, or timing combination; pool keys unreadable at start
 	ExitStore   = 3 // the store could not be reached or opened at start
 	ExitNoExec  = 126
 	ExitNoFound = 127
@@ -32,10 +32,11 @@ const (
 const exitCodesHelp = `Exit codes:
   0    success (run: stopped by SIGINT/SIGTERM after a clean handoff)
   1    failure after start (store error, command that would not stop)
-  2    usage error: bad flag, URL, duration, key or timing combination
+  2    usage error: bad flag, URL, duration, key or timing combination, or
+       (pool) keys that cannot be read at start
   3    store unreachable or unusable at start
-  126  the command cannot be executed (run)
-  127  the command was not found (run)
+  126  the command cannot be executed (run, pool)
+  127  the command was not found (run, pool)
   N    with run --once: the command's own exit status (128+signal if killed)`
 
 // exitError carries an exit code to Main.
@@ -116,12 +117,16 @@ func (e *env) rootCommand() *cobra.Command {
 		Short: "Run work on exactly one replica at a time",
 		Long: `tenure runs a command only while this replica holds the command's lease in a
 shared store, and hands the work over fast and safely when the holder stops,
-crashes or loses the store.
+crashes or loses the store. tenure pool does the same for a whole set of
+keys, spread across the replicas.
 
 Stores are named by URL (--store or TENURE_STORE):
   sqlite:PATH                       a file shared by processes on one host
   postgres://user:pass@host/db      PostgreSQL (?table=NAME picks the table)
+  mysql://user:pass@host:3306/db    MySQL 8 or MariaDB 10.6+ (?table=NAME)
   redis://[:pass@]host:6379/0       Redis (?namespace=NAME; rediss:// for TLS)
+  etcd://[user:pass@]h1:2379,h2     etcd v3 (?prefix=NAME; etcd+https:// for TLS,
+                                    with ?ca_file=, ?cert_file=, ?key_file=)
 Without one, an SQLite file in $XDG_STATE_HOME/tenure/ (default
 ~/.local/state/tenure/tenure.db). Passwords are never printed.
 
@@ -132,6 +137,7 @@ TENURE_EPOCH is set too: they then describe the lease of a parent tenure.
 
 ` + exitCodesHelp,
 		Example: `  tenure run --key nightly-report -- ./report.sh
+  tenure pool --keys-file mailboxes.txt -- ./imap-sync --mailbox {key}
   tenure status --store postgres://tenure@db/ops
   tenure demo`,
 		SilenceErrors: true,
@@ -146,7 +152,7 @@ TENURE_EPOCH is set too: they then describe the lease of a parent tenure.
 		return withCode(ExitUsage, err)
 	})
 	root.PersistentFlags().String("log-level", "info", "log level: debug, info, warn or error")
-	root.AddCommand(e.runCommand(), e.statusCommand(), e.releaseCommand(),
+	root.AddCommand(e.runCommand(), e.poolCommand(), e.statusCommand(), e.releaseCommand(),
 		e.migrateCommand(), e.versionCommand(), e.demoCommand())
 	return root
 }
@@ -249,5 +255,5 @@ func (s *scrubbed) Error() string { return s.msg }
 func (s *scrubbed) Unwrap() error { return s.err }
 
 func addStoreFlag(cmd *cobra.Command) {
-	cmd.Flags().String("store", "", "lease store URL (sqlite:PATH, postgres://…, redis://…); default: an SQLite file in the user's state directory")
+	cmd.Flags().String("store", "", "lease store URL (sqlite:PATH, postgres://…, mysql://…, redis://…, etcd://…); default: an SQLite file in the user's state directory")
 }

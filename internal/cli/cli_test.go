@@ -93,11 +93,11 @@ func TestHTTPAddressMustBeLoopbackUnlessPublic(t *testing.T) {
 }
 
 func TestStopTimeoutMustEndBeforeAPeerMayStart(t *testing.T) {
-	ok := runFlags{ttl: 15 * time.Second, grace: 5 * time.Second, stopTimout: 5 * time.Second}
+	ok := replicaFlags{ttl: 15 * time.Second, grace: 5 * time.Second, stopTimeout: 5 * time.Second}
 	if err := checkTiming(ok); err != nil {
 		t.Errorf("defaults refused: %v", err)
 	}
-	bad := runFlags{ttl: 3 * time.Second, grace: time.Second, stopTimout: 2 * time.Second}
+	bad := replicaFlags{ttl: 3 * time.Second, grace: time.Second, stopTimeout: 2 * time.Second}
 	if err := checkTiming(bad); err == nil || !strings.Contains(err.Error(), "--stop-timeout") {
 		t.Errorf("stop timeout equal to ttl/3 + grace accepted: %v", err)
 	}

@@ -45,10 +45,13 @@ func checkListenAddr(addr string, public bool) error {
 
 // statusDoc is the /status document.
 type statusDoc struct {
-	Owner       string             `json:"owner"`
-	Keys        []tenure.KeyStatus `json:"keys"`
-	Leases      []leaseView        `json:"leases"`
-	LeasesError string             `json:"leases_error,omitempty"`
+	Owner string             `json:"owner"`
+	Keys  []tenure.KeyStatus `json:"keys"`
+	// Pools is set by tenure pool: the keys, this replica's share and the
+	// keys each live worker holds.
+	Pools       []tenure.PoolStatus `json:"pools,omitempty"`
+	Leases      []leaseView         `json:"leases"`
+	LeasesError string              `json:"leases_error,omitempty"`
 }
 
 type httpServer struct {
@@ -70,7 +73,7 @@ func startHTTP(addr string, sup *tenure.Supervisor, st store.Store, secrets []st
 	})
 	callTimeout := sup.Config().CallTimeout
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
-		doc := statusDoc{Owner: sup.Owner(), Keys: sup.Status(), Leases: []leaseView{}}
+		doc := statusDoc{Owner: sup.Owner(), Keys: sup.Status(), Pools: sup.Pools(), Leases: []leaseView{}}
 		ctx, cancel := context.WithTimeout(r.Context(), max(callTimeout, time.Second))
 		leases, err := st.List(ctx, sup.Config().Prefix)
 		cancel()

@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -14,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
+	"github.com/tenure-dev/tenure"
 	"github.com/tenure-dev/tenure/store"
 )
 
@@ -84,22 +87,85 @@ func yesNo(b bool) string {
 	return "no"
 }
 
-// writeTable prints leases as an aligned table.
+// writeTable prints leases as an aligned table, and the pool workers'
+// membership leases in a table of their own.
 func writeTable(w io.Writer, leases []store.Lease) {
 	if len(leases) == 0 {
 		fmt.Fprintln(w, "no leases")
 		return
 	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "KEY\tOWNER\tEPOCH\tSTATE\tRUNNING\tTIME LEFT")
+	var keys []store.Lease
+	var workers []worker
+	held := make(map[string]int) // owner → live keys, membership aside
 	for _, l := range leases {
-		owner := l.Owner
-		if owner == "" {
-			owner = "-"
+		if wk, ok := parseWorker(l); ok {
+			workers = append(workers, wk)
+			continue
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", printable(l.Key), printable(owner), l.Epoch, state(l), yesNo(l.Running), timeLeft(l))
+		keys = append(keys, l)
+		if l.Live {
+			held[l.Owner]++
+		}
+	}
+	if len(keys) > 0 {
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "KEY\tOWNER\tEPOCH\tSTATE\tRUNNING\tTIME LEFT")
+		for _, l := range keys {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", printable(l.Key), printable(orDash(l.Owner)), l.Epoch, state(l), yesNo(l.Running), timeLeft(l))
+		}
+		tw.Flush()
+	}
+	if len(workers) == 0 {
+		return
+	}
+	if len(keys) > 0 {
+		fmt.Fprintln(w)
+	}
+	// KEYS counts the owner's live leases in the listing, whichever pool
+	// (or tenure run) they belong to: the store does not say.
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "POOL\tWORKER\tWEIGHT\tSTATE\tKEYS\tTIME LEFT")
+	for _, wk := range workers {
+		st, n := state(wk.lease), "-"
+		if wk.lease.Live {
+			st, n = "active", strconv.Itoa(held[wk.lease.Owner])
+			if !wk.lease.Running {
+				st = "draining"
+			}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", wk.pool, printable(orDash(wk.lease.Owner)), wk.weight, st, n, timeLeft(wk.lease))
 	}
 	tw.Flush()
+}
+
+// worker is a pool member's lease: tenure.WorkerPrefix + pool + "/" +
+// owner + "@" + weight.
+type worker struct {
+	pool, weight string
+	lease        store.Lease
+}
+
+// parseWorker recognises a membership lease. The owner is the lease's
+// (empty once revoked), so only the pool and the weight are read from the
+// key.
+func parseWorker(l store.Lease) (worker, bool) {
+	rest, ok := strings.CutPrefix(l.Key, tenure.WorkerPrefix)
+	if !ok {
+		return worker{}, false
+	}
+	pool, member, ok := strings.Cut(rest, "/")
+	at := strings.LastIndexByte(member, '@')
+	if !ok || pool == "" || at < 0 {
+		return worker{}, false
+	}
+	return worker{pool: pool, weight: member[at+1:], lease: l}, true
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 // printable quotes a key that would break the table (spaces, tabs).
@@ -131,8 +197,14 @@ released, expired, or revoked by tenure release), whether the holder reported it
 the time left before it expires (negative after expiry), all on the store's
 clock.
 
+The members of tenure pool pools are listed apart, under POOL and WORKER:
+their weight, state (active, draining — stopping and handing its keys back
+— or, once gone, released, expired or revoked) and KEYS, how many live
+leases the worker's owner holds among those listed.
+
 --json prints a JSON array of objects with the fields key, owner, epoch,
-live, released, running and expires_in_ms. --watch redraws every second
+live, released, running and expires_in_ms, one per lease, pool memberships
+(keys starting with ~workers/) included. --watch redraws every second
 until interrupted (with --json: one array per line).
 
 ` + exitCodesHelp,

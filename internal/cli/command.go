@@ -1,0 +1,166 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/tenure-dev/tenure"
+	"github.com/tenure-dev/tenure/internal/child"
+)
+
+// keyPlaceholder, in a pool's command or its arguments, stands for the key.
+const keyPlaceholder = "{key}"
+
+// lookCommand resolves the command like a shell would, with the shell's
+// exit codes for a command that is missing or not executable.
+func lookCommand(name string) (string, error) {
+	path, err := exec.LookPath(name)
+	if err == nil {
+		return path, nil
+	}
+	if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
+		return "", withCode(ExitNoFound, fmt.Errorf("command not found: %s", name))
+	}
+	return "", withCode(ExitNoExec, fmt.Errorf("cannot execute %s: %w", name, errors.Unwrap(err)))
+}
+
+// commandRunner is the Runner of a key (run) or of every key of a pool:
+// it runs the command as a child while the engine lets it, and never
+// returns while the child is alive, so the engine cannot release the lease
+// (and let a peer start) too early. One runner serves any number of keys
+// at once.
+type commandRunner struct {
+	// name is the command as given; path is where it was found, or "" when
+	// name holds {key} and is looked up for each key.
+	name, path  string
+	args        []string
+	keyed       bool // replace {key} in name and args with the lease's key
+	stopTimeout time.Duration
+	once        bool
+	log         *slog.Logger
+	finished    context.CancelFunc // ends the supervisor's Run (--once)
+
+	hurryOnce sync.Once
+	hurry     chan struct{}
+
+	mu   sync.Mutex
+	exit *child.Exit
+}
+
+// newCommandRunner resolves the command now, unless its name depends on
+// the key, so that a missing command is reported at start.
+func newCommandRunner(argv []string, keyed bool, stopTimeout time.Duration, log *slog.Logger) (*commandRunner, error) {
+	r := &commandRunner{name: argv[0], args: argv[1:], keyed: keyed, stopTimeout: stopTimeout, log: log, hurry: make(chan struct{})}
+	if keyed && strings.Contains(r.name, keyPlaceholder) {
+		return r, nil
+	}
+	path, err := lookCommand(r.name)
+	r.path = path
+	return r, err
+}
+
+// command is the program and arguments for lease.
+func (r *commandRunner) command(lease tenure.Lease) (string, []string, error) {
+	if !r.keyed {
+		return r.path, r.args, nil
+	}
+	args := make([]string, len(r.args))
+	for i, a := range r.args {
+		args[i] = strings.ReplaceAll(a, keyPlaceholder, lease.Key)
+	}
+	if r.path != "" {
+		return r.path, args, nil
+	}
+	path, err := lookCommand(strings.ReplaceAll(r.name, keyPlaceholder, lease.Key))
+	return path, args, err
+}
+
+func (r *commandRunner) Run(ctx context.Context, lease tenure.Lease) error {
+	if _, done := r.result(); done {
+		<-ctx.Done() // --once: the command ran; wait for the shutdown
+		return nil
+	}
+	path, args, err := r.command(lease)
+	if err != nil {
+		return err
+	}
+	p, err := child.Start(child.Command{
+		Path: path, Args: args, Env: childEnv(os.Environ(), lease),
+		Stdout: os.Stdout, Stderr: os.Stderr,
+	})
+	if err != nil {
+		return err
+	}
+	log := r.log.With("key", lease.Key, "epoch", lease.Epoch, "pid", p.Pid())
+	log.Info("command started")
+	select {
+	case <-p.Done():
+		exit, err := p.Exit()
+		if err != nil {
+			log.Warn("command ended", "err", err)
+		}
+		if r.once {
+			log.Info("command finished; releasing the lease", "exit", exit.String())
+			r.mu.Lock()
+			r.exit = &exit
+			r.mu.Unlock()
+			r.finished()
+			<-ctx.Done()
+			return nil
+		}
+		return fmt.Errorf("command %s while the lease was held", exit)
+	case <-ctx.Done():
+	}
+	log.Info("stopping the command", "cause", context.Cause(ctx), "stop_timeout", r.stopTimeout)
+	hurry, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-r.hurry:
+			cancel()
+		case <-hurry.Done():
+		}
+	}()
+	exit, _ := p.Stop(hurry, r.stopTimeout)
+	log.Info("command stopped", "exit", exit.String())
+	return nil
+}
+
+// hurryUp cuts the stop timeout short: every command being stopped, or
+// stopped from now on, is killed at once.
+func (r *commandRunner) hurryUp() { r.hurryOnce.Do(func() { close(r.hurry) }) }
+
+// result is the command's exit under --once, once it has finished.
+func (r *commandRunner) result() (child.Exit, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.exit == nil {
+		return child.Exit{}, false
+	}
+	return *r.exit, true
+}
+
+// childEnv is environ with the lease's variables, replacing any inherited
+// from a parent tenure.
+func childEnv(environ []string, lease tenure.Lease) []string {
+	out := make([]string, 0, len(environ)+3)
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if name == "TENURE_KEY" || name == "TENURE_EPOCH" || name == "TENURE_OWNER" {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return append(out,
+		"TENURE_KEY="+lease.Key,
+		"TENURE_EPOCH="+strconv.FormatInt(lease.Epoch, 10),
+		"TENURE_OWNER="+lease.Owner)
+}

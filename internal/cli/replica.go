@@ -1,0 +1,271 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/tenure-dev/tenure"
+	"github.com/tenure-dev/tenure/internal/storeurl"
+	"github.com/tenure-dev/tenure/store/memstore"
+)
+
+// killWait is how long a command is given to vanish after SIGKILL before
+// the engine treats it as stuck and leaves the lease to expire.
+const killWait = 2 * time.Second
+
+// replicaFlags are the flags of the commands that hold leases and run a
+// command under them: run and pool.
+type replicaFlags struct {
+	store, owner            string
+	ttl, grace, stopTimeout time.Duration
+	http                    string
+	httpPublic              bool
+}
+
+func addReplicaFlags(cmd *cobra.Command, f *replicaFlags) {
+	fl := cmd.Flags()
+	addStoreFlag(cmd)
+	fl.StringVar(&f.owner, "owner", "", "this replica's owner id (default hostname:pid:random)")
+	fl.DurationVar(&f.ttl, "ttl", tenure.DefaultTTL, "how long a lease lives without renewal; renewed every ttl/3")
+	fl.DurationVar(&f.grace, "grace", tenure.DefaultGrace, "how long past a lost holder's expiry a peer waits before taking over")
+	fl.DurationVar(&f.stopTimeout, "stop-timeout", tenure.DefaultStopTimeout, "time between SIGTERM and SIGKILL when stopping the command")
+	fl.StringVar(&f.http, "http", "", "serve /metrics, /status and /healthz on this address (loopback only, e.g. 127.0.0.1:9090)")
+	fl.BoolVar(&f.httpPublic, "http-public", false, "allow --http on a non-loopback address")
+}
+
+// checkCommandArgs checks that the command comes after --, and nothing
+// before it; lead is the start of a correct command line, for the hints.
+func checkCommandArgs(cmd *cobra.Command, args []string, lead string) error {
+	dash := cmd.ArgsLenAtDash()
+	switch {
+	case dash < 0 && len(args) > 0:
+		return usagef("put the command after --, as in: %s -- %s", lead, strings.Join(args, " "))
+	case dash < 0 || len(args) == dash:
+		return usagef("missing command: put it after --, as in: %s -- ./job.sh", lead)
+	case dash > 0:
+		return usagef("unexpected argument %q before --", args[0])
+	}
+	return nil
+}
+
+// replica is a run or pool command checked and ready to connect.
+type replica struct {
+	flags  replicaFlags
+	spec   storeurl.Spec
+	cfg    tenure.Config
+	log    *slog.Logger
+	runner *commandRunner
+	// setup adds the work (a key, a pool) to a supervisor; it is tried on a
+	// throwaway one first, so that its errors are usage errors reported
+	// before connecting.
+	setup func(*tenure.Supervisor) error
+	// hangup, when set, is what SIGHUP does; otherwise SIGHUP stops, as
+	// SIGINT and SIGTERM do.
+	hangup func(*tenure.Supervisor)
+	// announce logs what the replica waits for, once connected.
+	announce func()
+}
+
+// prepare checks the flags, the timing and the command without connecting
+// to anything, so a usage error is reported as one even while the store is
+// down. keyed says whether {key} in argv stands for the key.
+func (e *env) prepare(cmd *cobra.Command, f replicaFlags, argv []string, keyed bool) (*replica, error) {
+	f.store, _ = cmd.Flags().GetString("store")
+	spec, err := parseStore(f.store)
+	if err != nil {
+		return nil, err
+	}
+	if f.http != "" {
+		if err := checkListenAddr(f.http, f.httpPublic); err != nil {
+			return nil, err
+		}
+	}
+	if f.ttl <= 0 || f.grace < 0 || f.stopTimeout < 0 {
+		return nil, usagef("--ttl must be positive, --grace and --stop-timeout not negative (got %v, %v, %v)", f.ttl, f.grace, f.stopTimeout)
+	}
+	cfg := tenure.Config{
+		Leases:      tenure.LeasesOn,
+		Owner:       f.owner,
+		TTL:         f.ttl,
+		Grace:       f.grace,
+		NoGrace:     cmd.Flags().Changed("grace") && f.grace == 0,
+		StopTimeout: f.stopTimeout + killWait,
+		Store:       memstore.New(memstore.Options{}),
+	}
+	v, err := tenure.New(cfg)
+	if err != nil {
+		return nil, withCode(ExitUsage, flagNames(err))
+	}
+	cfg.Owner = v.Owner() // the default, drawn once: logs and the store agree
+	if err := checkTiming(f); err != nil {
+		return nil, err
+	}
+	log, err := e.logger(cmd, storeurl.Secrets(spec.URL))
+	if err != nil {
+		return nil, err
+	}
+	r, err := newCommandRunner(argv, keyed, f.stopTimeout, log)
+	if err != nil {
+		return nil, err
+	}
+	return &replica{flags: f, spec: spec, cfg: cfg, log: log, runner: r}, nil
+}
+
+// check runs setup on a supervisor that never runs.
+func (rep *replica) check() error {
+	sup, err := tenure.New(rep.cfg)
+	if err == nil {
+		err = rep.setup(sup)
+	}
+	if err != nil {
+		return withCode(ExitUsage, flagNames(err))
+	}
+	return nil
+}
+
+// serve connects, supervises until ctx ends or a signal stops it, and
+// returns the first signal that asked it to stop (0 when none did).
+func (e *env) serve(ctx context.Context, stop context.CancelFunc, rep *replica) (syscall.Signal, error) {
+	if err := rep.check(); err != nil {
+		return 0, err
+	}
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+
+	openCtx, cancelOpen := context.WithTimeout(ctx, 30*time.Second)
+	st, err := openStore(openCtx, rep.spec)
+	cancelOpen()
+	if err != nil {
+		return 0, err
+	}
+	defer st.Close()
+
+	metrics := tenure.NewMetrics()
+	cfg := rep.cfg
+	cfg.Store, cfg.Logger, cfg.Metrics = st, rep.log, metrics
+	sup, err := tenure.New(cfg)
+	if err == nil {
+		err = rep.setup(sup)
+	}
+	if err != nil {
+		return 0, withCode(ExitUsage, flagNames(err))
+	}
+	if rep.flags.http != "" {
+		srv, err := startHTTP(rep.flags.http, sup, st, storeurl.Secrets(rep.spec.URL), metrics, rep.log)
+		if err != nil {
+			return 0, withCode(ExitFailure, err)
+		}
+		defer srv.close()
+	}
+
+	if rep.announce != nil {
+		rep.announce()
+	}
+	sh := &signalHandler{log: rep.log, stop: stop, hurry: rep.runner.hurryUp}
+	if rep.hangup != nil {
+		sh.hangup = func() { rep.hangup(sup) }
+	}
+	done := make(chan struct{})
+	var handling sync.WaitGroup
+	handling.Go(func() { sh.handle(sigs, done) })
+	defer func() {
+		close(done)
+		handling.Wait()
+	}()
+
+	if err := sup.Run(ctx); err != nil {
+		return sh.first(), withCode(ExitFailure, fmt.Errorf("a command did not stop within --stop-timeout + %v; its lease was left to expire: %w", killWait, err))
+	}
+	return sh.first(), nil
+}
+
+// signalHandler turns signals into a graceful stop, and a repeated one
+// into killing the commands at once.
+type signalHandler struct {
+	log    *slog.Logger
+	stop   func() // ends the supervisor's Run: stop the commands, release
+	hurry  func() // skip the rest of the stop timeout
+	hangup func() // SIGHUP, when it does not stop
+
+	mu        sync.Mutex
+	signalled syscall.Signal
+}
+
+// handle reads sigs until done is closed. The first stopping signal hands
+// over gracefully; a second one cuts the stop timeout short. A repeat
+// within a second is the same request delivered twice (to the process and
+// to its group, as timeout(1) and some shells do), not a person insisting.
+func (h *signalHandler) handle(sigs <-chan os.Signal, done <-chan struct{}) {
+	var first time.Time
+	for {
+		var sig os.Signal
+		select {
+		case sig = <-sigs:
+		case <-done:
+			return
+		}
+		if sig == syscall.SIGHUP && h.hangup != nil {
+			h.hangup()
+			continue
+		}
+		h.mu.Lock()
+		isFirst := h.signalled == 0
+		if isFirst {
+			h.signalled, first = sig.(syscall.Signal), time.Now()
+		}
+		h.mu.Unlock()
+		switch {
+		case isFirst:
+			h.log.Info("stopping: the commands are stopped, then the leases released", "signal", sig.String())
+			h.stop()
+		case time.Since(first) >= time.Second:
+			h.log.Warn("second signal: killing the commands now", "signal", sig.String())
+			h.hurry()
+		}
+	}
+}
+
+// first is the first signal that asked to stop, or 0.
+func (h *signalHandler) first() syscall.Signal {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.signalled
+}
+
+// checkTiming refuses a stop timeout that could let a peer start while the
+// command is still being stopped: the engine cancels a runner ttl/3 before
+// its lease's local deadline, and a peer may start grace after expiry.
+func checkTiming(f replicaFlags) error {
+	margin := f.ttl/3 + f.grace
+	if f.stopTimeout >= margin {
+		return usagef("--stop-timeout %v is too long for --ttl %v and --grace %v: a command stopped on a lost lease must be gone before a peer may start, %v (ttl/3 + grace) later; shorten it or raise --ttl or --grace",
+			f.stopTimeout, f.ttl, f.grace, margin)
+	}
+	return nil
+}
+
+// flagNames rewrites the engine's config field names as the flags that set
+// them.
+func flagNames(err error) error {
+	msg := err.Error()
+	for field, flag := range map[string]string{
+		"TTL: ": "--ttl: ", "Grace: ": "--grace: ", "Owner: ": "--owner: ",
+		"StopTimeout: ": "--stop-timeout: ", "RenewEvery: ": "--ttl (renewed every ttl/3): ",
+		"CallTimeout: ": "--ttl (store calls bounded by ttl/6): ",
+	} {
+		if strings.HasPrefix(msg, field) {
+			return &scrubbed{msg: flag + strings.TrimPrefix(msg, field), err: err}
+		}
+	}
+	return err
+}
