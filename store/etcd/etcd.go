@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/tenure-dev/tenure/store"
+	"github.com/tenure-dev/tenure/store/internal/watchset"
 )
 
 // DefaultPrefix is the namespace used when Options.Prefix is empty.
@@ -58,13 +59,9 @@ type Store struct {
 	batchMu sync.Mutex
 	batches map[string][]*batch
 
-	// closed is read on every call without a lock; mu orders it with the
-	// registration of watchers, so Close cancels and waits for all of them.
-	closed       atomic.Bool
-	mu           sync.Mutex
-	nextWatch    int
-	watchCancels map[int]context.CancelFunc
-	watchers     sync.WaitGroup
+	// watches is the closed state and every running Watch, which Close
+	// ends.
+	watches watchset.Set
 }
 
 var (
@@ -152,14 +149,13 @@ func newStore(client *clientv3.Client, opts Options, owns bool) (*Store, error) 
 		return nil, fmt.Errorf("etcd: MaxTxnOps %d is below 8, too few to batch anything", maxOps)
 	}
 	s := &Store{
-		client:       client,
-		ownsClient:   owns,
-		prefix:       prefix,
-		root:         "/" + prefix + "/leases/",
-		readChunk:    maxOps,
-		writeChunk:   maxOps - maxNestedOps,
-		batches:      map[string][]*batch{},
-		watchCancels: map[int]context.CancelFunc{},
+		client:     client,
+		ownsClient: owns,
+		prefix:     prefix,
+		root:       "/" + prefix + "/leases/",
+		readChunk:  maxOps,
+		writeChunk: maxOps - maxNestedOps,
+		batches:    map[string][]*batch{},
 	}
 	s.minTTL.Store(1)
 	return s, nil
@@ -171,16 +167,9 @@ func (s *Store) Prefix() string { return s.prefix }
 // Close ends every watcher and, when the Store came from [Open], closes the
 // client. Calls after Close fail with store.ErrClosed.
 func (s *Store) Close() error {
-	s.mu.Lock()
-	already := s.closed.Swap(true)
-	for _, cancel := range s.watchCancels {
-		cancel()
-	}
-	s.mu.Unlock()
-	if already {
+	if !s.watches.Close() {
 		return nil
 	}
-	s.watchers.Wait()
 	if s.ownsClient && s.client != nil {
 		if err := s.client.Close(); err != nil && !errors.Is(err, context.Canceled) {
 			return fmt.Errorf("etcd: close: %w", err)
@@ -189,7 +178,7 @@ func (s *Store) Close() error {
 	return nil
 }
 
-func (s *Store) isClosed() bool { return s.closed.Load() }
+func (s *Store) isClosed() bool { return s.watches.Closed() }
 
 // wrap adds the operation to an error and maps a closed client to
 // store.ErrClosed.

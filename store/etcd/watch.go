@@ -28,23 +28,10 @@ func (s *Store) Watch(ctx context.Context, prefix string) (<-chan store.Event, e
 		return nil, store.ErrClosed
 	}
 	wctx, cancel := context.WithCancel(ctx)
-	s.mu.Lock()
-	if s.isClosed() {
-		s.mu.Unlock()
+	done, ok := s.watches.Add(cancel) // Close cancels every watch
+	if !ok {
 		cancel()
 		return nil, store.ErrClosed
-	}
-	id := s.nextWatch
-	s.nextWatch++
-	s.watchCancels[id] = cancel // Close cancels every watcher
-	s.watchers.Add(1)
-	s.mu.Unlock()
-	done := func() {
-		s.mu.Lock()
-		delete(s.watchCancels, id)
-		s.mu.Unlock()
-		cancel()
-		s.watchers.Done()
 	}
 
 	// WithRequireLeader: a member cut off from its leader ends the watch

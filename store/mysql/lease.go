@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/tenure-dev/tenure/store"
+	"github.com/tenure-dev/tenure/store/internal/sqlstore"
 )
 
 // maxBatchBytes bounds the JSON document of one batched statement. Batches
@@ -33,25 +34,11 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 	if err := s.ready(ctx); err != nil {
 		return store.AcquireResult{}, err
 	}
-	for attempt := 1; ; attempt++ {
-		res, err := s.acquireOnce(ctx, req)
-		if err == nil {
-			// An answer that came after the caller's deadline is unconfirmed.
-			err = ctx.Err()
-		}
-		if err != nil {
-			return store.AcquireResult{}, fmt.Errorf("mysql: acquire %q: %w", req.Key, err)
-		}
-		// The holder is read by a later statement than the one that was
-		// refused; in between, the blocking term may have ended. Reporting
-		// a free key as held would only delay the caller to its next
-		// round, so try again.
-		h := res.Holder
-		free := h.Released || (!h.Live && -h.TimeLeft >= req.Grace)
-		if res.Acquired || !free || attempt == 3 {
-			return res, nil
-		}
+	res, err := sqlstore.Acquire(ctx, req, s.acquireOnce)
+	if err != nil {
+		return store.AcquireResult{}, fmt.Errorf("mysql: acquire %q: %w", req.Key, err)
 	}
+	return res, nil
 }
 
 func (s *Store) acquireOnce(ctx context.Context, req store.AcquireRequest) (store.AcquireResult, error) {
@@ -233,7 +220,7 @@ func (s *Store) List(ctx context.Context, prefix string) ([]store.Lease, error) 
 		return nil, err
 	}
 	query, args := s.q.listAll, []any{hexString(prefix)}
-	if end, ok := prefixEnd(prefix); ok {
+	if end, ok := sqlstore.PrefixEnd(prefix); ok {
 		query, args = s.q.list, append(args, hexString(end))
 	}
 	var out []store.Lease
@@ -253,20 +240,6 @@ func (s *Store) List(ctx context.Context, prefix string) ([]store.Lease, error) 
 		return nil, fmt.Errorf("mysql: list %q: %w", prefix, err)
 	}
 	return out, nil
-}
-
-// prefixEnd returns the smallest string greater than every string that
-// starts with prefix, in byte order, or false when there is none (an empty
-// prefix, or one of only 0xFF bytes).
-func prefixEnd(prefix string) (string, bool) {
-	b := []byte(prefix)
-	for i := len(b) - 1; i >= 0; i-- {
-		if b[i] < 0xFF {
-			b[i]++
-			return string(b[:i+1]), true
-		}
-	}
-	return "", false
 }
 
 // Revoke fences the current term of key: it moves the key to a new epoch

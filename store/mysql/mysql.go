@@ -5,13 +5,13 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	mysqldrv "github.com/go-sql-driver/mysql"
 
 	"github.com/tenure-dev/tenure/store"
+	"github.com/tenure-dev/tenure/store/internal/sqlstore"
 )
 
 // DefaultTable is the table used when Options.Table is empty.
@@ -39,9 +39,8 @@ type Store struct {
 	autoMig bool
 	q       queries
 
-	closed    atomic.Bool
-	migrated  atomic.Bool
-	migrateMu sync.Mutex
+	closed atomic.Bool
+	schema sqlstore.Migration // creates the table on first use
 }
 
 // Compile-time checks of the capabilities the engine and the CLI look for.
@@ -143,35 +142,19 @@ func (s *Store) Migrate(ctx context.Context) error {
 	if s.closed.Load() {
 		return store.ErrClosed
 	}
-	s.migrateMu.Lock()
-	defer s.migrateMu.Unlock()
-	if err := s.migrate(ctx); err != nil {
-		return err
-	}
-	s.migrated.Store(true)
-	return nil
+	return s.schema.Run(ctx, s.migrate)
 }
 
 // ready fails once the store is closed and, on first use, creates the
-// table. The mutex makes concurrent first calls of this Store wait for one
-// migration; other processes are handled by the server (see migrate).
+// table.
 func (s *Store) ready(ctx context.Context) error {
 	if s.closed.Load() {
 		return store.ErrClosed
 	}
-	if !s.autoMig || s.migrated.Load() {
+	if !s.autoMig {
 		return nil
 	}
-	s.migrateMu.Lock()
-	defer s.migrateMu.Unlock()
-	if s.migrated.Load() {
-		return nil
-	}
-	if err := s.migrate(ctx); err != nil {
-		return err
-	}
-	s.migrated.Store(true)
-	return nil
+	return s.schema.Ensure(ctx, s.migrate)
 }
 
 // Server error numbers the store reacts to.

@@ -1,13 +1,10 @@
 package mysql
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
 	"net"
 	"net/url"
-	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -20,9 +17,9 @@ import (
 // ?table= parameter. shown is the URL with its password hidden, for error
 // messages; secrets are the strings to scrub from driver errors.
 func parseURL(raw string) (cfg *mysqldrv.Config, table, shown string, secrets []string, err error) {
-	secrets = urlSecrets(raw)
+	secrets = store.URLSecrets(raw)
 	invalid := func(format string, args ...any) error {
-		detail := redactString(fmt.Sprintf(format, args...), secrets)
+		detail := store.RedactString(fmt.Sprintf(format, args...), secrets...)
 		return fmt.Errorf("mysql: %s: %s: %w", shown, detail, store.ErrInvalidURL)
 	}
 
@@ -40,7 +37,7 @@ func parseURL(raw string) (cfg *mysqldrv.Config, table, shown string, secrets []
 		}
 		return nil, "", "", nil, invalid("want mysql://user:password@host:port/database")
 	}
-	shown = redactString(store.RedactURL(raw), secrets)
+	shown = store.RedactString(store.RedactURL(raw), secrets...)
 	if u.Scheme != "mysql" {
 		return nil, "", "", nil, invalid("scheme must be mysql://")
 	}
@@ -120,54 +117,4 @@ func single(q url.Values, name string) (string, error) {
 	default:
 		return "", fmt.Errorf("?%s= given %d times", name, len(vs))
 	}
-}
-
-var (
-	userinfoPasswordRE = regexp.MustCompile(`://[^/@]*?:([^@/]*)@`)
-	paramPasswordRE    = regexp.MustCompile(`(?i)password=('(?:[^'\\]|\\.)*'|[^&\s]+)`)
-)
-
-func redactString(s string, secrets []string) string {
-	for _, sec := range secrets {
-		s = strings.ReplaceAll(s, sec, "xxxxx")
-	}
-	return s
-}
-
-// urlSecrets pulls every password-looking part out of raw, even when raw
-// does not parse, so that an error quoting any of it can be scrubbed.
-func urlSecrets(raw string) []string {
-	var out []string
-	if u, err := url.Parse(raw); err == nil {
-		if u.User != nil {
-			if pw, ok := u.User.Password(); ok && pw != "" {
-				out = append(out, pw, url.QueryEscape(pw), url.PathEscape(pw))
-			}
-		}
-		for k, vs := range u.Query() {
-			if strings.Contains(strings.ToLower(k), "password") {
-				for _, v := range vs {
-					if v != "" {
-						out = append(out, v, url.QueryEscape(v))
-					}
-				}
-			}
-		}
-	}
-	for _, m := range userinfoPasswordRE.FindAllStringSubmatch(raw, -1) {
-		if m[1] != "" {
-			out = append(out, m[1])
-			if dec, err := url.PathUnescape(m[1]); err == nil && dec != "" {
-				out = append(out, dec)
-			}
-		}
-	}
-	for _, m := range paramPasswordRE.FindAllStringSubmatch(raw, -1) {
-		if v := strings.Trim(m[1], "'"); v != "" {
-			out = append(out, v)
-		}
-	}
-	// Longest first, so a secret that contains another is replaced whole.
-	slices.SortFunc(out, func(a, b string) int { return cmp.Or(len(b)-len(a), strings.Compare(a, b)) })
-	return slices.Compact(out)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tenure-dev/tenure/store"
+	"github.com/tenure-dev/tenure/store/internal/sqlstore"
 )
 
 // statements holds the SQL of one table, built once by buildStatements.
@@ -150,20 +151,13 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 	if err := s.ready(ctx); err != nil {
 		return store.AcquireResult{}, err
 	}
-	for attempt := 1; ; attempt++ {
-		res, err := s.acquireOnce(ctx, req)
-		if err != nil {
-			return store.AcquireResult{}, fmt.Errorf("postgres: acquire %q: %w", req.Key, err)
-		}
-		// The holder is read by a second statement; between the two the
-		// blocking term may have ended. Reporting a free key as held would
-		// only delay the caller to its next round, so try again.
-		h := res.Holder
-		free := h.Released || (!h.Live && -h.TimeLeft >= req.Grace)
-		if res.Acquired || !free || attempt == 3 {
-			return res, nil
-		}
+	// The holder is read by a second statement of the batch, so a refusal
+	// by a term that ended in between is retried.
+	res, err := sqlstore.Acquire(ctx, req, s.acquireOnce)
+	if err != nil {
+		return store.AcquireResult{}, fmt.Errorf("postgres: acquire %q: %w", req.Key, err)
 	}
+	return res, nil
 }
 
 func (s *Store) acquireOnce(ctx context.Context, req store.AcquireRequest) (store.AcquireResult, error) {

@@ -30,22 +30,18 @@
 package postgres
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"hash/fnv"
 	"net/url"
-	"regexp"
-	"slices"
-	"strings"
-	"sync"
-	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tenure-dev/tenure/store"
+	"github.com/tenure-dev/tenure/store/internal/sqlstore"
+	"github.com/tenure-dev/tenure/store/internal/watchset"
 )
 
 // DefaultTable is the table used when Options.Table is empty.
@@ -68,19 +64,16 @@ type Options struct {
 // Store is a lease store on a PostgreSQL table. It is safe for concurrent
 // use.
 type Store struct {
-	pool      *pgxpool.Pool
-	ownsPool  bool
-	table     string // validated, unquoted; also the NOTIFY channel
-	ident     string // quoted table identifier for SQL
-	autoMig   bool
-	sql       statements
-	closed    atomic.Bool
-	migrated  atomic.Bool
-	migrateMu sync.Mutex
-
-	watchMu  sync.Mutex
-	watchers map[*watcher]struct{}
-	watchWG  sync.WaitGroup
+	pool     *pgxpool.Pool
+	ownsPool bool
+	table    string // validated, unquoted; also the NOTIFY channel
+	ident    string // quoted table identifier for SQL
+	autoMig  bool
+	sql      statements
+	schema   sqlstore.Migration // creates the table on first use
+	// watches is the closed state and every running Watch, which Close
+	// ends.
+	watches watchset.Set
 }
 
 var (
@@ -95,21 +88,21 @@ var (
 // pool_max_conns or search_path) and checks that it answers. The password
 // never appears in a returned error. Close closes the pool.
 func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
-	secrets := urlSecrets(rawURL)
+	secrets := store.URLSecrets(rawURL)
 	// store.RedactURL knows URLs; the extra pass also catches a password in
 	// a keyword/value string ("host=h password=p") passed by mistake.
-	shown := redactString(store.RedactURL(rawURL), secrets)
+	shown := store.RedactString(store.RedactURL(rawURL), secrets...)
 	u, err := url.Parse(rawURL)
 	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
 		detail := "scheme must be postgres:// or postgresql://"
 		if err != nil {
-			detail = redactString(err.Error(), secrets)
+			detail = store.RedactString(err.Error(), secrets...)
 		}
 		return nil, fmt.Errorf("postgres: %s: %s: %w", shown, detail, store.ErrInvalidURL)
 	}
 	cfg, err := pgxpool.ParseConfig(rawURL)
 	if err != nil {
-		return nil, fmt.Errorf("postgres: %s: %s: %w", shown, redactString(err.Error(), secrets), store.ErrInvalidURL)
+		return nil, fmt.Errorf("postgres: %s: %s: %w", shown, store.RedactString(err.Error(), secrets...), store.ErrInvalidURL)
 	}
 	if pw := cfg.ConnConfig.Password; pw != "" {
 		secrets = append(secrets, pw)
@@ -156,12 +149,11 @@ func newStore(pool *pgxpool.Pool, opts Options) (*Store, error) {
 	}
 	ident := pgx.Identifier{table}.Sanitize()
 	return &Store{
-		pool:     pool,
-		table:    table,
-		ident:    ident,
-		autoMig:  !opts.NoAutoMigrate,
-		sql:      buildStatements(ident),
-		watchers: make(map[*watcher]struct{}),
+		pool:    pool,
+		table:   table,
+		ident:   ident,
+		autoMig: !opts.NoAutoMigrate,
+		sql:     buildStatements(ident),
 	}, nil
 }
 
@@ -171,15 +163,9 @@ func (s *Store) Table() string { return s.table }
 // Close ends every watch and, for a Store made by Open, closes the pool.
 // Calls after Close fail with store.ErrClosed.
 func (s *Store) Close() error {
-	if s.closed.Swap(true) {
+	if !s.watches.Close() {
 		return nil
 	}
-	s.watchMu.Lock()
-	for w := range s.watchers {
-		w.cancel()
-	}
-	s.watchMu.Unlock()
-	s.watchWG.Wait()
 	if s.ownsPool {
 		s.pool.Close()
 	}
@@ -188,38 +174,22 @@ func (s *Store) Close() error {
 
 // Migrate creates the lease table if it does not exist.
 func (s *Store) Migrate(ctx context.Context) error {
-	if s.closed.Load() {
+	if s.watches.Closed() {
 		return store.ErrClosed
 	}
-	s.migrateMu.Lock()
-	defer s.migrateMu.Unlock()
-	if err := s.migrate(ctx); err != nil {
-		return err
-	}
-	s.migrated.Store(true)
-	return nil
+	return s.schema.Run(ctx, s.migrate)
 }
 
 // ready fails once the store is closed and, on first use, creates the
-// table. The mutex makes concurrent first calls wait for one migration
-// instead of racing each other.
+// table.
 func (s *Store) ready(ctx context.Context) error {
-	if s.closed.Load() {
+	if s.watches.Closed() {
 		return store.ErrClosed
 	}
-	if !s.autoMig || s.migrated.Load() {
+	if !s.autoMig {
 		return nil
 	}
-	s.migrateMu.Lock()
-	defer s.migrateMu.Unlock()
-	if s.migrated.Load() {
-		return nil
-	}
-	if err := s.migrate(ctx); err != nil {
-		return err
-	}
-	s.migrated.Store(true)
-	return nil
+	return s.schema.Ensure(ctx, s.migrate)
 }
 
 func (s *Store) migrate(ctx context.Context) error {
@@ -254,55 +224,4 @@ func migrateLockID(table string) int64 {
 	h := fnv.New64a()
 	h.Write([]byte("tenure/postgres/migrate:" + table))
 	return int64(h.Sum64())
-}
-
-var (
-	userinfoPasswordRE = regexp.MustCompile(`://[^/@]*?:([^@/]*)@`)
-	paramPasswordRE    = regexp.MustCompile(`(?i)password=('(?:[^'\\]|\\.)*'|[^&\s]+)`)
-)
-
-func redactString(s string, secrets []string) string {
-	for _, sec := range secrets {
-		s = strings.ReplaceAll(s, sec, "xxxxx")
-	}
-	return s
-}
-
-// urlSecrets pulls every password-looking part out of raw, even when raw
-// does not parse, so a driver error that quotes the string can be redacted.
-func urlSecrets(raw string) []string {
-	var out []string
-	if u, err := url.Parse(raw); err == nil {
-		if u.User != nil {
-			if pw, ok := u.User.Password(); ok && pw != "" {
-				out = append(out, pw)
-			}
-		}
-		for k, vs := range u.Query() {
-			if strings.Contains(strings.ToLower(k), "password") {
-				for _, v := range vs {
-					if v != "" {
-						out = append(out, v, url.QueryEscape(v))
-					}
-				}
-			}
-		}
-	}
-	for _, m := range userinfoPasswordRE.FindAllStringSubmatch(raw, -1) {
-		if m[1] != "" {
-			out = append(out, m[1])
-			if dec, err := url.PathUnescape(m[1]); err == nil && dec != "" {
-				out = append(out, dec)
-			}
-		}
-	}
-	for _, m := range paramPasswordRE.FindAllStringSubmatch(raw, -1) {
-		v := strings.Trim(m[1], "'")
-		if v != "" {
-			out = append(out, v)
-		}
-	}
-	// Longest first, so a secret that contains another is replaced whole.
-	slices.SortFunc(out, func(a, b string) int { return cmp.Or(len(b)-len(a), strings.Compare(a, b)) })
-	return slices.Compact(out)
 }

@@ -16,17 +16,13 @@ import (
 // events are dropped; they are hints, the next poll catches up.
 const watchBuffer = 256
 
-type watcher struct {
-	cancel context.CancelFunc
-}
-
 // Watch listens on the table's NOTIFY channel over a connection of its own
 // (taken out of the pool) and delivers release and acquisition events for
 // keys starting with prefix. It does not reconnect: when the connection
 // breaks, or ctx is done, or the store is closed, the channel is closed and
 // the caller falls back to polling (and may watch again).
 func (s *Store) Watch(ctx context.Context, prefix string) (<-chan store.Event, error) {
-	if s.closed.Load() {
+	if s.watches.Closed() {
 		return nil, store.ErrClosed
 	}
 	pc, err := s.pool.Acquire(ctx)
@@ -44,28 +40,20 @@ func (s *Store) Watch(ctx context.Context, prefix string) (<-chan store.Event, e
 	}
 
 	wctx, cancel := context.WithCancel(ctx)
-	w := &watcher{cancel: cancel}
-	s.watchMu.Lock()
-	if s.closed.Load() {
-		s.watchMu.Unlock()
+	done, ok := s.watches.Add(cancel) // Close cancels every watch
+	if !ok {
 		cancel()
 		closeConn(conn)
 		return nil, store.ErrClosed
 	}
-	s.watchers[w] = struct{}{}
-	s.watchWG.Add(1)
-	s.watchMu.Unlock()
 
 	ch := make(chan store.Event, watchBuffer)
 	go func() {
-		defer s.watchWG.Done()
 		defer func() {
-			s.watchMu.Lock()
-			delete(s.watchers, w)
-			s.watchMu.Unlock()
 			cancel()
 			closeConn(conn)
 			close(ch)
+			done()
 		}()
 		for {
 			n, err := conn.WaitForNotification(wctx)

@@ -5,12 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"sync"
-	"sync/atomic"
 
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/tenure-dev/tenure/store"
+	"github.com/tenure-dev/tenure/store/internal/watchset"
 )
 
 // DefaultNamespace is the namespace used when Options.Namespace is empty.
@@ -35,13 +34,9 @@ type Store struct {
 	channel   string   // {ns}:events
 	listPage  int      // records per List script call; tests lower it
 
-	// closed is read on every call without a lock; mu orders it with the
-	// registration of watchers, so Close cancels and waits for all of them.
-	closed       atomic.Bool
-	mu           sync.Mutex
-	nextWatch    int
-	watchCancels map[int]context.CancelFunc
-	watchers     sync.WaitGroup
+	// watches is the closed state and every running Watch, which Close
+	// ends.
+	watches watchset.Set
 }
 
 var (
@@ -131,13 +126,12 @@ func newStore(client goredis.UniversalClient, opts Options, owns bool) (*Store, 
 	}
 	tag := "{" + ns + "}"
 	return &Store{
-		client:       client,
-		ownsClient:   owns,
-		namespace:    ns,
-		keys:         []string{tag + ":leases", tag + ":keys"},
-		channel:      tag + ":events",
-		listPage:     defaultListPage,
-		watchCancels: map[int]context.CancelFunc{},
+		client:     client,
+		ownsClient: owns,
+		namespace:  ns,
+		keys:       []string{tag + ":leases", tag + ":keys"},
+		channel:    tag + ":events",
+		listPage:   defaultListPage,
 	}, nil
 }
 
@@ -147,16 +141,9 @@ func (s *Store) Namespace() string { return s.namespace }
 // Close ends every watcher and, when the Store came from [Open], closes the
 // connection pool. Calls after Close fail with store.ErrClosed.
 func (s *Store) Close() error {
-	s.mu.Lock()
-	already := s.closed.Swap(true)
-	for _, cancel := range s.watchCancels {
-		cancel()
-	}
-	s.mu.Unlock()
-	if already {
+	if !s.watches.Close() {
 		return nil
 	}
-	s.watchers.Wait()
 	if s.ownsClient {
 		if err := s.client.Close(); err != nil {
 			return fmt.Errorf("redis: close: %w", err)
@@ -165,4 +152,4 @@ func (s *Store) Close() error {
 	return nil
 }
 
-func (s *Store) isClosed() bool { return s.closed.Load() }
+func (s *Store) isClosed() bool { return s.watches.Closed() }

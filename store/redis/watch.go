@@ -34,29 +34,20 @@ func (s *Store) Watch(ctx context.Context, prefix string) (<-chan store.Event, e
 		return nil, s.wrap("subscribe", err)
 	}
 	wctx, cancel := context.WithCancel(ctx)
-	s.mu.Lock()
-	if s.isClosed() {
-		s.mu.Unlock()
+	done, ok := s.watches.Add(cancel) // Close cancels every watch
+	if !ok {
 		cancel()
 		_ = ps.Close()
 		return nil, store.ErrClosed
 	}
-	id := s.nextWatch
-	s.nextWatch++
-	s.watchCancels[id] = cancel // Close cancels every watcher
-	s.watchers.Add(1)
-	s.mu.Unlock()
 
 	// Closing the PubSub is what interrupts a blocked read.
 	stopOnDone := context.AfterFunc(wctx, func() { _ = ps.Close() })
 	out := make(chan store.Event, 64)
 	go func() {
-		defer s.watchers.Done()
+		defer done()
 		defer close(out)
 		defer func() {
-			s.mu.Lock()
-			delete(s.watchCancels, id)
-			s.mu.Unlock()
 			cancel()
 			if stopOnDone() {
 				_ = ps.Close()

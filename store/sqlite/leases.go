@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tenure-dev/tenure/store"
+	"github.com/tenure-dev/tenure/store/internal/sqlstore"
 )
 
 // Acquire starts a new term of req.Key for req.Owner when the store's rules
@@ -197,7 +198,7 @@ func (s *Store) List(ctx context.Context, prefix string) ([]store.Lease, error) 
 	}
 	var rows *sql.Rows
 	var err error
-	if end, ok := prefixEnd(prefix); ok {
+	if end, ok := sqlstore.PrefixEnd(prefix); ok {
 		rows, err = s.db.QueryContext(ctx, s.q.list, prefix, end)
 	} else {
 		rows, err = s.db.QueryContext(ctx, s.q.listAll, prefix)
@@ -220,21 +221,6 @@ func (s *Store) List(ctx context.Context, prefix string) ([]store.Lease, error) 
 		return nil, s.fail(fmt.Sprintf("list %q", prefix), err)
 	}
 	return out, nil
-}
-
-// prefixEnd returns the smallest string greater than every string that
-// starts with prefix, in byte order, or false when there is none (an empty
-// prefix, or one of only 0xFF bytes). The result may not be valid UTF-8;
-// SQLite compares TEXT with BINARY collation as raw bytes, so it need not be.
-func prefixEnd(prefix string) (string, bool) {
-	b := []byte(prefix)
-	for i := len(b) - 1; i >= 0; i-- {
-		if b[i] < 0xFF {
-			b[i]++
-			return string(b[:i+1]), true
-		}
-	}
-	return "", false
 }
 
 // Revoke moves key's live term to a new epoch owned by nobody and keeps its
