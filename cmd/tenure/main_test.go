@@ -118,17 +118,19 @@ func logLine(what string, grandPid int) {
 	}
 	defer f.Close()
 	// One write per line: O_APPEND keeps lines from several processes whole.
-	fmt.Fprintf(f, "%s %s %s %d %d %d\n", what, os.Getenv("TENURE_OWNER"), os.Getenv("TENURE_EPOCH"),
-		os.Getpid(), grandPid, time.Now().UnixNano())
+	fmt.Fprintf(f, "%s %s %s %d %d %d %s\n", what, os.Getenv("TENURE_OWNER"), os.Getenv("TENURE_EPOCH"),
+		os.Getpid(), grandPid, time.Now().UnixNano(), os.Getenv("TENURE_KEY"))
 }
 
-// childEvent is one line of a child log.
+// childEvent is one line of a child log: "what owner epoch pid grandpid
+// nanos key".
 type childEvent struct {
 	what       string
 	owner      string
 	epoch      int64
 	pid, grand int
 	at         time.Time
+	key        string
 }
 
 func readChildLog(t *testing.T, path string) []childEvent {
@@ -144,7 +146,7 @@ func readChildLog(t *testing.T, path string) []childEvent {
 		}
 		var ev childEvent
 		var nanos int64
-		if _, err := fmt.Sscanf(line, "%s %s %d %d %d %d", &ev.what, &ev.owner, &ev.epoch, &ev.pid, &ev.grand, &nanos); err != nil {
+		if _, err := fmt.Sscanf(line, "%s %s %d %d %d %d %s", &ev.what, &ev.owner, &ev.epoch, &ev.pid, &ev.grand, &nanos, &ev.key); err != nil {
 			t.Fatalf("bad child log line %q: %v", line, err)
 		}
 		ev.at = time.Unix(0, nanos)
