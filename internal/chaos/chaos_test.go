@@ -18,12 +18,15 @@ import (
 //
 //	TENURE_CHAOS_DURATION=10m go test ./internal/chaos -run TestChaosPostgres -v -timeout 30m
 //
-// TENURE_CHAOS_SEED replays a schedule; TENURE_CHAOS_KEYS and
-// TENURE_CHAOS_REPLICAS change the shape; TENURE_CHAOS_HISTORY=DIR keeps
+// TENURE_CHAOS_SEED replays a schedule; TENURE_CHAOS_KEYS,
+// TENURE_CHAOS_REPLICAS and TENURE_CHAOS_CONCURRENCY change the shape; TENURE_CHAOS_HISTORY=DIR keeps
 // every run's history (otherwise only a failed run's is kept).
 
+// TestChaosSQLite runs two faults at a time (the other stores one at a
+// time, which measures each takeover on its own).
 func TestChaosSQLite(t *testing.T) {
-	runChaos(t, "sqlite:"+filepath.Join(t.TempDir(), "leases.db"))
+	runChaosWith(t, "sqlite:"+filepath.Join(t.TempDir(), "leases.db"), 35*time.Second,
+		func(o *Options) { o.Concurrency = 2 })
 }
 
 func TestChaosPostgres(t *testing.T) {
@@ -61,7 +64,8 @@ func runChaosWith(t *testing.T, url string, d time.Duration, adjust func(*Option
 		}
 		opts.Seed = seed
 	}
-	for env, field := range map[string]*int{"TENURE_CHAOS_KEYS": &opts.Keys, "TENURE_CHAOS_REPLICAS": &opts.Replicas} {
+	for env, field := range map[string]*int{"TENURE_CHAOS_KEYS": &opts.Keys, "TENURE_CHAOS_REPLICAS": &opts.Replicas,
+		"TENURE_CHAOS_CONCURRENCY": &opts.Concurrency} {
 		if v := os.Getenv(env); v != "" {
 			n, err := strconv.Atoi(v)
 			if err != nil {

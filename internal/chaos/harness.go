@@ -53,6 +53,10 @@ type Options struct {
 	Keys int
 	// Timing is the replicas' lease timing; zero fields take DefaultTiming.
 	Timing Timing
+	// Concurrency is how many faults may be under way at once, each on
+	// replicas of its own. Default 1: one at a time, each followed by a
+	// wait until every key has a holder again.
+	Concurrency int
 	// Faults restricts the fault kinds (see FaultKinds). Default: all
 	// (store-restart only with RestartStore).
 	Faults []string
@@ -96,6 +100,9 @@ func (o Options) withDefaults() (Options, error) {
 	if o.Keys == 0 {
 		o.Keys = 4
 	}
+	if o.Concurrency == 0 {
+		o.Concurrency = 1
+	}
 	d := DefaultTiming()
 	t := &o.Timing
 	for _, f := range []struct {
@@ -127,6 +134,8 @@ func (o Options) withDefaults() (Options, error) {
 		return o, fmt.Errorf("chaos: Duration %v is negative", o.Duration)
 	case o.Replicas < 2:
 		return o, fmt.Errorf("chaos: Replicas %d: at least two are needed for a takeover", o.Replicas)
+	case o.Concurrency < 1 || o.Concurrency > o.Replicas:
+		return o, fmt.Errorf("chaos: Concurrency %d: between 1 and Replicas (%d)", o.Concurrency, o.Replicas)
 	case o.Keys < 1 || o.Keys > 64:
 		return o, fmt.Errorf("chaos: Keys %d: between 1 and 64", o.Keys)
 	}
@@ -294,6 +303,8 @@ type harness struct {
 	mu    sync.Mutex
 	procs map[string]*proc // live replicas by name
 	seq   int
+	// every is set while a fault holds every replica (a store-wide fault).
+	every bool
 	wg    sync.WaitGroup // process waiters
 }
 
@@ -340,20 +351,48 @@ func (h *harness) writeMeta() error {
 	return os.WriteFile(filepath.Join(h.dir, metaFile), b, 0o600)
 }
 
-// inject runs fault steps from the seed until the duration is up.
+// inject runs fault steps from the seed until the duration is up. One at
+// a time, each fault is followed by a wait until every key has a holder
+// again, so takeovers are measured one by one; with Concurrency above one,
+// a new fault starts a gap after the last one started, on replicas no
+// other fault is using.
 func (h *harness) inject(ctx context.Context) {
 	pl := newPlanner(h.opts.Seed, h.opts.Timing, h.opts.Keys)
 	end := time.Now().Add(h.opts.Duration)
 	settleMax := 2*(h.opts.Timing.TTL+h.opts.Timing.Grace) + 2*time.Second
+	slots := make(chan struct{}, h.opts.Concurrency)
+	var running sync.WaitGroup
+	defer running.Wait()
 	for ctx.Err() == nil && time.Now().Before(end) {
 		s := pl.next()
 		if !slices.Contains(h.opts.Faults, s.Fault) {
 			continue
 		}
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		targets := h.claim(ctx, s, end)
+		if targets == nil {
+			<-slots
+			continue
+		}
 		h.hist.Plan = append(h.hist.Plan, s)
-		h.apply(ctx, s)
-		h.replaceCrashed()
-		h.settle(ctx, settleMax)
+		if h.opts.Concurrency == 1 {
+			h.apply(ctx, s, targets)
+			h.unclaim(targets)
+			<-slots
+			h.replaceCrashed()
+			h.settle(ctx, settleMax)
+		} else {
+			running.Go(func() {
+				defer func() { <-slots }()
+				h.apply(ctx, s, targets)
+				h.unclaim(targets)
+			})
+			h.replaceCrashed()
+		}
 		_ = sleepCtx(ctx, min(s.Gap, max(time.Until(end), 0)))
 	}
 }

@@ -24,6 +24,7 @@ type proc struct {
 	control     string // SQLite: the fault control file
 	expected    atomic.Bool
 	exited      chan struct{}
+	busy        bool // a fault is using it; guarded by harness.mu
 }
 
 func (p *proc) alive() bool {
@@ -133,7 +134,7 @@ func (h *harness) replaceCrashed() {
 	h.mu.Lock()
 	var dead []*proc
 	for _, p := range h.procs {
-		if !p.alive() {
+		if !p.alive() && !p.expected.Load() {
 			dead = append(dead, p)
 		}
 	}
@@ -221,29 +222,69 @@ func (h *harness) warmUp(ctx context.Context) error {
 	return nil
 }
 
-// target resolves a step's target: the holder of its key, else a live
-// replica picked by the step.
-func (h *harness) target(ctx context.Context, s Step) *proc {
-	live := h.live()
-	if len(live) == 0 {
-		return nil
-	}
-	if held, err := h.holders(ctx); err == nil {
-		for _, p := range live {
-			if p.owner == held[h.hist.Keys[s.Key]] {
-				return p
-			}
+// claim resolves a step's targets and marks them busy, waiting (until end)
+// while other faults use them: the holder of the step's key, else a free
+// replica picked by the step; every replica for a store-wide fault.
+func (h *harness) claim(ctx context.Context, s Step, end time.Time) []*proc {
+	for ctx.Err() == nil && time.Now().Before(end) {
+		held, _ := h.holders(ctx)
+		if t := h.tryClaim(s, held); t != nil {
+			return t
 		}
+		_ = sleepCtx(ctx, 50*time.Millisecond)
 	}
-	return live[s.Pick%len(live)]
+	return nil
 }
 
-// apply carries out one fault step.
-func (h *harness) apply(ctx context.Context, s Step) {
-	p := h.target(ctx, s)
-	if p == nil {
-		return
+func (h *harness) tryClaim(s Step, held map[string]string) []*proc {
+	live := h.live()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.every || len(live) == 0 {
+		return nil
 	}
+	var free []*proc
+	for _, p := range live {
+		if !p.busy {
+			free = append(free, p)
+		}
+	}
+	if s.All || s.Fault == FaultStoreRestart {
+		if len(free) < len(live) {
+			return nil
+		}
+		h.every = true
+		free = live
+	} else if len(free) == 0 {
+		return nil
+	} else {
+		pick := free[s.Pick%len(free)]
+		for _, p := range free {
+			if p.owner == held[h.hist.Keys[s.Key]] {
+				pick = p
+			}
+		}
+		free = []*proc{pick}
+	}
+	for _, p := range free {
+		p.busy = true
+	}
+	return free
+}
+
+func (h *harness) unclaim(targets []*proc) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, p := range targets {
+		p.busy = false
+	}
+	h.every = false // only ever set while its fault is the only one
+
+}
+
+// apply carries out one fault step on the targets claimed for it.
+func (h *harness) apply(ctx context.Context, s Step, targets []*proc) {
+	p := targets[0]
 	h.log.Info("fault", "kind", s.Fault, "target", p.name, "all", s.All, "dur", s.Dur, "latency", s.Latency)
 	switch s.Fault {
 	case FaultKill, FaultRestart:
@@ -261,9 +302,9 @@ func (h *harness) apply(ctx context.Context, s Step) {
 		}
 		h.hl.add(Event{Ev: evFaultEnd, Fault: s.Fault, Target: "*"})
 	default:
-		targets, name := []*proc{p}, p.name
+		name := p.name
 		if s.All {
-			targets, name = h.live(), "*"
+			name = "*"
 		}
 		h.hl.add(Event{Ev: evFaultBegin, Fault: s.Fault, Target: name, Dur: int64(max(s.Dur, s.Latency))})
 		for _, t := range targets {
