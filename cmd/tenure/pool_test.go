@@ -49,7 +49,8 @@ type poolRun struct {
 	t       *testing.T
 	url     string
 	log     string
-	keys    []string
+	keys    []string // the pool's keys now
+	known   []string // every key the pool ever had
 	source  []string // --keys-file F, or another key source
 	workers map[string]*proc
 	killed  map[int]time.Time // pid → when it was seen gone
@@ -67,7 +68,7 @@ func newPoolRun(t *testing.T, url, dir string, n int) *poolRun {
 	if err := os.WriteFile(file, []byte("# accounts\n"+strings.Join(keys, "\n")+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return &poolRun{t: t, url: url, log: filepath.Join(dir, "commands.log"), keys: keys,
+	return &poolRun{t: t, url: url, log: filepath.Join(dir, "commands.log"), keys: keys, known: keys,
 		source: []string{"--keys-file", file}, workers: map[string]*proc{}, killed: map[int]time.Time{}}
 }
 
@@ -95,7 +96,7 @@ func (p *poolRun) running() map[string][]childEvent {
 		if _, gone := p.killed[ev.pid]; gone || slices.ContainsFunc(evs, func(e childEvent) bool { return e.what == "stop" && e.pid == ev.pid }) {
 			continue
 		}
-		if !slices.Contains(p.keys, ev.key) {
+		if !slices.Contains(p.known, ev.key) {
 			p.t.Fatalf("a command runs for %q, not a key of the pool", ev.key)
 		}
 		out[ev.key] = append(out[ev.key], ev)
@@ -114,8 +115,8 @@ func (p *poolRun) waitAllOnce(within time.Duration, what string, cond func(map[s
 	for {
 		run := p.running()
 		ready := len(run) == len(p.keys)
-		for _, evs := range run {
-			ready = ready && evs[0].grand != 0
+		for _, key := range p.keys {
+			ready = ready && len(run[key]) == 1 && run[key][0].grand != 0
 		}
 		if ready && (cond == nil || cond(run)) {
 			return run
@@ -416,5 +417,35 @@ func TestPoolOnRedisRunsEveryKeyOnceAndHandsOverOnSigterm(t *testing.T) {
 		t.Fatal(err)
 	}
 	p.workers["r2"].wait(t, 10*time.Second)
+	p.checkNoKeyOverlaps()
+}
+
+func TestPoolReadsItsKeyFileAgainOnSighup(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	p := newPoolRun(t, "sqlite:"+filepath.Join(dir, "leases.db"), dir, 3)
+	w := p.start("solo", "--refresh", "1h")
+	p.waitAllOnce(10*time.Second, "one worker runs the three keys", nil)
+	// Drop acct-00, add acct-03: nothing changes until the SIGHUP.
+	keysFile := p.source[1]
+	if err := os.WriteFile(keysFile, []byte("acct-01\nacct-02\nacct-03\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	removed := p.running()["acct-00"][0]
+	p.keys = []string{"acct-01", "acct-02", "acct-03"}
+	p.known = append(p.known, "acct-03")
+	if err := w.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	p.waitAllOnce(5*time.Second, "the new key set runs after SIGHUP", nil)
+	if !slices.ContainsFunc(readChildLog(t, p.log), func(e childEvent) bool { return e.what == "stop" && e.pid == removed.pid }) {
+		t.Error("the command of the key that left the file was not stopped")
+	}
+	if err := w.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if code := w.wait(t, 10*time.Second); code != 0 {
+		t.Errorf("exit %d after SIGTERM", code)
+	}
 	p.checkNoKeyOverlaps()
 }

@@ -1,0 +1,40 @@
+package cli
+
+import (
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func TestFirstSignalStopsARepeatIsIgnoredAndALaterOneKills(t *testing.T) {
+	var stops, hurries, hangups atomic.Int32
+	h := &signalHandler{
+		log:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+		stop:   func() { stops.Add(1) },
+		hurry:  func() { hurries.Add(1) },
+		hangup: func() { hangups.Add(1) },
+	}
+	sigs := make(chan os.Signal)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() { h.handle(sigs, done) })
+
+	sigs <- syscall.SIGHUP // with a hangup action, SIGHUP does not stop
+	sigs <- syscall.SIGTERM
+	sigs <- syscall.SIGTERM // the same request delivered twice
+	if stops.Load() != 1 || hurries.Load() != 0 || hangups.Load() != 1 || h.first() != syscall.SIGTERM {
+		t.Fatalf("stops %d hurries %d hangups %d first %v; want 1, 0, 1, SIGTERM", stops.Load(), hurries.Load(), hangups.Load(), h.first())
+	}
+	time.Sleep(1100 * time.Millisecond)
+	sigs <- syscall.SIGINT
+	close(done)
+	wg.Wait()
+	if stops.Load() != 1 || hurries.Load() != 1 || h.first() != syscall.SIGTERM {
+		t.Errorf("after a second signal: stops %d hurries %d first %v; want 1, 1, SIGTERM", stops.Load(), hurries.Load(), h.first())
+	}
+}
