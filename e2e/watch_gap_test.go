@@ -36,10 +36,9 @@ func TestAReleaseBeforeThePeerSubscribesIsStillHandedOverAtOnce(t *testing.T) {
 			}
 			released := a.st.Releases()[0]
 			bStart := tl.await(t, 10*time.Second, 0, "B", "start", key)
+			// B may also find the release in its own first read of the
+			// lease table, before it subscribes: that is as fast.
 			subscribed := b.st.WatchedAt()
-			if subscribed.IsZero() {
-				t.Fatal("B never subscribed")
-			}
 			from := released
 			if subscribed.After(released) {
 				from = subscribed
