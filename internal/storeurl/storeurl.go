@@ -266,11 +266,13 @@ func IsURLError(err error) bool {
 	return errors.Is(err, store.ErrInvalidURL) || errors.Is(err, store.ErrInvalidName)
 }
 
-// Secrets returns every password-looking part of raw (the userinfo password,
-// password/secret/token query values, keyword password=… values), raw and
-// decoded, longest first, so a log line that quotes one can be scrubbed.
+// Secrets returns every password-looking part of raw, longest first, so a
+// log line that quotes one can be scrubbed: what store.URLSecrets finds
+// (the userinfo password, password=… values, as written and escaped), and
+// besides, since the tool prints what it is given, secret=… and token=…
+// values and the passwd=/pwd= keywords, each decoded too.
 func Secrets(raw string) []string {
-	var out []string
+	out := store.URLSecrets(raw)
 	add := func(s string) {
 		if s == "" {
 			return
@@ -281,10 +283,6 @@ func Secrets(raw string) []string {
 		}
 	}
 	if u, err := url.Parse(raw); err == nil {
-		if u.User != nil {
-			pw, _ := u.User.Password()
-			add(pw)
-		}
 		for k, vs := range u.Query() {
 			if secretParam(k) {
 				for _, v := range vs {
@@ -294,10 +292,6 @@ func Secrets(raw string) []string {
 			}
 		}
 	}
-	// Forms url.Parse rejects still carry their secret in the same places.
-	for _, m := range userinfoRE.FindAllStringSubmatch(raw, -1) {
-		add(m[1])
-	}
 	for _, m := range keywordRE.FindAllStringSubmatch(raw, -1) {
 		add(strings.Trim(m[2], "'"))
 	}
@@ -305,10 +299,7 @@ func Secrets(raw string) []string {
 	return slices.Compact(out)
 }
 
-var (
-	userinfoRE = regexp.MustCompile(`://[^/@]*?:([^@/]*)@`)
-	keywordRE  = regexp.MustCompile(`(?i)(password|passwd|pwd|secret|token)=('(?:[^'\\]|\\.)*'|[^&\s]+)`)
-)
+var keywordRE = regexp.MustCompile(`(?i)(password|passwd|pwd|secret|token)=('(?:[^'\\]|\\.)*'|[^&\s]+)`)
 
 func secretParam(k string) bool {
 	k = strings.ToLower(k)
@@ -316,9 +307,4 @@ func secretParam(k string) bool {
 }
 
 // Scrub replaces every secret in s.
-func Scrub(s string, secrets []string) string {
-	for _, sec := range secrets {
-		s = strings.ReplaceAll(s, sec, "xxxxx")
-	}
-	return s
-}
+func Scrub(s string, secrets []string) string { return store.RedactString(s, secrets...) }
