@@ -19,13 +19,16 @@ import (
 	"github.com/tenure-dev/tenure/store"
 )
 
-// Pool timing: renewals every second. The engine waits one round after
-// joining before it claims, claims keys it does not prefer ttl/2 after
-// they are free, and counts a crashed holder's keys as owned until their
-// expiry + grace.
+// Pool timing: renewals every 2s, store calls bounded at 1s. A 3s TTL
+// (calls bounded at 500ms) made SQLite renewals time out when three worker
+// processes and the rest of the test suite shared two cores, and the
+// workers stepped down for want of a confirmed renewal. The engine waits
+// one round after joining before it claims, claims keys it does not
+// prefer 1.5 rounds after they are free, and counts a crashed holder's
+// keys as owned until their expiry + grace.
 const (
-	poolTTL   = 3 * time.Second
-	poolGrace = time.Second
+	poolTTL   = 6 * time.Second
+	poolGrace = 2 * time.Second
 	poolKeys  = 40
 )
 
