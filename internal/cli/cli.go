@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/tenure-dev/tenure/internal/chaos"
 	"github.com/tenure-dev/tenure/internal/child"
 	"github.com/tenure-dev/tenure/internal/storeurl"
 )
@@ -75,6 +76,10 @@ type env struct {
 // exit code. It also serves as the child guard when re-executed as one.
 func Main(args []string) int {
 	child.RunGuardIfRequested()
+	if chaos.IsReplica() {
+		// tenure verify started this process as one of its replicas.
+		return chaos.ReplicaMain()
+	}
 	// go-redis logs connection failures on its own; the error we print
 	// says it once.
 	goredis.SetLogger(quietRedis{})
@@ -153,7 +158,7 @@ TENURE_EPOCH is set too: they then describe the lease of a parent tenure.
 	})
 	root.PersistentFlags().String("log-level", "info", "log level: debug, info, warn or error")
 	root.AddCommand(e.runCommand(), e.poolCommand(), e.statusCommand(), e.releaseCommand(),
-		e.migrateCommand(), e.versionCommand(), e.demoCommand())
+		e.migrateCommand(), e.versionCommand(), e.demoCommand(), e.verifyCommand())
 	return root
 }
 

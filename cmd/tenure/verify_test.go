@@ -1,0 +1,59 @@
+package main_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// tenure verify on SQLite: real replica processes (this binary re-run as
+// its hidden replica subcommand) under faults for 15 seconds, every
+// invariant holding, a report and an SVG timeline.
+func TestVerifyRunsReplicasUnderFaultsAndReportsEveryInvariantHeld(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs for 15s")
+	}
+	t.Parallel()
+	dir := t.TempDir()
+	svg := filepath.Join(dir, "run.svg")
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute) // 15s of faults, plus start-up on a loaded machine
+	defer cancel()
+	cmd := exec.CommandContext(ctx, tenureBin, "verify", "--store", "sqlite:"+filepath.Join(dir, "v.db"),
+		"--duration", "15s", "--seed", "7", "--replicas", "3", "--keys", "2", "--timeline", svg)
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	_ = cmd.Run()
+	out, errOut, code := o.String(), e.String(), cmd.ProcessState.ExitCode()
+	if code != 0 {
+		t.Fatalf("verify exited %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	for _, want := range []string{"seed", "7"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("report lacks %q:\n%s", want, out)
+		}
+	}
+	data, err := os.ReadFile(svg)
+	if err != nil || !strings.Contains(string(data), "<svg") {
+		t.Fatalf("timeline: %v, %.80q", err, data)
+	}
+}
+
+func TestVerifyRefusesBadInputWithAUsageError(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"verify", "--store", "sqlite:x.db", "--duration", "1s"},
+		{"verify", "--store", "sqlite:x.db", "--replicas", "1"},
+		{"verify", "--store", "mysql://root:hunter2@127.0.0.1:1/test"},
+		{"verify", "--store", "nope://x"},
+	} {
+		_, errOut, code := runTenure(t, nil, args...)
+		if code != 2 || strings.Count(strings.TrimSpace(errOut), "\n") != 0 || strings.Contains(errOut, "hunter2") {
+			t.Errorf("%v: exit %d, stderr %q; want exit 2 with one line and no password", args, code, errOut)
+		}
+	}
+}
