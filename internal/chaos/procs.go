@@ -37,12 +37,12 @@ func (p *proc) alive() bool {
 }
 
 // spawn starts a new replica process.
-func (h *harness) spawn() (*proc, error) {
+func (h *harness) spawn() (p *proc, err error) {
 	h.mu.Lock()
 	h.seq++
 	n := h.seq
 	h.mu.Unlock()
-	p := &proc{name: fmt.Sprintf("r%d", n), n: n, exited: make(chan struct{})}
+	p = &proc{name: fmt.Sprintf("r%d", n), n: n, exited: make(chan struct{})}
 	p.owner = "chaos-" + h.runID + "-" + p.name
 	sb := h.backend
 	if sb.networked() {
@@ -50,10 +50,17 @@ func (h *harness) spawn() (*proc, error) {
 		if err != nil {
 			return nil, err
 		}
-		if p.proxy, err = newProxy(up); err != nil {
+		px, err := newProxy(up)
+		if err != nil {
 			return nil, fmt.Errorf("chaos: proxy: %w", err)
 		}
-		sb = sb.via(p.proxy.Addr())
+		defer func() {
+			if err != nil {
+				px.Close()
+			}
+		}()
+		p.proxy = px
+		sb = sb.via(px.Addr())
 	} else {
 		p.control = filepath.Join(h.dir, p.name+".ctl")
 		if err := setControl(p.control, ""); err != nil {
@@ -79,9 +86,6 @@ func (h *harness) spawn() (*proc, error) {
 	cmd.SysProcAttr = replicaAttr()
 	if err := cmd.Start(); err != nil {
 		out.Close()
-		if p.proxy != nil {
-			p.proxy.Close()
-		}
 		return nil, fmt.Errorf("chaos: start replica %s: %w", p.name, err)
 	}
 	p.cmd, p.pid = cmd, cmd.Process.Pid
