@@ -67,3 +67,9 @@ func TestConformance(t *testing.T) {
 		InstantAdvance: true,
 	})
 }
+
+func TestWatch(t *testing.T) {
+	storetest.RunWatchTests(t, storetest.WatchHarness{
+		New: func(t *testing.T) store.Store { s, _ := newStore(); return s },
+	})
+}

@@ -52,6 +52,28 @@ func (c *suite) testListTreatsPrefixLiterally(t *testing.T) {
 	}
 }
 
+// testListPrefixesMayEndInsideACharacter pins that a prefix is a byte
+// prefix: it may cut a character in two (and so not be valid UTF-8), and
+// one with a NUL or a 0xFF byte, which no key holds, matches nothing.
+func (c *suite) testListPrefixesMayEndInsideACharacter(t *testing.T) {
+	s := c.fresh(t)
+	for _, k := range []string{"\u00e9/x", "j\u00f6b", "job", "\U0001F600", "e"} {
+		c.mustAcquire(t, s, k, "a")
+	}
+	for prefix, want := range map[string][]string{
+		"\xc3":          {"\u00e9/x"}, // the first byte of é
+		"j\xc3":         {"j\u00f6b"},
+		"\xf0\x9f":      {"\U0001F600"},
+		"\xc3\xa9/\xff": nil,
+		"\xff":          nil,
+		"jo\x00":        nil,
+	} {
+		if got := leaseKeys(c.list(t, s, prefix)); !slices.Equal(got, want) {
+			t.Errorf("List(%q) keys = %q, want %q", prefix, got, want)
+		}
+	}
+}
+
 func (c *suite) testListShowsEveryFieldOnTheStoresClock(t *testing.T) {
 	s := c.fresh(t)
 	start := time.Now()
@@ -144,6 +166,9 @@ func (c *suite) testRevokeFencesTheHolderAndFreesTheKeyAfterExpiryPlusGrace(t *t
 	if err != nil || !revoked {
 		t.Fatalf("Revoke(%q) held by a (epoch %d) = %t, %v; want true", key, e, revoked, err)
 	}
+	if again, err := r.Revoke(c.ctx(t), key); err != nil || again {
+		t.Errorf("second Revoke(%q) = %t, %v; want false, nil: no live term is left", key, again, err)
+	}
 	l := c.lease(t, s, key)
 	if l.Owner != "" || l.Epoch <= e || l.Live {
 		t.Errorf("List after Revoke(%q): %s; want no owner, an epoch > %d, not live", key, fmtLease(l), e)
@@ -161,6 +186,13 @@ func (c *suite) testRevokeFencesTheHolderAndFreesTheKeyAfterExpiryPlusGrace(t *t
 	if eb := c.mustAcquire(t, s, key, "b"); eb <= l.Epoch {
 		t.Errorf("b took revoked %q with epoch %d, want > %d (the revocation's epoch)", key, eb, l.Epoch)
 	}
+
+	er := c.mustAcquire(t, s, "released", "a")
+	c.release(t, s, "a", term("released", er))
+	if revoked, err := r.Revoke(c.ctx(t), "released"); err != nil || revoked {
+		t.Errorf("Revoke of a released term = %t, %v; want false, nil", revoked, err)
+	}
+	checkLease(t, "List after revoking a released term", c.lease(t, s, "released"), store.Lease{Key: "released", Owner: "a", Epoch: er, Released: true})
 
 	revoked, err = r.Revoke(c.ctx(t), "never-acquired")
 	if err != nil || revoked {

@@ -35,6 +35,12 @@ func (c *suite) testReleasingAnExpiredTermFreesItAtOnce(t *testing.T) {
 	const key = "k"
 	e := c.mustAcquire(t, s, key, "a")
 	c.advance(t, s, c.ttl+c.unit)
+	if r, ok := s.(store.Revoker); ok {
+		// Nothing to fence: an expired term has no holder left.
+		if revoked, err := r.Revoke(c.ctx(t), key); err != nil || revoked {
+			t.Errorf("Revoke of expired %q = %t, %v; want false, nil", key, revoked, err)
+		}
+	}
 	c.release(t, s, "a", term(key, e))
 	checkLease(t, "List after releasing the expired term", c.lease(t, s, key), store.Lease{Key: key, Owner: "a", Epoch: e, Released: true})
 	if eb := c.mustAcquire(t, s, key, "b"); eb <= e {
@@ -103,4 +109,23 @@ func (c *suite) testEpochsKeepGrowingAcrossReleasesAndExpiries(t *testing.T) {
 	next("a after the releases", e)
 	c.advance(t, s, c.ttl+c.grace+c.unit)
 	next("b after a's term expired", c.mustAcquire(t, s, key, "b"))
+}
+
+// testReleaseListingOldAndCurrentTermsEndsTheCurrentOne pins that a key named
+// twice in one release, once with a stale epoch, is still released: the
+// stale term changes nothing and the current one ends.
+func (c *suite) testReleaseListingOldAndCurrentTermsEndsTheCurrentOne(t *testing.T) {
+	s := c.fresh(t)
+	const key = "k"
+	old := c.mustAcquire(t, s, key, "a")
+	cur := c.mustAcquire(t, s, key, "a")
+	c.release(t, s, "a", term(key, old), term(key, cur))
+	l := c.lease(t, s, key)
+	checkLease(t, "List after releasing the old and the current term", l, store.Lease{Key: key, Owner: "a", Epoch: cur, Released: true})
+	if l.Running || l.TimeLeft > 0 {
+		t.Errorf("released term of %q: %s, want not running and no time left", key, fmtLease(l))
+	}
+	if eb := c.mustAcquire(t, s, key, "b"); eb <= cur {
+		t.Errorf("b took released %q with epoch %d, want > %d", key, eb, cur)
+	}
 }

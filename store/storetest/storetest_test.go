@@ -2,6 +2,7 @@ package storetest_test
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -11,8 +12,9 @@ import (
 	"github.com/tenure-dev/tenure/store/storetest"
 )
 
-// lockingStore adds row locks to a memstore, so the suite's lock test runs
-// here too: Renew waits while any of its keys is locked.
+// lockingStore adds row locks to a memstore, so the suite's lock tests run
+// here too: Acquire and Renew wait while any of their keys is locked, or
+// until their ctx ends.
 type lockingStore struct {
 	*memstore.Store
 	mu     sync.Mutex
@@ -32,22 +34,41 @@ func newLockingStore() *lockingStore {
 	return s
 }
 
-func (s *lockingStore) Renew(ctx context.Context, owner string, ttl time.Duration, items []store.RenewItem) ([]bool, error) {
-	s.mu.Lock()
-	for s.anyLocked(items) {
-		s.cond.Wait()
+func (s *lockingStore) Acquire(ctx context.Context, req store.AcquireRequest) (store.AcquireResult, error) {
+	if err := s.wait(ctx, req.Key); err != nil {
+		return store.AcquireResult{}, err
 	}
-	s.mu.Unlock()
+	return s.Store.Acquire(ctx, req)
+}
+
+func (s *lockingStore) Renew(ctx context.Context, owner string, ttl time.Duration, items []store.RenewItem) ([]bool, error) {
+	keys := make([]string, len(items))
+	for i, it := range items {
+		keys[i] = it.Key
+	}
+	if err := s.wait(ctx, keys...); err != nil {
+		return nil, err
+	}
 	return s.Store.Renew(ctx, owner, ttl, items)
 }
 
-func (s *lockingStore) anyLocked(items []store.RenewItem) bool {
-	for _, it := range items {
-		if s.locked[it.Key] {
-			return true
+// wait blocks while any of keys is locked, or until ctx ends.
+func (s *lockingStore) wait(ctx context.Context, keys ...string) error {
+	stop := context.AfterFunc(ctx, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.cond.Broadcast()
+	})
+	defer stop()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for slices.ContainsFunc(keys, func(k string) bool { return s.locked[k] }) {
+		if err := ctx.Err(); err != nil {
+			return err
 		}
+		s.cond.Wait()
 	}
-	return false
+	return nil
 }
 
 func (s *lockingStore) lock(key string) (unlock func()) {

@@ -13,16 +13,34 @@ import (
 // contract, each on a fresh store from h.New. Run a single one with
 // -run 'TestConformance/ReleasedKeyCanBeTakenAtOnce'.
 //
+// On a real clock (InstantAdvance false) the subtests spend their time
+// waiting for it, so most of them run in parallel with each other (up to
+// go test's -parallel); Harness.New and Advance must then be safe for
+// concurrent use. The subtests that hold a lock through Harness.LockKey,
+// which may reach beyond one record, and the randomized one, which judges
+// answers to within a tolerance, run alone.
+//
 // The randomized test logs its seed; set TENURE_STORETEST_SEED to replay it.
 func Run(t *testing.T, h Harness) {
 	if h.New == nil || h.Advance == nil {
 		t.Fatal("storetest: Harness.New and Harness.Advance are required")
 	}
 	c := newSuite(h)
-	tests := []struct {
+	type test struct {
 		name string
 		fn   func(*testing.T)
-	}{
+	}
+	// Subtests that must run alone.
+	alone := []test{
+		// lock.go
+		{"RenewalBlockedByALockStampsExpiryAfterTheWait", c.testRenewalBlockedByALockStampsExpiryAfterTheWait},
+		{"RenewalThatWaitsPastTheExpiryIsLost", c.testRenewalThatWaitsPastTheExpiryIsLost},
+		{"TakeoverBlockedByALockStampsExpiryAfterTheWait", c.testTakeoverBlockedByALockStampsExpiryAfterTheWait},
+		{"RenewalBlockedPastItsDeadlineFails", c.testRenewalBlockedPastItsDeadlineFails},
+		// property.go
+		{"RandomOperationsKeepEveryGuarantee", c.testRandomOperationsKeepEveryGuarantee},
+	}
+	tests := []test{
 		// acquire.go
 		{"FreeKeyIsGrantedAndPeersSeeTheHolder", c.testFreeKeyIsGrantedAndPeersSeeTheHolder},
 		{"ExpiredTermBlocksPeersUntilGraceHasPassed", c.testExpiredTermBlocksPeersUntilGraceHasPassed},
@@ -41,23 +59,35 @@ func Run(t *testing.T, h Harness) {
 		{"BatchedRenewalAnswersEachItemInOrder", c.testBatchedRenewalAnswersEachItemInOrder},
 		{"RunningFlagIsRecorded", c.testRunningFlagIsRecorded},
 		{"EmptyBatchesAreNoOps", c.testEmptyBatchesAreNoOps},
-		{"RenewalBlockedByALockStampsExpiryAfterTheWait", c.testRenewalBlockedByALockStampsExpiryAfterTheWait},
+		{"RenewalListingATermTwiceAnswersEveryItem", c.testRenewalListingATermTwiceAnswersEveryItem},
 		// release.go
 		{"ReleasedKeyCanBeTakenAtOnce", c.testReleasedKeyCanBeTakenAtOnce},
 		{"ReleasingAnExpiredTermFreesItAtOnce", c.testReleasingAnExpiredTermFreesItAtOnce},
 		{"ReleasingAnotherTermChangesNothing", c.testReleasingAnotherTermChangesNothing},
 		{"ReleaseEndsSeveralTermsInOneCall", c.testReleaseEndsSeveralTermsInOneCall},
 		{"EpochsKeepGrowingAcrossReleasesAndExpiries", c.testEpochsKeepGrowingAcrossReleasesAndExpiries},
+		{"ReleaseListingOldAndCurrentTermsEndsTheCurrentOne", c.testReleaseListingOldAndCurrentTermsEndsTheCurrentOne},
 		// list.go
 		{"ListFiltersByPrefixAndSortsByBytes", c.testListFiltersByPrefixAndSortsByBytes},
 		{"ListTreatsPrefixLiterally", c.testListTreatsPrefixLiterally},
+		{"ListPrefixesMayEndInsideACharacter", c.testListPrefixesMayEndInsideACharacter},
 		{"ListShowsEveryFieldOnTheStoresClock", c.testListShowsEveryFieldOnTheStoresClock},
 		{"WatchReportsReleasesUntilCancelled", c.testWatchReportsReleasesUntilCancelled},
 		{"RevokeFencesTheHolderAndFreesTheKeyAfterExpiryPlusGrace", c.testRevokeFencesTheHolderAndFreesTheKeyAfterExpiryPlusGrace},
-		// property.go
-		{"RandomOperationsKeepEveryGuarantee", c.testRandomOperationsKeepEveryGuarantee},
+		// closed.go
+		{"ClosedStoreRefusesEveryCall", c.testClosedStoreRefusesEveryCall},
 	}
+	// The parallel subtests wait until the test that called Run returns,
+	// so the ones below run first, alone.
 	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if !h.InstantAdvance {
+				t.Parallel()
+			}
+			tt.fn(t)
+		})
+	}
+	for _, tt := range alone {
 		t.Run(tt.name, tt.fn)
 	}
 }
