@@ -3,8 +3,6 @@ package mysql
 import (
 	"context"
 	"database/sql"
-	"errors"
-	"net"
 	"net/url"
 	"slices"
 	"strings"
@@ -13,8 +11,10 @@ import (
 
 	mysqldrv "github.com/go-sql-driver/mysql"
 
+	"github.com/tenure-dev/tenure/internal/storetesting"
 	"github.com/tenure-dev/tenure/internal/testenv"
 	"github.com/tenure-dev/tenure/store"
+	"github.com/tenure-dev/tenure/store/storetest"
 )
 
 const secret = "S3cr3t-hunter2"
@@ -41,59 +41,25 @@ func withPassword(t *testing.T, database string) *url.URL {
 	return u
 }
 
-func assertNoSecret(t *testing.T, err error, secrets ...string) {
-	t.Helper()
-	if err == nil {
-		t.Fatal("no error")
-	}
-	for _, s := range append(secrets, secret) {
-		if strings.Contains(err.Error(), s) {
-			t.Fatalf("error shows the password %q: %v", s, err)
+func TestOpenErrorsNeverShowThePassword(t *testing.T) {
+	closed := withPassword(t, "")
+	closed.Host = storetesting.ClosedAddr(t)
+	// The test server's user has no password (or another one), so the
+	// server refuses this one.
+	says := map[string]string{"closed port": "refused", "wrong password": "Access denied"}
+	errs := storetest.CheckOpenRefuses(t, openURL, map[string]string{
+		"closed port":    closed.String(),
+		"wrong password": withPassword(t, "").String(),
+	}, nil, secret)
+	for name, err := range errs {
+		if err != nil && (!strings.Contains(err.Error(), says[name]) || !strings.Contains(err.Error(), "xxxxx")) {
+			t.Errorf("%s: the error does not say what is wrong, or where: %v", name, err)
 		}
 	}
 }
 
-func TestOpenErrorsNeverShowThePassword(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closedPort := ln.Addr().String()
-	ln.Close()
-
-	closed := withPassword(t, "")
-	closed.Host = closedPort
-	// The test server's user has no password (or another one), so the
-	// server refuses this one.
-	wrongPassword := withPassword(t, "")
-
-	cases := map[string]struct {
-		u    *url.URL
-		says string
-	}{
-		"closed port":    {closed, "refused"},
-		"wrong password": {wrongPassword, "Access denied"},
-	}
-	for name, c := range cases {
-		t.Run(name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			s, err := Open(ctx, c.u.String(), Options{})
-			if err == nil {
-				s.Close()
-				t.Fatalf("Open(%s) worked", store.RedactURL(c.u.String()))
-			}
-			assertNoSecret(t, err)
-			if !strings.Contains(err.Error(), c.says) || !strings.Contains(err.Error(), "xxxxx") {
-				t.Errorf("error does not say what is wrong, or where: %v", err)
-			}
-			t.Log(err)
-		})
-	}
-}
-
 func TestOpenRejectsMalformedURLsWithoutShowingThePassword(t *testing.T) {
-	urls := map[string]string{
+	storetest.CheckOpenRefuses(t, openURL, map[string]string{
 		"unclosed IPv6 host": "mysql://u:" + secret + "@[::1/db",
 		"bad port":           "mysql://u:" + secret + "@localhost:port/db",
 		"port out of range":  "mysql://u:" + secret + "@localhost:70000/db",
@@ -111,21 +77,7 @@ func TestOpenRejectsMalformedURLsWithoutShowingThePassword(t *testing.T) {
 		"bad table":          "mysql://u:" + secret + "@localhost/db?table=a-b",
 		"host and socket":    "mysql://u:" + secret + "@localhost/db?socket=/tmp/mysql.sock",
 		"password parameter": "mysql://u@localhost/db?password=" + secret + "&parseTime=sometimes",
-	}
-	for name, raw := range urls {
-		t.Run(name, func(t *testing.T) {
-			s, err := Open(context.Background(), raw, Options{})
-			if err == nil {
-				s.Close()
-				t.Fatal("Open worked")
-			}
-			if !errors.Is(err, store.ErrInvalidURL) {
-				t.Errorf("error does not wrap store.ErrInvalidURL: %v", err)
-			}
-			assertNoSecret(t, err, "pa%zz"+secret)
-			t.Log(err)
-		})
-	}
+	}, store.ErrInvalidURL, secret, "pa%zz"+secret)
 }
 
 func TestParseURLFillsTheDriverConfig(t *testing.T) {
@@ -172,19 +124,23 @@ func TestOpenUsesTheURLsTable(t *testing.T) {
 	q := u.Query()
 	q.Set("table", table)
 	u.RawQuery = q.Encode()
-	s, err := Open(ctxT(t), u.String(), Options{})
+	s, err := Open(storetesting.Context(t), u.String(), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	defer dropTable(t, s.db, table)
+	defer func() {
+		if err := dropTable(storetesting.Context(t), s, ""); err != nil {
+			t.Error(err)
+		}
+	}()
 	if s.Table() != table {
 		t.Fatalf("table %q, want %q", s.Table(), table)
 	}
-	mustAcquire(t, s, "job", "a", ttl, grace)
+	storetesting.MustAcquire(t, s, "job", "a", ttl, grace)
 
 	other := randomTable()
-	s2, err := Open(ctxT(t), u.String(), Options{Table: other})
+	s2, err := Open(storetesting.Context(t), u.String(), Options{Table: other})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -195,23 +151,19 @@ func TestOpenUsesTheURLsTable(t *testing.T) {
 }
 
 func TestTableNamesMustBePlainIdentifiers(t *testing.T) {
-	bad := []string{
-		"x; drop table y", "x`y", `x"y`, "x'y", "1abc", "a-b", "a b", "db.table",
-		"ñame", strings.Repeat("a", 64), "leases--",
-	}
 	raw := testenv.MySQL.URL(t)
 	db := openHandle(t, "")
-	for _, name := range bad {
-		if _, err := New(db, Options{Table: name}); !errors.Is(err, store.ErrInvalidName) {
-			t.Errorf("New with table %q: %v, want ErrInvalidName", name, err)
+	storetesting.CheckBadNamesAreRefused(t, func(name string) error {
+		_, err := New(db, Options{Table: name})
+		return err
+	})
+	storetesting.CheckBadNamesAreRefused(t, func(name string) error {
+		s, err := Open(context.Background(), raw, Options{Table: name})
+		if err == nil {
+			s.Close()
 		}
-		if s, err := Open(context.Background(), raw, Options{Table: name}); !errors.Is(err, store.ErrInvalidName) {
-			if err == nil {
-				s.Close()
-			}
-			t.Errorf("Open with table %q: %v, want ErrInvalidName", name, err)
-		}
-	}
+		return err
+	})
 	s, err := New(db, Options{})
 	if err != nil || s.Table() != DefaultTable {
 		t.Fatalf("default table: %v, %v", s, err)
@@ -220,8 +172,8 @@ func TestTableNamesMustBePlainIdentifiers(t *testing.T) {
 
 func TestTableNameMayBeAReservedWord(t *testing.T) {
 	s := openTable(t, "select", true)
-	mustAcquire(t, s, "job", "a", ttl, grace)
-	if ls := mustList(t, s, ""); len(ls) != 1 {
+	storetesting.MustAcquire(t, s, "job", "a", ttl, grace)
+	if ls := storetesting.List(t, s, ""); len(ls) != 1 {
 		t.Fatalf("List = %+v", ls)
 	}
 }
@@ -252,14 +204,18 @@ func openHandle(t *testing.T, params string) *sql.DB {
 }
 
 func TestNewUsesTheCallersHandleAndLeavesItOpen(t *testing.T) {
-	ctx := ctxT(t)
+	ctx := storetesting.Context(t)
 	db := openHandle(t, "")
 	s, err := New(db, Options{Table: randomTable()})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer dropTable(t, db, s.table)
-	mustAcquire(t, s, "job", "a", ttl, grace)
+	defer func() {
+		if err := dropTable(storetesting.Context(t), s, ""); err != nil {
+			t.Error(err)
+		}
+	}()
+	storetesting.MustAcquire(t, s, "job", "a", ttl, grace)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -293,14 +249,14 @@ func TestCallersHandleSettingsChangeNoKeyAndNoClock(t *testing.T) {
 			owner := "owner-" + name
 			var items []store.RenewItem
 			for _, k := range keys {
-				items = append(items, store.RenewItem{Key: k, Epoch: mustAcquire(t, s, k, owner, ttl, grace)})
+				items = append(items, store.RenewItem{Key: k, Epoch: storetesting.MustAcquire(t, s, k, owner, ttl, grace)})
 			}
-			got, err := s.Renew(ctxT(t), owner, ttl, items)
+			got, err := s.Renew(storetesting.Context(t), owner, ttl, items)
 			if err != nil || slices.Contains(got, false) {
 				t.Fatalf("Renew = %v, %v", got, err)
 			}
 			// The reference store reads with its own UTC session.
-			ls := mustList(t, ref, "")
+			ls := storetesting.List(t, ref, "")
 			var seen []string
 			for _, l := range ls {
 				if l.Owner != owner {
@@ -317,7 +273,7 @@ func TestCallersHandleSettingsChangeNoKeyAndNoClock(t *testing.T) {
 				t.Errorf("keys stored %q, want %q", seen, want)
 			}
 			for _, p := range []string{"é", "\xc3", "😀", "job "} {
-				for _, l := range mustList(t, s, p) {
+				for _, l := range storetesting.List(t, s, p) {
 					if !strings.HasPrefix(l.Key, p) {
 						t.Errorf("List(%q) returned %q", p, l.Key)
 					}
@@ -327,10 +283,10 @@ func TestCallersHandleSettingsChangeNoKeyAndNoClock(t *testing.T) {
 			for i, it := range items {
 				terms[i] = store.Term{Key: it.Key, Epoch: it.Epoch}
 			}
-			if err := s.Release(ctxT(t), owner, terms); err != nil {
+			if err := s.Release(storetesting.Context(t), owner, terms); err != nil {
 				t.Fatal(err)
 			}
-			for _, l := range mustList(t, ref, "") {
+			for _, l := range storetesting.List(t, ref, "") {
 				if l.Owner == owner && !l.Released {
 					t.Errorf("not released: %+v", l)
 				}

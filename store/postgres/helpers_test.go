@@ -2,13 +2,11 @@ package postgres
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"testing"
-	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/tenure-dev/tenure/internal/storetesting"
 	"github.com/tenure-dev/tenure/internal/testenv"
 	"github.com/tenure-dev/tenure/store"
 )
@@ -17,12 +15,7 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// randomTable returns a table name no other test uses.
-func randomTable() string {
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	return "tenure_test_" + hex.EncodeToString(b)
-}
+func randomTable() string { return storetesting.UniqueName("tenure_test_") }
 
 // newTestStore opens a store on a fresh table of the test server; the table
 // is dropped and the store closed when the test ends.
@@ -36,28 +29,37 @@ func newTestStore(t testing.TB) *Store {
 func openTable(t testing.TB, table string, drop bool) *Store {
 	t.Helper()
 	url := testenv.Postgres.URL(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	s, err := Open(ctx, url, Options{Table: table})
-	if err != nil {
-		t.Fatalf("Open: %v", err)
+	var dropFn func(context.Context, *Store) error
+	if drop {
+		dropFn = func(ctx context.Context, s *Store) error { return dropTable(ctx, s, url) }
 	}
-	t.Cleanup(func() {
-		if drop {
-			dropTable(t, s)
-		}
-		s.Close()
-	})
-	return s
+	return storetesting.Open(t, func(ctx context.Context) (*Store, error) {
+		return Open(ctx, url, Options{Table: table})
+	}, dropFn)
 }
 
-func dropTable(t testing.TB, s *Store) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if _, err := s.pool.Exec(ctx, "DROP TABLE IF EXISTS "+s.ident); err != nil {
-		t.Errorf("drop table %s: %v", s.table, err)
+// dropTable drops s's table, through a store of its own when the test
+// closed s and its pool with it.
+func dropTable(ctx context.Context, s *Store, url string) error {
+	if s.watches.Closed() && s.ownsPool {
+		var err error
+		if s, err = Open(ctx, url, Options{Table: s.table, NoAutoMigrate: true}); err != nil {
+			return err
+		}
+		defer s.Close()
 	}
+	_, err := s.pool.Exec(ctx, "DROP TABLE IF EXISTS "+s.ident)
+	return err
+}
+
+// openURL opens and closes a store on rawURL, for the tests of Open's
+// errors.
+func openURL(ctx context.Context, rawURL string) error {
+	s, err := Open(ctx, rawURL, Options{})
+	if err == nil {
+		s.Close()
+	}
+	return err
 }
 
 // lockKey holds a row lock on key's record from another transaction, as a
@@ -76,42 +78,4 @@ func lockKey(t *testing.T, st store.Store, key string) (unlock func()) {
 		t.Fatalf("lock %q: %v", key, err)
 	}
 	return func() { _ = tx.Rollback(ctx) }
-}
-
-func ctxT(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-func mustAcquire(t *testing.T, s store.Store, key, owner string, ttl, grace time.Duration) int64 {
-	t.Helper()
-	res, err := s.Acquire(ctxT(t), store.AcquireRequest{Key: key, Owner: owner, TTL: ttl, Grace: grace, Running: true})
-	if err != nil {
-		t.Fatalf("Acquire(%q, %q): %v", key, owner, err)
-	}
-	if !res.Acquired {
-		t.Fatalf("Acquire(%q, %q): refused, held by %+v", key, owner, res.Holder)
-	}
-	return res.Epoch
-}
-
-func mustList(t *testing.T, s store.Store, prefix string) []store.Lease {
-	t.Helper()
-	ls, err := s.List(ctxT(t), prefix)
-	if err != nil {
-		t.Fatalf("List(%q): %v", prefix, err)
-	}
-	return ls
-}
-
-func leaseOf(t *testing.T, s store.Store, key string) store.Lease {
-	t.Helper()
-	for _, l := range mustList(t, s, key) {
-		if l.Key == key {
-			return l
-		}
-	}
-	t.Fatalf("no lease for %q", key)
-	return store.Lease{}
 }

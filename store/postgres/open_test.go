@@ -2,8 +2,6 @@ package postgres
 
 import (
 	"context"
-	"errors"
-	"net"
 	"net/url"
 	"strings"
 	"testing"
@@ -11,8 +9,10 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/tenure-dev/tenure/internal/storetesting"
 	"github.com/tenure-dev/tenure/internal/testenv"
 	"github.com/tenure-dev/tenure/store"
+	"github.com/tenure-dev/tenure/store/storetest"
 )
 
 const secret = "S3cr3t-hunter2"
@@ -39,50 +39,20 @@ func withPassword(t *testing.T, database string) *url.URL {
 	return u
 }
 
-func assertNoSecret(t *testing.T, err error, secrets ...string) {
-	t.Helper()
-	if err == nil {
-		t.Fatal("no error")
-	}
-	for _, s := range append(secrets, secret) {
-		if strings.Contains(err.Error(), s) {
-			t.Fatalf("error shows the password %q: %v", s, err)
-		}
-	}
-}
-
 func TestOpenErrorsNeverShowThePassword(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	closedPort := ln.Addr().String()
-	ln.Close()
-
 	closed := withPassword(t, "")
-	closed.Host = closedPort
-	wrongDB := withPassword(t, "tenure_no_such_database")
-
-	for name, u := range map[string]*url.URL{"closed port": closed, "wrong database": wrongDB} {
-		t.Run(name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			s, err := Open(ctx, u.String(), Options{})
-			if err == nil {
-				s.Close()
-				t.Fatalf("Open(%s) worked", store.RedactURL(u.String()))
-			}
-			assertNoSecret(t, err)
-			if name == "wrong database" && !strings.Contains(err.Error(), "tenure_no_such_database") {
-				t.Errorf("error does not say what is wrong: %v", err)
-			}
-			t.Log(err)
-		})
+	closed.Host = storetesting.ClosedAddr(t)
+	errs := storetest.CheckOpenRefuses(t, openURL, map[string]string{
+		"closed port":    closed.String(),
+		"wrong database": withPassword(t, "tenure_no_such_database").String(),
+	}, nil, secret)
+	if err := errs["wrong database"]; err != nil && !strings.Contains(err.Error(), "tenure_no_such_database") {
+		t.Errorf("the error does not say what is wrong: %v", err)
 	}
 }
 
 func TestOpenRejectsMalformedURLsWithoutShowingThePassword(t *testing.T) {
-	urls := map[string]string{
+	storetest.CheckOpenRefuses(t, openURL, map[string]string{
 		"unclosed IPv6 host": "postgres://u:" + secret + "@[::1/db",
 		"bad port":           "postgres://u:" + secret + "@localhost:port/db",
 		"bad escape":         "postgres://u:pa%zz" + secret + "@localhost/db",
@@ -91,45 +61,27 @@ func TestOpenRejectsMalformedURLsWithoutShowingThePassword(t *testing.T) {
 		"bad parameter":      "postgres://u:" + secret + "@localhost/db?sslmode=sometimes",
 		"bad timeout":        "postgres://u:" + secret + "@localhost/db?connect_timeout=soon",
 		"password parameter": "postgres://u@localhost/db?password=" + secret + "&sslmode=sometimes",
-	}
-	for name, raw := range urls {
-		t.Run(name, func(t *testing.T) {
-			s, err := Open(context.Background(), raw, Options{})
-			if err == nil {
-				s.Close()
-				t.Fatal("Open worked")
-			}
-			if !errors.Is(err, store.ErrInvalidURL) {
-				t.Errorf("error does not wrap store.ErrInvalidURL: %v", err)
-			}
-			assertNoSecret(t, err, "pa%zz"+secret)
-			t.Log(err)
-		})
-	}
+	}, store.ErrInvalidURL, secret, "pa%zz"+secret)
 }
 
 func TestTableNamesMustBePlainIdentifiers(t *testing.T) {
-	bad := []string{
-		"x; drop table y", `x"y`, "x'y", "1abc", "a-b", "a b", "schema.table",
-		"ñame", strings.Repeat("a", 64), "leases--",
-	}
 	url := testenv.Postgres.URL(t)
 	pool, err := pgxpool.New(context.Background(), url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	for _, name := range bad {
-		if _, err := New(pool, Options{Table: name}); !errors.Is(err, store.ErrInvalidName) {
-			t.Errorf("New with table %q: %v, want ErrInvalidName", name, err)
+	storetesting.CheckBadNamesAreRefused(t, func(name string) error {
+		_, err := New(pool, Options{Table: name})
+		return err
+	})
+	storetesting.CheckBadNamesAreRefused(t, func(name string) error {
+		s, err := Open(context.Background(), url, Options{Table: name})
+		if err == nil {
+			s.Close()
 		}
-		if s, err := Open(context.Background(), url, Options{Table: name}); !errors.Is(err, store.ErrInvalidName) {
-			if err == nil {
-				s.Close()
-			}
-			t.Errorf("Open with table %q: %v, want ErrInvalidName", name, err)
-		}
-	}
+		return err
+	})
 	s, err := New(pool, Options{})
 	if err != nil || s.Table() != DefaultTable {
 		t.Fatalf("default table: %v, %v", s, err)
@@ -138,17 +90,18 @@ func TestTableNamesMustBePlainIdentifiers(t *testing.T) {
 
 func TestTableNameKeepsItsCase(t *testing.T) {
 	s := openTable(t, "Mixed_"+randomTable(), true)
-	mustAcquire(t, s, "job", "a", ttl, grace)
+	storetesting.MustAcquire(t, s, "job", "a", time.Minute, time.Second)
 	var n int
-	err := s.pool.QueryRow(ctxT(t), `SELECT count(*) FROM pg_tables WHERE tablename = $1`, s.table).Scan(&n)
+	err := s.pool.QueryRow(storetesting.Context(t), `SELECT count(*) FROM pg_tables WHERE tablename = $1`, s.table).Scan(&n)
 	if err != nil || n != 1 {
 		t.Fatalf("table %q not found with its exact name: %d, %v", s.table, n, err)
 	}
 }
 
 func TestNewUsesTheCallersPoolAndLeavesItOpen(t *testing.T) {
-	ctx := ctxT(t)
-	pool, err := pgxpool.New(ctx, testenv.Postgres.URL(t))
+	ctx := storetesting.Context(t)
+	url := testenv.Postgres.URL(t)
+	pool, err := pgxpool.New(ctx, url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -157,11 +110,15 @@ func TestNewUsesTheCallersPoolAndLeavesItOpen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer dropTable(t, s)
+	defer func() {
+		if err := dropTable(ctx, s, url); err != nil {
+			t.Error(err)
+		}
+	}()
 	if err := s.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	mustAcquire(t, s, "job", "a", ttl, grace)
+	storetesting.MustAcquire(t, s, "job", "a", time.Minute, time.Second)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -171,4 +128,23 @@ func TestNewUsesTheCallersPoolAndLeavesItOpen(t *testing.T) {
 	if _, err := New(nil, Options{}); err == nil {
 		t.Fatal("New accepted a nil pool")
 	}
+}
+
+func TestConcurrentFirstCallsCreateTheTableOnce(t *testing.T) {
+	table := randomTable()
+	stores := []store.Store{openTable(t, table, true)}
+	for range 3 {
+		stores = append(stores, openTable(t, table, false))
+	}
+	storetesting.CheckFirstCallsRaceToCreateOneTable(t, stores...)
+}
+
+func TestWithoutAutoMigrateTheTableComesFromMigrate(t *testing.T) {
+	base := newTestStore(t) // owns the table name and drops it
+	s, err := New(base.pool, Options{Table: base.table, NoAutoMigrate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	storetesting.CheckMigrateCreatesTheTable(t, s)
 }
