@@ -116,3 +116,43 @@ func TestAReplicaThatCannotStartEndsTheRunWithWhatItPrinted(t *testing.T) {
 		t.Errorf("took %v to notice", took)
 	}
 }
+
+// TestARunCatchesARunnerThatOutlivesItsLease proves the whole pipeline can
+// fail: runners that go on working 4s after their context ends overlap
+// their successors once a partition takes their leases, and the run says
+// so and keeps its history.
+func TestARunCatchesARunnerThatOutlivesItsLease(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs replicas under faults for seconds")
+	}
+	rep, err := Run(context.Background(), Options{
+		Store:    "sqlite:" + filepath.Join(t.TempDir(), "leases.db"),
+		Duration: 8 * time.Second,
+		Keys:     2,
+		Faults:   []string{FaultPartition},
+		lateStop: 4 * time.Second,
+	})
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if rep.HistoryDir != "" {
+		t.Cleanup(func() { os.RemoveAll(rep.HistoryDir) })
+	}
+	if rep.OK() || len(violations(rep, InvOverlap)) == 0 {
+		t.Fatalf("the overlaps went unnoticed:\n%s", text(rep))
+	}
+	t.Logf("as expected:\n%s", text(rep))
+	if rep.HistoryDir == "" {
+		t.Fatal("a failed run did not keep its history")
+	}
+	if _, err := os.Stat(filepath.Join(rep.HistoryDir, "timeline.svg")); err != nil {
+		t.Errorf("no timeline in the kept history: %v", err)
+	}
+	again, err := LoadHistory(rep.HistoryDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(Check(again).Violations); n != len(rep.Violations) {
+		t.Errorf("checking the kept history again found %d violations, the run %d", n, len(rep.Violations))
+	}
+}

@@ -80,6 +80,11 @@ type Options struct {
 	HistoryDir string
 	// Logger receives progress (faults as they happen). Default: silent.
 	Logger *slog.Logger
+
+	// lateStop makes every runner go on working that long after its
+	// context ends: a broken runner, for the test that proves a run
+	// catches one.
+	lateStop time.Duration
 }
 
 func (o Options) withDefaults() (Options, error) {

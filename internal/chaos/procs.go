@@ -70,7 +70,7 @@ func (h *harness) spawn() (p *proc, err error) {
 	spec := replicaSpec{
 		Name: p.name, Owner: p.owner, Store: sb, Keys: h.hist.Keys, Prefix: "chaos-" + h.runID + "/",
 		Timing: h.opts.Timing, Log: filepath.Join(h.dir, p.name+".jsonl"), Control: p.control,
-		Resource: h.res, Seed: h.opts.Seed ^ uint64(n)*0x9e3779b97f4a7c15,
+		Resource: h.res, Seed: h.opts.Seed ^ uint64(n)*0x9e3779b97f4a7c15, LateStop: h.opts.lateStop,
 	}
 	js, err := json.Marshal(spec)
 	if err != nil {

@@ -35,6 +35,9 @@ type replicaSpec struct {
 	Control  string       `json:"control,omitempty"` // SQLite: the fault control file
 	Resource resourceSpec `json:"resource"`
 	Seed     uint64       `json:"seed"`
+	// LateStop breaks the runner on purpose (tests only): it keeps working
+	// that long after its context ends.
+	LateStop time.Duration `json:"late_stop,omitempty"`
 }
 
 // IsReplica reports whether this process was started by the harness as a
@@ -104,7 +107,7 @@ func runReplica(ctx context.Context, spec replicaSpec) error {
 	if err != nil {
 		return err
 	}
-	w := &workload{log: log, res: res, owner: spec.Owner, think: 2 * t.RenewEvery, seed: spec.Seed}
+	w := &workload{log: log, res: res, owner: spec.Owner, think: 2 * t.RenewEvery, seed: spec.Seed, lateStop: spec.LateStop}
 	for _, key := range spec.Keys {
 		if err := sup.Set(key, tenure.Job{Runner: tenure.RunnerFunc(w.run)}); err != nil {
 			return err
@@ -143,6 +146,8 @@ type workload struct {
 	owner string
 	think time.Duration
 	seed  uint64
+	// lateStop: see replicaSpec.LateStop.
+	lateStop time.Duration
 }
 
 // run records the work's start, a heartbeat while it lasts, and its stop
@@ -156,9 +161,17 @@ func (w *workload) run(ctx context.Context, l tenure.Lease) error {
 	}()
 	beat := time.NewTicker(beatEvery)
 	defer beat.Stop()
-	for ctx.Err() == nil {
+	var late <-chan time.Time
+	done := ctx.Done()
+	for working := true; working; {
 		select {
-		case <-ctx.Done():
+		case <-done:
+			if w.lateStop <= 0 {
+				working = false
+			}
+			done, late = nil, time.After(w.lateStop)
+		case <-late:
+			working = false
 		case <-beat.C:
 			w.log.add(Event{Ev: evBeat, Key: l.Key, Epoch: l.Epoch})
 		}
