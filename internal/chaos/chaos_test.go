@@ -105,6 +105,7 @@ func TestAReplicaThatCannotStartEndsTheRunWithWhatItPrinted(t *testing.T) {
 	_, err := Run(context.Background(), Options{
 		Store:      "sqlite:" + filepath.Join(t.TempDir(), "leases.db"),
 		Duration:   time.Second,
+		HistoryDir: t.TempDir(), // a run that cannot start keeps its history
 		Executable: "/bin/sh",
 		// Not a replica: prints and exits, as a binary without ReplicaMain would.
 		ReplicaArgs: []string{"-c", "echo this binary is no replica >&2; exit 3"},
