@@ -2,8 +2,6 @@ package etcd
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"testing"
 	"time"
 
@@ -11,19 +9,11 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/tenure-dev/tenure/internal/storetesting"
 	"github.com/tenure-dev/tenure/internal/testenv"
-	"github.com/tenure-dev/tenure/store"
 )
 
-// randomPrefix returns a namespace no other test uses.
-func randomPrefix(t testing.TB) string {
-	t.Helper()
-	b := make([]byte, 8)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	return "t_" + hex.EncodeToString(b)
-}
+func randomPrefix() string { return storetesting.UniqueName("t_") }
 
 // newTestStore opens a store on the shared test etcd in a fresh namespace,
 // deleting the namespace and revoking its leases when the test ends.
@@ -35,22 +25,15 @@ func newTestStore(t testing.TB) *Store {
 func newTestStoreWith(t testing.TB, opts Options) *Store {
 	t.Helper()
 	url := testenv.Etcd.URL(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
 	if opts.Prefix == "" {
-		opts.Prefix = randomPrefix(t)
+		opts.Prefix = randomPrefix()
 	}
-	s, err := Open(ctx, url, opts)
-	if err != nil {
-		testenv.Unavailable(t, "etcd: "+err.Error())
-	}
-	t.Cleanup(func() {
-		if err := s.Close(); err != nil {
-			t.Errorf("closing store: %v", err)
-		}
-		dropNamespace(t, s.prefix)
+	return storetesting.Open(t, func(ctx context.Context) (*Store, error) {
+		return Open(ctx, url, opts)
+	}, func(context.Context, *Store) error {
+		dropNamespace(t, opts.Prefix)
+		return nil
 	})
-	return s
 }
 
 // testClient returns a client of the test etcd, closed when the test ends.
@@ -95,24 +78,6 @@ func dropNamespace(t testing.TB, prefix string) {
 	if _, err := c.Delete(ctx, root, clientv3.WithPrefix()); err != nil {
 		t.Errorf("dropping namespace %s: %v", prefix, err)
 	}
-}
-
-func testCtx(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-func mustAcquire(t testing.TB, s *Store, key, owner string, ttl, grace time.Duration) int64 {
-	t.Helper()
-	res, err := s.Acquire(testCtx(t), store.AcquireRequest{Key: key, Owner: owner, TTL: ttl, Grace: grace, Running: true})
-	if err != nil {
-		t.Fatalf("acquire %q by %q: %v", key, owner, err)
-	}
-	if !res.Acquired {
-		t.Fatalf("acquire %q by %q: blocked by %+v", key, owner, res.Holder)
-	}
-	return res.Epoch
 }
 
 // revokeAll revokes leases, sixteen at a time; leases already gone are

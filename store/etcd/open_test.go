@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,21 +16,13 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/tenure-dev/tenure/internal/storetesting"
 	"github.com/tenure-dev/tenure/internal/testenv"
 	"github.com/tenure-dev/tenure/store"
+	"github.com/tenure-dev/tenure/store/storetest"
 )
 
 const secret = "S3cr3t-hunter2"
-
-func assertNoSecret(t *testing.T, err error) {
-	t.Helper()
-	if err == nil {
-		t.Fatal("no error")
-	}
-	if strings.Contains(err.Error(), secret) {
-		t.Fatalf("error shows the password: %v", err)
-	}
-}
 
 func TestURLsBecomeClientConfigs(t *testing.T) {
 	for _, tc := range []struct {
@@ -84,7 +75,7 @@ func TestTLSFilesAreLoaded(t *testing.T) {
 }
 
 func TestMalformedURLsAreRejectedWithoutShowingThePassword(t *testing.T) {
-	for name, u := range map[string]string{
+	storetest.CheckOpenRefuses(t, openURL, map[string]string{
 		"no host":              "etcd://u:" + secret + "@",
 		"other scheme":         "redis://u:" + secret + "@h:2379",
 		"no scheme":            "u:" + secret + "@h:2379",
@@ -104,34 +95,21 @@ func TestMalformedURLsAreRejectedWithoutShowingThePassword(t *testing.T) {
 		"opaque":               "etcd:u:" + secret + "@h",
 		"fragment":             "etcd://u:" + secret + "@h#x",
 		"endpoint with a path": "etcd://u:" + secret + "@h:2379,g/x:2379",
-	} {
-		t.Run(strings.ReplaceAll(name, " ", "-"), func(t *testing.T) {
-			s, err := Open(context.Background(), u, Options{})
-			if err == nil {
-				s.Close()
-				t.Fatal("Open worked")
-			}
-			assertNoSecret(t, err)
-			if !errors.Is(err, store.ErrInvalidURL) {
-				t.Errorf("error %v, want store.ErrInvalidURL", err)
-			}
-		})
-	}
+	}, store.ErrInvalidURL, secret)
 }
 
-func closedPort(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+// openURL opens and closes a store on rawURL, for the tests of Open's
+// errors.
+func openURL(ctx context.Context, rawURL string) error {
+	s, err := Open(ctx, rawURL, Options{})
+	if err == nil {
+		s.Close()
 	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
+	return err
 }
 
 func TestOpenAgainstAClosedPortFailsWithinItsDialTimeout(t *testing.T) {
-	addr := closedPort(t)
+	addr := storetesting.ClosedAddr(t)
 	for _, u := range []string{
 		"etcd://" + addr + "?dial_timeout=1s",
 		"etcd://app:" + secret + "@" + addr + "?dial_timeout=1s", // authenticates while dialling
@@ -143,7 +121,7 @@ func TestOpenAgainstAClosedPortFailsWithinItsDialTimeout(t *testing.T) {
 			t.Fatalf("Open(%s) worked", store.RedactURL(u))
 		}
 		took := time.Since(start)
-		assertNoSecret(t, err)
+		storetest.CheckNoSecret(t, err, secret)
 		if took > 3*time.Second {
 			t.Errorf("Open(%s) took %v to fail with dial_timeout=1s", store.RedactURL(u), took)
 		}
@@ -166,7 +144,7 @@ func TestOpenAgainstAClosedPortFailsWithinItsDialTimeout(t *testing.T) {
 }
 
 func TestOpenChecksThePrefixBeforeDialling(t *testing.T) {
-	_, err := Open(context.Background(), "etcd://"+closedPort(t), Options{Prefix: "no-dashes"})
+	_, err := Open(context.Background(), "etcd://"+storetesting.ClosedAddr(t), Options{Prefix: "no-dashes"})
 	if !errors.Is(err, store.ErrInvalidName) {
 		t.Fatalf("Open with a bad prefix: %v, want store.ErrInvalidName", err)
 	}
@@ -184,7 +162,7 @@ func startEtcd(t *testing.T) *etcdServer {
 	if err != nil {
 		testenv.Unavailable(t, "etcd binary not found on PATH; install etcd-server to run this test")
 	}
-	client, peer := closedPort(t), closedPort(t)
+	client, peer := storetesting.ClosedAddr(t), storetesting.ClosedAddr(t)
 	dir := t.TempDir()
 	cmd := exec.Command(bin, "--name", "t", "--data-dir", filepath.Join(dir, "data"),
 		"--listen-client-urls", "http://"+client, "--advertise-client-urls", "http://"+client,
@@ -234,7 +212,7 @@ func (e *etcdServer) enableAuth(t *testing.T, password string) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	ctx := testCtx(t)
+	ctx := storetesting.Context(t)
 	for _, step := range []func() error{
 		func() error { _, err := c.UserAdd(ctx, "root", password); return err },
 		func() error { _, err := c.RoleAdd(ctx, "root"); return err },
@@ -252,13 +230,13 @@ func TestPasswordsAreCheckedAndNeverShown(t *testing.T) {
 	srv.enableAuth(t, secret)
 	host := strings.TrimPrefix(srv.url, "etcd://")
 
-	ctx := testCtx(t)
+	ctx := storetesting.Context(t)
 	wrong := "etcd://root:" + secret + "-not@" + host + "?dial_timeout=2s"
 	if s, err := Open(ctx, wrong, Options{}); err == nil {
 		s.Close()
 		t.Fatal("Open with a wrong password worked")
 	} else {
-		assertNoSecret(t, err)
+		storetest.CheckNoSecret(t, err, secret)
 		if !strings.Contains(err.Error(), "authentication failed") {
 			t.Errorf("the error does not say what is wrong: %v", err)
 		}
@@ -273,12 +251,12 @@ func TestPasswordsAreCheckedAndNeverShown(t *testing.T) {
 
 	s, err := Open(ctx, "etcd://root:"+secret+"@"+host, Options{})
 	if err != nil {
-		assertNoSecret(t, err)
+		storetest.CheckNoSecret(t, err, secret)
 		t.Fatalf("Open with the right password: %v", err)
 	}
 	defer s.Close()
-	epoch := mustAcquire(t, s, "job", "a", 5*time.Second, time.Second)
-	if ok := renew(t, s, "a", 5*time.Second, store.RenewItem{Key: "job", Epoch: epoch}); !ok[0] {
+	epoch := storetesting.MustAcquire(t, s, "job", "a", 5*time.Second, time.Second)
+	if ok := storetesting.Renew(t, s, "a", 5*time.Second, store.RenewItem{Key: "job", Epoch: epoch}); !ok[0] {
 		t.Fatal("renewal refused")
 	}
 	if ls, err := s.List(ctx, ""); err != nil || len(ls) != 1 || !ls[0].Live {
@@ -291,14 +269,14 @@ func TestPasswordsAreCheckedAndNeverShown(t *testing.T) {
 func TestCredentialsAreHarmlessOnAServerWithoutAuth(t *testing.T) {
 	u := testenv.Etcd.URL(t)
 	withUser := strings.Replace(u, "etcd://", "etcd://app:"+secret+"@", 1)
-	s, err := Open(testCtx(t), withUser, Options{Prefix: randomPrefix(t)})
+	s, err := Open(storetesting.Context(t), withUser, Options{Prefix: randomPrefix()})
 	if err != nil {
-		assertNoSecret(t, err)
+		storetest.CheckNoSecret(t, err, secret)
 		t.Fatal(err)
 	}
 	defer dropNamespace(t, s.prefix)
 	defer s.Close()
-	mustAcquire(t, s, "job", "a", time.Minute, 0)
+	storetesting.MustAcquire(t, s, "job", "a", time.Minute, 0)
 }
 
 func TestRedactedURLsShowNoPassword(t *testing.T) {

@@ -1,8 +1,6 @@
 package etcd
 
 import (
-	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -10,6 +8,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/tenure-dev/tenure/internal/storetesting"
 	"github.com/tenure-dev/tenure/store"
 )
 
@@ -17,7 +16,7 @@ import (
 // etcd key is absent).
 func leaseOf(t *testing.T, s *Store, etcdKey string) clientv3.LeaseID {
 	t.Helper()
-	resp, err := s.client.Get(testCtx(t), etcdKey)
+	resp, err := s.client.Get(storetesting.Context(t), etcdKey)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,7 +28,7 @@ func leaseOf(t *testing.T, s *Store, etcdKey string) clientv3.LeaseID {
 
 func grantedTTL(t *testing.T, s *Store, id clientv3.LeaseID) int64 {
 	t.Helper()
-	resp, err := s.client.TimeToLive(testCtx(t), id)
+	resp, err := s.client.TimeToLive(storetesting.Context(t), id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +40,7 @@ func grantedTTL(t *testing.T, s *Store, id clientv3.LeaseID) int64 {
 // would not say whether this store wrote.
 func revision(t *testing.T, s *Store) int64 {
 	t.Helper()
-	resp, err := s.client.Get(testCtx(t), s.root, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
+	resp, err := s.client.Get(storetesting.Context(t), s.root, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
 		clientv3.WithSort(clientv3.SortByModRevision, clientv3.SortDescend), clientv3.WithLimit(1))
 	if err != nil {
 		t.Fatal(err)
@@ -56,7 +55,7 @@ func revision(t *testing.T, s *Store) int64 {
 // after revision rev.
 func writesSince(t *testing.T, s *Store, rev int64) int {
 	t.Helper()
-	resp, err := s.client.Get(testCtx(t), s.root, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMinModRev(rev+1))
+	resp, err := s.client.Get(storetesting.Context(t), s.root, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMinModRev(rev+1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,39 +66,16 @@ func writesSince(t *testing.T, s *Store, rev int64) int {
 	return len(revs)
 }
 
-func renew(t *testing.T, s *Store, owner string, ttl time.Duration, items ...store.RenewItem) []bool {
-	t.Helper()
-	ok, err := s.Renew(testCtx(t), owner, ttl, items)
-	if err != nil {
-		t.Fatalf("renew %v by %q: %v", items, owner, err)
-	}
-	return ok
-}
-
-func leaseByKey(t *testing.T, s *Store, key string) store.Lease {
-	t.Helper()
-	ls, err := s.List(testCtx(t), key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range ls {
-		if l.Key == key {
-			return l
-		}
-	}
-	t.Fatalf("no record of %q", key)
-	return store.Lease{}
-}
-
 func TestSteadyRenewalsKeepSharedLeasesAliveWithoutWriting(t *testing.T) {
+	t.Parallel() // mostly waiting for whole-second leases
 	s := newTestStore(t)
 	var items []store.RenewItem
 	for i := range 5 {
 		key := fmt.Sprintf("k%d", i)
-		items = append(items, store.RenewItem{Key: key, Epoch: mustAcquire(t, s, key, "a", 4*time.Second, time.Second), Running: true})
+		items = append(items, store.RenewItem{Key: key, Epoch: storetesting.MustAcquire(t, s, key, "a", 4*time.Second, time.Second), Running: true})
 	}
 	// The first renewal binds the batch to one live and one grace lease.
-	if ok := renew(t, s, "a", 4*time.Second, items...); slices.Contains(ok, false) {
+	if ok := storetesting.Renew(t, s, "a", 4*time.Second, items...); slices.Contains(ok, false) {
 		t.Fatalf("first renewal = %v, want all renewed", ok)
 	}
 	live, grace := leaseOf(t, s, s.liveKey("k0")), leaseOf(t, s, s.graceKey("k0"))
@@ -117,23 +93,23 @@ func TestSteadyRenewalsKeepSharedLeasesAliveWithoutWriting(t *testing.T) {
 	before := revision(t, s)
 	for range 3 {
 		time.Sleep(1500 * time.Millisecond)
-		if ok := renew(t, s, "a", 4*time.Second, items...); slices.Contains(ok, false) {
+		if ok := storetesting.Renew(t, s, "a", 4*time.Second, items...); slices.Contains(ok, false) {
 			t.Fatalf("steady renewal = %v, want all renewed", ok)
 		}
 	}
 	if n := writesSince(t, s, before); n != 0 {
 		t.Errorf("steady renewals wrote %d times; they should write nothing", n)
 	}
-	if l := leaseByKey(t, s, "k4"); !l.Live || l.TimeLeft < 3*time.Second {
+	if l := storetesting.LeaseOf(t, s, "k4"); !l.Live || l.TimeLeft < 3*time.Second {
 		t.Errorf("k4 after steady renewals: %+v, want live with about 4s left", l)
 	}
 
 	// A changed running flag is written, and the renewal still keeps the pair.
 	items[2].Running = false
-	if ok := renew(t, s, "a", 4*time.Second, items...); slices.Contains(ok, false) {
+	if ok := storetesting.Renew(t, s, "a", 4*time.Second, items...); slices.Contains(ok, false) {
 		t.Fatalf("renewal with a new running flag = %v", ok)
 	}
-	if l := leaseByKey(t, s, "k2"); l.Running {
+	if l := storetesting.LeaseOf(t, s, "k2"); l.Running {
 		t.Errorf("k2 running flag not recorded: %+v", l)
 	}
 	if got := leaseOf(t, s, s.liveKey("k2")); got != live {
@@ -145,25 +121,26 @@ func TestSteadyRenewalsKeepSharedLeasesAliveWithoutWriting(t *testing.T) {
 // batch is renewed: the batch then moves to fresh leases instead of
 // keeping the old pair (and the dropped term) alive.
 func TestATermLeftOutOfARenewalExpires(t *testing.T) {
+	t.Parallel() // mostly waiting for whole-second leases
 	s := newTestStore(t)
-	ea := mustAcquire(t, s, "keep", "a", 2*time.Second, time.Second)
-	ed := mustAcquire(t, s, "drop", "a", 2*time.Second, time.Second)
+	ea := storetesting.MustAcquire(t, s, "keep", "a", 2*time.Second, time.Second)
+	ed := storetesting.MustAcquire(t, s, "drop", "a", 2*time.Second, time.Second)
 	keep := store.RenewItem{Key: "keep", Epoch: ea}
-	renew(t, s, "a", 2*time.Second, keep, store.RenewItem{Key: "drop", Epoch: ed})
+	storetesting.Renew(t, s, "a", 2*time.Second, keep, store.RenewItem{Key: "drop", Epoch: ed})
 	for range 4 {
 		time.Sleep(time.Second)
-		if ok := renew(t, s, "a", 2*time.Second, keep); !ok[0] {
+		if ok := storetesting.Renew(t, s, "a", 2*time.Second, keep); !ok[0] {
 			t.Fatal("renewal of keep was refused")
 		}
 	}
-	if l := leaseByKey(t, s, "drop"); l.Live {
+	if l := storetesting.LeaseOf(t, s, "drop"); l.Live {
 		t.Errorf("drop is still live 4s after its last renewal with a 2s ttl: %+v", l)
 	}
-	res, err := s.Acquire(testCtx(t), store.AcquireRequest{Key: "drop", Owner: "b", TTL: 2 * time.Second, Grace: time.Second})
+	res, err := s.Acquire(storetesting.Context(t), store.AcquireRequest{Key: "drop", Owner: "b", TTL: 2 * time.Second, Grace: time.Second})
 	if err != nil || !res.Acquired {
 		t.Errorf("b could not take drop 4s after it was last renewed (ttl 2s, grace 1s): %+v, %v", res, err)
 	}
-	if l := leaseByKey(t, s, "keep"); !l.Live || l.Owner != "a" {
+	if l := storetesting.LeaseOf(t, s, "keep"); !l.Live || l.Owner != "a" {
 		t.Errorf("keep: %+v, want a's live term", l)
 	}
 }
@@ -172,11 +149,12 @@ func TestATermLeftOutOfARenewalExpires(t *testing.T) {
 // the rest of the batch must not keep that lease — and the revoked key —
 // blocked beyond the old expiry + grace.
 func TestRenewingABatchDoesNotExtendARevokedTerm(t *testing.T) {
+	t.Parallel() // mostly waiting for whole-second leases
 	s := newTestStore(t)
-	e1 := mustAcquire(t, s, "k1", "a", 2*time.Second, time.Second)
-	e2 := mustAcquire(t, s, "k2", "a", 2*time.Second, time.Second)
+	e1 := storetesting.MustAcquire(t, s, "k1", "a", 2*time.Second, time.Second)
+	e2 := storetesting.MustAcquire(t, s, "k2", "a", 2*time.Second, time.Second)
 	items := []store.RenewItem{{Key: "k1", Epoch: e1}, {Key: "k2", Epoch: e2}}
-	renew(t, s, "a", 2*time.Second, items...)
+	storetesting.Renew(t, s, "a", 2*time.Second, items...)
 	// Revoked by an operator's process, which the holder's store knows nothing of.
 	op, err := New(s.client, Options{Prefix: s.prefix})
 	if err != nil {
@@ -184,56 +162,22 @@ func TestRenewingABatchDoesNotExtendARevokedTerm(t *testing.T) {
 	}
 	defer op.Close()
 	revokedAt := time.Now()
-	if ok, err := op.Revoke(testCtx(t), "k2"); err != nil || !ok {
+	if ok, err := op.Revoke(storetesting.Context(t), "k2"); err != nil || !ok {
 		t.Fatalf("Revoke(k2) = %t, %v", ok, err)
 	}
-	if ok := renew(t, s, "a", 2*time.Second, items...); !ok[0] || ok[1] {
+	if ok := storetesting.Renew(t, s, "a", 2*time.Second, items...); !ok[0] || ok[1] {
 		t.Fatalf("renewal after revoking k2 = %v, want [true false]", ok)
 	}
 	for time.Since(revokedAt) < 4*time.Second {
 		time.Sleep(500 * time.Millisecond)
-		if ok := renew(t, s, "a", 2*time.Second, items[0]); !ok[0] {
+		if ok := storetesting.Renew(t, s, "a", 2*time.Second, items[0]); !ok[0] {
 			t.Fatal("renewal of k1 was refused")
 		}
 	}
 	// k2's term ended at most 2s after the revocation; its grace 1s later.
-	res, err := s.Acquire(testCtx(t), store.AcquireRequest{Key: "k2", Owner: "b", TTL: 2 * time.Second, Grace: time.Second})
+	res, err := s.Acquire(storetesting.Context(t), store.AcquireRequest{Key: "k2", Owner: "b", TTL: 2 * time.Second, Grace: time.Second})
 	if err != nil || !res.Acquired {
 		t.Errorf("b could not take revoked k2 %v after the revocation: %+v, %v", time.Since(revokedAt), res, err)
-	}
-}
-
-func TestRenewAnswersPerItemInOrder(t *testing.T) {
-	s := newTestStore(t)
-	ctx := testCtx(t)
-	const ttl = 10 * time.Second
-	a := mustAcquire(t, s, "a", "me", ttl, 0)
-	b := mustAcquire(t, s, "b", "peer", ttl, 0)
-	c := mustAcquire(t, s, "c", "me", ttl, 0)
-	d := mustAcquire(t, s, "d", "me", ttl, 0)
-	if err := s.Release(ctx, "me", []store.Term{{Key: "d", Epoch: d}}); err != nil {
-		t.Fatal(err)
-	}
-	items := []store.RenewItem{
-		{Key: "a", Epoch: a, Running: false}, // mine: renewed
-		{Key: "b", Epoch: b},                 // a peer's
-		{Key: "c", Epoch: c - 1},             // stale epoch
-		{Key: "d", Epoch: d},                 // released
-		{Key: "missing", Epoch: 1},           // never existed
-		{Key: "c", Epoch: c},                 // mine, after its stale twin
-		{Key: "a", Epoch: a, Running: true},  // the same term again: the same answer
-	}
-	want := []bool{true, false, false, false, false, true, true}
-	for round := range 2 { // a rebind, then a keep-alive
-		if got := renew(t, s, "me", ttl, items...); !slices.Equal(got, want) {
-			t.Fatalf("round %d: Renew = %v, want %v", round, got, want)
-		}
-	}
-	if l := leaseByKey(t, s, "a"); l.Running {
-		t.Errorf("a: %+v; the first item of a repeated key sets the running flag", l)
-	}
-	if l := leaseByKey(t, s, "b"); l.Owner != "peer" || !l.Live {
-		t.Errorf("b: %+v, want peer's live term untouched", l)
 	}
 }
 
@@ -246,13 +190,13 @@ func TestLargeBatchesRenewAndReleaseEveryTerm(t *testing.T) {
 	}{{8, 23}, {DefaultMaxTxnOps, 2*(DefaultMaxTxnOps-maxNestedOps) + 7}} {
 		t.Run(fmt.Sprintf("max-txn-ops=%d/keys=%d", tc.maxOps, tc.n), func(t *testing.T) {
 			s := newTestStoreWith(t, Options{MaxTxnOps: tc.maxOps})
-			ctx := testCtx(t)
+			ctx := storetesting.Context(t)
 			items := make([]store.RenewItem, tc.n)
 			terms := make([]store.Term, tc.n)
 			want := make([]bool, tc.n)
 			for i := range tc.n {
 				key := fmt.Sprintf("k%05d", i)
-				epoch := mustAcquire(t, s, key, "me", time.Minute, time.Second)
+				epoch := storetesting.MustAcquire(t, s, key, "me", time.Minute, time.Second)
 				want[i] = i%3 != 0
 				if !want[i] {
 					epoch++ // every third is stale
@@ -261,7 +205,7 @@ func TestLargeBatchesRenewAndReleaseEveryTerm(t *testing.T) {
 				terms[i] = store.Term{Key: key, Epoch: epoch}
 			}
 			for round := range 2 {
-				if got := renew(t, s, "me", time.Minute, items...); !slices.Equal(got, want) {
+				if got := storetesting.Renew(t, s, "me", time.Minute, items...); !slices.Equal(got, want) {
 					t.Fatalf("round %d: Renew = %v, want %v", round, got, want)
 				}
 			}
@@ -284,19 +228,6 @@ func TestLargeBatchesRenewAndReleaseEveryTerm(t *testing.T) {
 	}
 }
 
-func TestReleaseOfAKeyListedTwiceEndsItsCurrentTerm(t *testing.T) {
-	s := newTestStore(t)
-	old := mustAcquire(t, s, "job", "a", time.Minute, time.Minute)
-	cur := mustAcquire(t, s, "job", "a", time.Minute, time.Minute)
-	if err := s.Release(testCtx(t), "a", []store.Term{{Key: "job", Epoch: old}, {Key: "job", Epoch: cur}}); err != nil {
-		t.Fatal(err)
-	}
-	if l := leaseByKey(t, s, "job"); !l.Released || l.Epoch != cur || l.Live || l.TimeLeft != 0 || l.Running {
-		t.Fatalf("after release: %+v, want epoch %d released", l, cur)
-	}
-	mustAcquire(t, s, "job", "b", time.Minute, time.Minute)
-}
-
 // Lease TTLs are whole seconds with a server floor: a term may end later
 // than asked, never earlier, and its grace lease outlives its live lease
 // by at least the grace.
@@ -311,7 +242,7 @@ func TestLeaseTTLsAreRoundedUpToWholeSecondsAndTheServerFloor(t *testing.T) {
 		{3 * time.Second, 2 * time.Second, 3, 2},
 	} {
 		key := fmt.Sprintf("ttl-%v-%v", tc.ttl, tc.grace)
-		mustAcquire(t, s, key, "a", tc.ttl, tc.grace)
+		storetesting.MustAcquire(t, s, key, "a", tc.ttl, tc.grace)
 		live := grantedTTL(t, s, leaseOf(t, s, s.liveKey(key)))
 		grace := grantedTTL(t, s, leaseOf(t, s, s.graceKey(key)))
 		if live < tc.minLive || grace-live < tc.minDiff {
@@ -325,10 +256,11 @@ func TestLeaseTTLsAreRoundedUpToWholeSecondsAndTheServerFloor(t *testing.T) {
 
 // The grace that blocks peers is the one the term was acquired with.
 func TestPeersWaitForTheGraceTheHolderAcquiredWith(t *testing.T) {
+	t.Parallel() // mostly waiting for whole-second leases
 	s := newTestStore(t)
-	mustAcquire(t, s, "job", "a", 2*time.Second, 2*time.Second)
+	storetesting.MustAcquire(t, s, "job", "a", 2*time.Second, 2*time.Second)
 	time.Sleep(3 * time.Second) // expired 1s ago, within a's grace
-	res, err := s.Acquire(testCtx(t), store.AcquireRequest{Key: "job", Owner: "b", TTL: 2 * time.Second})
+	res, err := s.Acquire(storetesting.Context(t), store.AcquireRequest{Key: "job", Owner: "b", TTL: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -342,11 +274,11 @@ func TestPeersWaitForTheGraceTheHolderAcquiredWith(t *testing.T) {
 
 func TestEpochsOutliveADeletedNamespace(t *testing.T) {
 	s := newTestStore(t)
-	e := mustAcquire(t, s, "job", "a", time.Minute, time.Minute)
-	if _, err := s.client.Delete(testCtx(t), s.root, clientv3.WithPrefix()); err != nil {
+	e := storetesting.MustAcquire(t, s, "job", "a", time.Minute, time.Minute)
+	if _, err := s.client.Delete(storetesting.Context(t), s.root, clientv3.WithPrefix()); err != nil {
 		t.Fatal(err)
 	}
-	if next := mustAcquire(t, s, "job", "b", time.Minute, time.Minute); next <= e {
+	if next := storetesting.MustAcquire(t, s, "job", "b", time.Minute, time.Minute); next <= e {
 		t.Fatalf("epoch after the namespace was deleted: %d, want > %d", next, e)
 	}
 }
@@ -354,39 +286,27 @@ func TestEpochsOutliveADeletedNamespace(t *testing.T) {
 func TestNamespacesAreSeparate(t *testing.T) {
 	s1 := newTestStore(t)
 	s2 := newTestStore(t)
-	mustAcquire(t, s1, "job", "a", time.Minute, 0)
-	mustAcquire(t, s2, "job", "b", time.Minute, 0)
-	if ls, _ := s2.List(testCtx(t), ""); len(ls) != 1 || ls[0].Owner != "b" {
+	storetesting.MustAcquire(t, s1, "job", "a", time.Minute, 0)
+	storetesting.MustAcquire(t, s2, "job", "b", time.Minute, 0)
+	if ls, _ := s2.List(storetesting.Context(t), ""); len(ls) != 1 || ls[0].Owner != "b" {
 		t.Fatalf("List in the second namespace = %+v", ls)
 	}
 }
 
-func TestNewLeavesTheClientOpenAndClosedStoresRefuseCalls(t *testing.T) {
+func TestCloseLeavesAGivenClientOpen(t *testing.T) {
 	c := testClient(t)
-	prefix := randomPrefix(t)
+	prefix := randomPrefix()
 	t.Cleanup(func() { dropNamespace(t, prefix) })
 	s, err := New(c, Options{Prefix: prefix})
 	if err != nil {
 		t.Fatal(err)
 	}
-	mustAcquire(t, s, "job", "a", time.Minute, 0)
+	storetesting.MustAcquire(t, s, "job", "a", time.Minute, 0)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	ctx := testCtx(t)
-	if _, err := c.Get(ctx, "/"); err != nil {
+	if _, err := c.Get(storetesting.Context(t), "/"); err != nil {
 		t.Fatalf("the client no longer works after the store was closed: %v", err)
-	}
-	_, err = s.Acquire(ctx, store.AcquireRequest{Key: "k", Owner: "a", TTL: time.Second})
-	_, err2 := s.Renew(ctx, "a", time.Second, []store.RenewItem{{Key: "k", Epoch: 1}})
-	err3 := s.Release(ctx, "a", []store.Term{{Key: "k", Epoch: 1}})
-	_, err4 := s.List(ctx, "")
-	_, err5 := s.Watch(ctx, "")
-	_, err6 := s.Revoke(ctx, "k")
-	for i, err := range []error{err, err2, err3, err4, err5, err6} {
-		if !errors.Is(err, store.ErrClosed) {
-			t.Errorf("call %d after Close: %v, want store.ErrClosed", i, err)
-		}
 	}
 	if _, err := New(nil, Options{}); err == nil {
 		t.Error("New(nil) worked")
@@ -395,11 +315,10 @@ func TestNewLeavesTheClientOpenAndClosedStoresRefuseCalls(t *testing.T) {
 
 func TestBadOptionsAreRejected(t *testing.T) {
 	c := testClient(t)
-	for _, p := range []string{"bad-prefix", "1abc", "a/b"} {
-		if _, err := New(c, Options{Prefix: p}); !errors.Is(err, store.ErrInvalidName) {
-			t.Errorf("prefix %q: %v, want store.ErrInvalidName", p, err)
-		}
-	}
+	storetesting.CheckBadNamesAreRefused(t, func(name string) error {
+		_, err := New(c, Options{Prefix: name})
+		return err
+	})
 	if _, err := New(c, Options{MaxTxnOps: 3}); err == nil {
 		t.Error("MaxTxnOps 3 was accepted")
 	}
@@ -408,25 +327,17 @@ func TestBadOptionsAreRejected(t *testing.T) {
 // Expired terms report how long ago their expiry was, from the grace
 // lease, until the grace is over.
 func TestTimeLeftGoesNegativeAfterExpiry(t *testing.T) {
+	t.Parallel() // mostly waiting for whole-second leases
 	s := newTestStore(t)
-	mustAcquire(t, s, "job", "a", 2*time.Second, 3*time.Second)
+	storetesting.MustAcquire(t, s, "job", "a", 2*time.Second, 3*time.Second)
 	time.Sleep(3 * time.Second)
-	l := leaseByKey(t, s, "job")
+	l := storetesting.LeaseOf(t, s, "job")
 	if l.Live || l.TimeLeft > -250*time.Millisecond || l.TimeLeft < -1750*time.Millisecond {
 		t.Errorf("1s after expiry: %+v, want not live with about -1s left", l)
 	}
 	time.Sleep(3 * time.Second)
-	if l := leaseByKey(t, s, "job"); l.TimeLeft != -3*time.Second {
+	if l := storetesting.LeaseOf(t, s, "job"); l.TimeLeft != -3*time.Second {
 		t.Errorf("past the grace: TimeLeft %v, want -3s (at least the grace ago)", l.TimeLeft)
-	}
-}
-
-func TestCancelledCallsFail(t *testing.T) {
-	s := newTestStore(t)
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	if _, err := s.Acquire(ctx, store.AcquireRequest{Key: "k", Owner: "a", TTL: time.Second}); !errors.Is(err, context.Canceled) {
-		t.Errorf("Acquire with a cancelled ctx: %v", err)
 	}
 }
 
@@ -435,21 +346,22 @@ func TestCancelledCallsFail(t *testing.T) {
 // nobody holds. (Renew reaches this only in the half second an expired
 // live key lingers, so the test calls keepAlive directly.)
 func TestAKeepAliveTooLateLeavesTheGraceLeaseAlone(t *testing.T) {
+	t.Parallel() // mostly waiting for whole-second leases
 	s := newTestStore(t)
-	e := mustAcquire(t, s, "job", "a", 2*time.Second, 2*time.Second)
+	e := storetesting.MustAcquire(t, s, "job", "a", 2*time.Second, 2*time.Second)
 	item := store.RenewItem{Key: "job", Epoch: e}
-	renew(t, s, "a", 2*time.Second, item) // binds the term to a batch's leases
+	storetesting.Renew(t, s, "a", 2*time.Second, item) // binds the term to a batch's leases
 	grace := leaseOf(t, s, s.graceKey("job"))
 	if len(s.batches["a"]) != 1 || s.batches["a"][0].leases.grace[2] != grace {
 		t.Fatalf("batches after the first renewal: %+v, grace key on %x", s.batches["a"], grace)
 	}
 	b := s.batches["a"][0]
 	time.Sleep(2600 * time.Millisecond)
-	alive, err := s.keepAlive(testCtx(t), "a", b)
+	alive, err := s.keepAlive(storetesting.Context(t), "a", b)
 	if err != nil || alive {
 		t.Fatalf("keep-alive after the live lease expired = %v, %v; want lost", alive, err)
 	}
-	resp, err := s.client.TimeToLive(testCtx(t), grace)
+	resp, err := s.client.TimeToLive(storetesting.Context(t), grace)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -469,17 +381,17 @@ func TestChangesToABatchRewriteOnlyWhatChanged(t *testing.T) {
 	const ttl = 10 * time.Second
 	var items []store.RenewItem
 	add := func(key string) {
-		items = append(items, store.RenewItem{Key: key, Epoch: mustAcquire(t, s, key, "a", ttl, time.Second), Running: true})
+		items = append(items, store.RenewItem{Key: key, Epoch: storetesting.MustAcquire(t, s, key, "a", ttl, time.Second), Running: true})
 	}
 	for i := range 5 {
 		add(fmt.Sprintf("k%d", i))
 	}
-	renew(t, s, "a", ttl, items...)
+	storetesting.Renew(t, s, "a", ttl, items...)
 	first := leaseOf(t, s, s.liveKey("k0"))
 
 	add("new")
 	before := revision(t, s)
-	if ok := renew(t, s, "a", ttl, items...); slices.Contains(ok, false) {
+	if ok := storetesting.Renew(t, s, "a", ttl, items...); slices.Contains(ok, false) {
 		t.Fatalf("renewal with a new key = %v", ok)
 	}
 	// The new key's live and grace keys, and nothing else.
@@ -495,13 +407,13 @@ func TestChangesToABatchRewriteOnlyWhatChanged(t *testing.T) {
 		t.Error("the new key joined the old lease")
 	}
 
-	if err := s.Release(testCtx(t), "a", []store.Term{{Key: "k2", Epoch: items[2].Epoch}}); err != nil {
+	if err := s.Release(storetesting.Context(t), "a", []store.Term{{Key: "k2", Epoch: items[2].Epoch}}); err != nil {
 		t.Fatal(err)
 	}
 	items = slices.Delete(items, 2, 3)
 	before = revision(t, s)
 	for range 2 {
-		if ok := renew(t, s, "a", ttl, items...); slices.Contains(ok, false) {
+		if ok := storetesting.Renew(t, s, "a", ttl, items...); slices.Contains(ok, false) {
 			t.Fatalf("renewal after releasing k2 = %v", ok)
 		}
 	}
@@ -516,8 +428,8 @@ func TestAnOwnersTermsSpreadOverAFewLeasePairsAtMost(t *testing.T) {
 	var items []store.RenewItem
 	for i := range maxBatches + 3 {
 		key := fmt.Sprintf("k%d", i)
-		items = append(items, store.RenewItem{Key: key, Epoch: mustAcquire(t, s, key, "a", ttl, time.Second)})
-		if ok := renew(t, s, "a", ttl, items...); slices.Contains(ok, false) {
+		items = append(items, store.RenewItem{Key: key, Epoch: storetesting.MustAcquire(t, s, key, "a", ttl, time.Second)})
+		if ok := storetesting.Renew(t, s, "a", ttl, items...); slices.Contains(ok, false) {
 			t.Fatalf("renewal %d = %v", i, ok)
 		}
 		s.batchMu.Lock()
@@ -535,7 +447,7 @@ func TestAnOwnersTermsSpreadOverAFewLeasePairsAtMost(t *testing.T) {
 		t.Errorf("%d terms are on %d live leases, want ≤ %d", len(items), len(pairs), maxBatches)
 	}
 	before := revision(t, s)
-	if ok := renew(t, s, "a", ttl, items...); slices.Contains(ok, false) {
+	if ok := storetesting.Renew(t, s, "a", ttl, items...); slices.Contains(ok, false) {
 		t.Fatalf("final renewal = %v", ok)
 	}
 	if n := writesSince(t, s, before); n != 0 {
@@ -552,13 +464,13 @@ func TestOverlappingRenewalsAndReleasesOfOneOwner(t *testing.T) {
 	var items []store.RenewItem
 	for i := range 20 {
 		key := fmt.Sprintf("k%02d", i)
-		items = append(items, store.RenewItem{Key: key, Epoch: mustAcquire(t, s, key, "a", ttl, time.Second)})
+		items = append(items, store.RenewItem{Key: key, Epoch: storetesting.MustAcquire(t, s, key, "a", ttl, time.Second)})
 	}
-	renew(t, s, "a", ttl, items...)
+	storetesting.Renew(t, s, "a", ttl, items...)
 	done := make(chan error, 1)
 	go func() {
 		for _, it := range items[:10] {
-			if err := s.Release(testCtx(t), "a", []store.Term{{Key: it.Key, Epoch: it.Epoch}}); err != nil {
+			if err := s.Release(storetesting.Context(t), "a", []store.Term{{Key: it.Key, Epoch: it.Epoch}}); err != nil {
 				done <- err
 				return
 			}
@@ -566,21 +478,21 @@ func TestOverlappingRenewalsAndReleasesOfOneOwner(t *testing.T) {
 		done <- nil
 	}()
 	for range 5 {
-		if _, err := s.Renew(testCtx(t), "a", ttl, items); err != nil {
+		if _, err := s.Renew(storetesting.Context(t), "a", ttl, items); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	ok := renew(t, s, "a", ttl, items...)
+	ok := storetesting.Renew(t, s, "a", ttl, items...)
 	for i, it := range items {
 		if ok[i] != (i >= 10) {
 			t.Errorf("%s after the releases: renewed %t, want %t", it.Key, ok[i], i >= 10)
 		}
 	}
 	before := revision(t, s)
-	renew(t, s, "a", ttl, items[10:]...)
+	storetesting.Renew(t, s, "a", ttl, items[10:]...)
 	if n := writesSince(t, s, before); n != 0 {
 		t.Errorf("a steady renewal after the overlap wrote %d times", n)
 	}

@@ -5,87 +5,46 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenure-dev/tenure/internal/storetesting"
 	"github.com/tenure-dev/tenure/store"
+	"github.com/tenure-dev/tenure/store/storetest"
 )
 
-func nextEvent(t *testing.T, ch <-chan store.Event) store.Event {
-	t.Helper()
-	select {
-	case ev, ok := <-ch:
-		if !ok {
-			t.Fatal("the watch channel closed")
-		}
-		return ev
-	case <-time.After(5 * time.Second):
-		t.Fatal("no event within 5s")
-	}
-	return store.Event{}
+func TestWatch(t *testing.T) {
+	storetest.RunWatchTests(t, storetest.WatchHarness{
+		New: func(t *testing.T) store.Store { return newTestStore(t) },
+		// A client of its own on the namespace, as another process has.
+		Peer: func(t *testing.T, s store.Store) store.Store {
+			peer, err := New(testClient(t), Options{Prefix: s.(*Store).prefix})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { peer.Close() })
+			return peer
+		},
+	})
 }
 
-func TestWatchReportsNewTermsAndReleasesOnly(t *testing.T) {
+// A revocation moves the record to a new epoch owned by nobody: no term
+// starts, so a watch hears nothing.
+func TestRevocationIsNoEvent(t *testing.T) {
 	s := newTestStore(t)
-	ctx, cancel := context.WithCancel(testCtx(t))
+	ctx, cancel := context.WithCancel(storetesting.Context(t))
 	defer cancel()
-	ch, err := s.Watch(ctx, "w/")
+	ch, err := s.Watch(ctx, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	e1 := mustAcquire(t, s, "w/1", "a", time.Minute, time.Second)
-	if ev := nextEvent(t, ch); ev != (store.Event{Kind: store.Acquired, Key: "w/1", Owner: "a", Epoch: e1}) {
-		t.Fatalf("first event %+v, want a's acquisition of w/1 at epoch %d", ev, e1)
+	e := storetesting.MustAcquire(t, s, "job", "a", time.Minute, time.Second)
+	if ev := storetesting.NextEvent(t, ch); ev != (store.Event{Kind: store.Acquired, Key: "job", Owner: "a", Epoch: e}) {
+		t.Fatalf("event %+v, want a's acquisition", ev)
 	}
-	// Renewals (a rebind, a keep-alive, a new running flag), keys outside
-	// the prefix and revocations are not events.
-	for _, running := range []bool{true, true, false} {
-		renew(t, s, "a", time.Minute, store.RenewItem{Key: "w/1", Epoch: e1, Running: running})
-	}
-	mustAcquire(t, s, "x/1", "a", time.Minute, time.Second)
-	e2 := mustAcquire(t, s, "w/2", "b", time.Minute, time.Second)
-	if ok, err := s.Revoke(testCtx(t), "w/2"); err != nil || !ok {
-		t.Fatalf("Revoke(w/2) = %t, %v", ok, err)
-	}
-	if err := s.Release(testCtx(t), "a", []store.Term{{Key: "w/1", Epoch: e1}}); err != nil {
-		t.Fatal(err)
-	}
-	e3 := mustAcquire(t, s, "w/1", "c", time.Minute, time.Second)
-	want := []store.Event{
-		{Kind: store.Acquired, Key: "w/2", Owner: "b", Epoch: e2},
-		{Kind: store.Released, Key: "w/1", Owner: "a", Epoch: e1},
-		{Kind: store.Acquired, Key: "w/1", Owner: "c", Epoch: e3},
-	}
-	for i, w := range want {
-		if ev := nextEvent(t, ch); ev != w {
-			t.Fatalf("event %d: %+v, want %+v", i+1, ev, w)
-		}
+	if ok, err := s.Revoke(storetesting.Context(t), "job"); err != nil || !ok {
+		t.Fatalf("Revoke = %t, %v", ok, err)
 	}
 	select {
 	case ev := <-ch:
-		t.Fatalf("unexpected event %+v", ev)
+		t.Fatalf("unexpected event %+v after a revocation", ev)
 	case <-time.After(300 * time.Millisecond):
-	}
-}
-
-func TestWatchChannelsCloseWhenTheStoreCloses(t *testing.T) {
-	s := newTestStore(t)
-	var chans []<-chan store.Event
-	for range 3 {
-		ch, err := s.Watch(testCtx(t), "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		chans = append(chans, ch)
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	for i, ch := range chans {
-		select {
-		case _, ok := <-ch:
-			if ok {
-				t.Fatalf("watch %d delivered an event after Close", i)
-			}
-		default:
-			t.Fatalf("watch %d is still open after Close returned", i)
-		}
 	}
 }

@@ -2,8 +2,6 @@ package redis
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"net"
 	"os"
 	"os/exec"
@@ -14,66 +12,57 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/tenure-dev/tenure/internal/storetesting"
 	"github.com/tenure-dev/tenure/internal/testenv"
 )
 
-// randomNamespace returns a namespace no other test uses.
-func randomNamespace(t testing.TB) string {
-	t.Helper()
-	b := make([]byte, 8)
-	if _, err := rand.Read(b); err != nil {
-		t.Fatal(err)
-	}
-	return "t_" + hex.EncodeToString(b)
-}
+func randomNamespace() string { return storetesting.UniqueName("t_") }
 
 // newTestStore opens a store on the shared test Redis in a fresh namespace,
 // deleting the namespace's keys when the test ends.
 func newTestStore(t testing.TB) *Store {
 	t.Helper()
 	url := testenv.Redis.URL(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	s, err := Open(ctx, url, Options{Namespace: randomNamespace(t)})
-	if err != nil {
-		testenv.Unavailable(t, "Redis: "+err.Error())
-	}
-	t.Cleanup(func() {
-		if err := s.Close(); err != nil {
-			t.Errorf("closing store: %v", err)
-		}
-		dropNamespace(t, url, s)
-	})
-	return s
+	ns := randomNamespace()
+	return storetesting.Open(t, func(ctx context.Context) (*Store, error) {
+		return Open(ctx, url, Options{Namespace: ns})
+	}, func(ctx context.Context, s *Store) error { return dropNamespace(ctx, url, s) })
 }
 
-// dropNamespace deletes a store's keys through a client of its own, since
-// the test may have closed the store.
-func dropNamespace(t testing.TB, url string, s *Store) {
-	t.Helper()
+// dropNamespace deletes a store's keys, through a client of its own when
+// the test closed the store.
+func dropNamespace(ctx context.Context, url string, s *Store) error {
+	if !s.isClosed() {
+		return s.client.Del(ctx, s.keys...).Err()
+	}
 	o, err := goredis.ParseURL(url)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	c := goredis.NewClient(o)
 	defer c.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := c.Del(ctx, s.keys...).Err(); err != nil {
-		t.Errorf("dropping namespace %s: %v", s.namespace, err)
+	return c.Del(ctx, s.keys...).Err()
+}
+
+// openURL opens and closes a store on rawURL, for the tests of Open's
+// errors.
+func openURL(ctx context.Context, rawURL string) error {
+	s, err := Open(ctx, rawURL, Options{})
+	if err == nil {
+		s.Close()
 	}
+	return err
 }
 
 // freePort returns a TCP port on 127.0.0.1 with nothing listening.
 func freePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	_, port, _ := net.SplitHostPort(storetesting.ClosedAddr(t))
+	n, err := strconv.Atoi(port)
 	if err != nil {
 		t.Fatal(err)
 	}
-	port := l.Addr().(*net.TCPAddr).Port
-	l.Close()
-	return port
+	return n
 }
 
 // redisServer is a redis-server process owned by one test, never the

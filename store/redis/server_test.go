@@ -2,14 +2,13 @@ package redis
 
 import (
 	"context"
-	"errors"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/tenure-dev/tenure/internal/storetesting"
 	"github.com/tenure-dev/tenure/store"
 	"github.com/tenure-dev/tenure/store/storetest"
 )
@@ -24,11 +23,11 @@ func TestEpochsKeepRisingAfterARestartThatLostAllData(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	ctx := testCtx(t)
+	ctx := storetesting.Context(t)
 
 	var last int64
 	for i := range 5 {
-		e := mustAcquire(t, s, "nightly-report", "worker-1", time.Minute, time.Minute)
+		e := storetesting.MustAcquire(t, s, "nightly-report", "worker-1", time.Minute, time.Minute)
 		if e <= last {
 			t.Fatalf("acquisition %d: epoch %d not above %d", i, e, last)
 		}
@@ -42,7 +41,7 @@ func TestEpochsKeepRisingAfterARestartThatLostAllData(t *testing.T) {
 
 	// The same Store and client carry on: go-redis reconnects, and EVALSHA
 	// falls back to EVAL for the emptied script cache.
-	next := mustAcquire(t, s, "nightly-report", "worker-2", time.Minute, time.Minute)
+	next := storetesting.MustAcquire(t, s, "nightly-report", "worker-2", time.Minute, time.Minute)
 	if next <= last {
 		t.Fatalf("first epoch after the data loss is %d, not above %d from before it: a stale holder could write again", next, last)
 	}
@@ -59,48 +58,34 @@ func TestWatchChannelClosesWhenTheServerGoesAway(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	events, err := s.Watch(testCtx(t), "")
+	events, err := s.Watch(storetesting.Context(t), "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv.stop()
 	// A closed channel tells the engine to poll and watch again; events
 	// published while nobody listened are gone.
-	waitClosed(t, events)
+	storetesting.WaitClosed(t, events)
 }
 
 func TestOpenErrorsNeverShowThePassword(t *testing.T) {
 	const password = "hunter2-s3cret"
-	port := strconv.Itoa(freePort(t)) // nothing listens there
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	for _, tc := range []struct {
-		url  string
-		want error
-	}{
-		{"redis://app:" + password + "@127.0.0.1:" + port + "/0?dial_timeout=200ms&max_retries=-1", nil},
-		{"rediss://:" + password + "@127.0.0.1:" + port + "/0?dial_timeout=200ms&max_retries=-1", nil},
-		{"redis://app:" + password + "@127.0.0.1:" + port + "/0?no_such_option=1", store.ErrInvalidURL},
-		{"redis://app:" + password + "@127.0.0.1:" + port + "/notadb", store.ErrInvalidURL},
-		{"http://app:" + password + "@127.0.0.1:" + port, store.ErrInvalidURL},
-		{"redis://app:" + password + "@127.0.0.1:%zz", store.ErrInvalidURL},
-	} {
-		s, err := Open(ctx, tc.url, Options{})
-		if err == nil {
-			s.Close()
-			t.Errorf("Open(%s) succeeded against a closed port", store.RedactURL(tc.url))
-			continue
-		}
-		if strings.Contains(err.Error(), password) || strings.Contains(strings.ToLower(err.Error()), "hunter2") {
-			t.Errorf("Open error shows the password: %v", err)
-		}
-		if tc.want != nil && !errors.Is(err, tc.want) {
-			t.Errorf("Open(%s) = %v, want %v", store.RedactURL(tc.url), err, tc.want)
-		}
-		if tc.want == nil && !strings.Contains(err.Error(), "127.0.0.1:"+port) {
-			t.Errorf("Open error %q does not say which server failed", err)
+	addr := storetesting.ClosedAddr(t)
+	errs := storetest.CheckOpenRefuses(t, openURL, map[string]string{
+		"closed port":      "redis://app:" + password + "@" + addr + "/0?dial_timeout=200ms&max_retries=-1",
+		"closed port, TLS": "rediss://:" + password + "@" + addr + "/0?dial_timeout=200ms&max_retries=-1",
+	}, nil, password, "hunter2")
+	for name, err := range errs {
+		if err != nil && !strings.Contains(err.Error(), addr) {
+			t.Errorf("%s: the error does not say which server failed: %v", name, err)
 		}
 	}
+	storetest.CheckOpenRefuses(t, openURL, map[string]string{
+		"unknown option": "redis://app:" + password + "@" + addr + "/0?no_such_option=1",
+		"bad database":   "redis://app:" + password + "@" + addr + "/notadb",
+		"other scheme":   "http://app:" + password + "@" + addr,
+		"bad port":       "redis://app:" + password + "@127.0.0.1:%zz",
+	}, store.ErrInvalidURL, password, "hunter2")
 }
 
 func TestCloseLeavesAGivenClientOpen(t *testing.T) {
@@ -113,7 +98,7 @@ func TestCloseLeavesAGivenClientOpen(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Ping(testCtx(t)).Err(); err != nil {
+	if err := c.Ping(storetesting.Context(t)).Err(); err != nil {
 		t.Fatalf("the caller's client stopped working after Store.Close: %v", err)
 	}
 }
@@ -133,7 +118,7 @@ func startCluster(t *testing.T) *goredis.ClusterClient {
 	t.Helper()
 	srv := startRedis(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
 	node := srv.client()
-	ctx := testCtx(t)
+	ctx := storetesting.Context(t)
 	slots := make([]int, 16384)
 	for i := range slots {
 		slots[i] = i
@@ -165,7 +150,7 @@ func TestConformanceOnCluster(t *testing.T) {
 	c := startCluster(t)
 	storetest.Run(t, storetest.Harness{
 		New: func(t *testing.T) store.Store {
-			s, err := New(c, Options{Namespace: randomNamespace(t)})
+			s, err := New(c, Options{Namespace: randomNamespace()})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -175,7 +160,7 @@ func TestConformanceOnCluster(t *testing.T) {
 		Advance: storetest.Sleep,
 		Unit:    200 * time.Millisecond,
 		LockKey: func(t *testing.T, s store.Store, _ string) func() {
-			ctx := testCtx(t)
+			ctx := storetesting.Context(t)
 			// The pause's own timeout frees the node should the test die.
 			if err := c.Do(ctx, "CLIENT", "PAUSE", "30000", "WRITE").Err(); err != nil {
 				t.Fatalf("CLIENT PAUSE: %v", err)

@@ -8,98 +8,44 @@ import (
 	"time"
 
 	"github.com/tenure-dev/tenure/store"
+	"github.com/tenure-dev/tenure/store/storetest"
 )
 
-const benchOwner = "bench-owner"
+// Run with: go test -run '^$' -bench . -benchtime 5x ./store/sqlite/
 
-// seed inserts n live terms of benchOwner (keys key-00000…, epoch 1) in one
-// transaction — far faster than n acquisitions, each of which commits.
-func seed(b *testing.B, s *Store, n int) []store.RenewItem {
-	b.Helper()
-	ctx := context.Background()
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	stmt, err := tx.PrepareContext(ctx, `INSERT INTO `+s.table+
-		` (key, owner, epoch, expires_at, released, running, updated_at) VALUES (?, ?, 1, `+nowUS+` + 3600000000, 0, 1, `+nowUS+`)`)
-	if err != nil {
-		b.Fatal(err)
-	}
-	items := make([]store.RenewItem, n)
-	for i := range items {
-		items[i] = store.RenewItem{Key: fmt.Sprintf("key-%05d", i), Epoch: 1, Running: true}
-		if _, err := stmt.ExecContext(ctx, items[i].Key, benchOwner); err != nil {
-			b.Fatal(err)
-		}
-	}
-	stmt.Close()
-	if err := tx.Commit(); err != nil {
-		b.Fatal(err)
-	}
-	return items
-}
-
-func BenchmarkRenew(b *testing.B) {
-	for _, n := range []int{1000, 10000} {
-		b.Run(fmt.Sprintf("keys=%d/store-batched", n), func(b *testing.B) {
-			s := openTemp(b, Options{})
-			items := seed(b, s, n)
-			ctx := context.Background()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				ok, err := s.Renew(ctx, benchOwner, time.Hour, items)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if !ok[0] || !ok[n-1] {
-					b.Fatal("a seeded term was not renewed")
-				}
-			}
-			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/key")
-		})
-
+var bench = storetest.BenchHarness{
+	New:  func(b *testing.B) store.Store { return openTemp(b, Options{}) },
+	Fill: fillHeld,
+	Renewals: map[string]func(*testing.B, store.Store, string, []store.RenewItem) func(context.Context) error{
 		// The reference design: one UPDATE per key, here at least inside one
 		// transaction so that it pays for one commit, not n.
-		b.Run(fmt.Sprintf("keys=%d/naive-per-key", n), func(b *testing.B) {
-			s := openTemp(b, Options{})
-			items := seed(b, s, n)
-			ctx := context.Background()
+		"naive": func(_ *testing.B, st store.Store, owner string, items []store.RenewItem) func(context.Context) error {
+			s := st.(*Store)
 			query := `UPDATE ` + s.table + ` SET expires_at = ` + nowUS + ` + ?, running = ?, updated_at = ` + nowUS + `
 WHERE key = ? AND epoch = ? AND owner = ? AND released = 0 AND expires_at > ` + nowUS
 			ttl := time.Hour.Microseconds()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
+			return func(ctx context.Context) error {
 				tx, err := s.db.BeginTx(ctx, nil)
 				if err != nil {
-					b.Fatal(err)
+					return err
 				}
-				renewed := 0
+				defer tx.Rollback() //nolint:errcheck // a no-op after Commit
 				for _, it := range items {
-					res, err := tx.ExecContext(ctx, query, ttl, boolInt(it.Running), it.Key, it.Epoch, benchOwner)
+					res, err := tx.ExecContext(ctx, query, ttl, boolInt(it.Running), it.Key, it.Epoch, owner)
 					if err != nil {
-						b.Fatal(err)
+						return err
 					}
-					if k, _ := res.RowsAffected(); k == 1 {
-						renewed++
+					if k, _ := res.RowsAffected(); k != 1 {
+						return fmt.Errorf("%s was not renewed", it.Key)
 					}
 				}
-				if err := tx.Commit(); err != nil {
-					b.Fatal(err)
-				}
-				if renewed != n {
-					b.Fatalf("renewed %d of %d", renewed, n)
-				}
+				return tx.Commit()
 			}
-			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/key")
-		})
-
+		},
 		// The batched statement alone, its JSON argument built outside the
-		// timer and no results mapped back: the floor for store-batched.
-		b.Run(fmt.Sprintf("keys=%d/raw-batched-sql", n), func(b *testing.B) {
-			s := openTemp(b, Options{})
-			items := seed(b, s, n)
-			ctx := context.Background()
+		// timer and no results mapped back: the floor for "store".
+		"raw-batched-sql": func(b *testing.B, st store.Store, owner string, items []store.RenewItem) func(context.Context) error {
+			s := st.(*Store)
 			triples := make([][3]any, len(items))
 			for i, it := range items {
 				triples[i] = [3]any{it.Key, it.Epoch, 1}
@@ -114,52 +60,49 @@ FROM json_each(?3) AS j
 WHERE ` + t + `.key = j.value ->> 0 AND ` + t + `.epoch = j.value ->> 1 AND ` + t + `.owner = ?1
 	AND ` + t + `.released = 0 AND ` + t + `.expires_at > ` + nowUS
 			ttl := time.Hour.Microseconds()
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				res, err := s.db.ExecContext(ctx, query, benchOwner, ttl, string(arg))
+			return func(ctx context.Context) error {
+				res, err := s.db.ExecContext(ctx, query, owner, ttl, string(arg))
 				if err != nil {
-					b.Fatal(err)
+					return err
 				}
-				if k, _ := res.RowsAffected(); k != int64(n) {
-					b.Fatalf("renewed %d of %d", k, n)
+				if k, _ := res.RowsAffected(); k != int64(len(items)) {
+					return fmt.Errorf("renewed %d of %d", k, len(items))
 				}
+				return nil
 			}
-			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/key")
-		})
-	}
+		},
+	},
 }
 
-func BenchmarkAcquire(b *testing.B) {
-	s := openTemp(b, Options{})
+// fillHeld inserts n live terms of owner (epoch 1) in one transaction — far
+// faster than n acquisitions, each of which commits.
+func fillHeld(b *testing.B, st store.Store, owner string, n int) []store.RenewItem {
+	b.Helper()
+	s := st.(*Store)
 	ctx := context.Background()
-	keys := make([]string, b.N)
-	for i := range keys {
-		keys[i] = fmt.Sprintf("fresh-%d", i)
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		b.Fatal(err)
 	}
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		res, err := s.Acquire(ctx, store.AcquireRequest{Key: keys[i], Owner: benchOwner, TTL: time.Minute, Grace: time.Second})
-		if err != nil {
+	stmt, err := tx.PrepareContext(ctx, `INSERT INTO `+s.table+
+		` (key, owner, epoch, expires_at, released, running, updated_at) VALUES (?, ?, 1, `+nowUS+` + 3600000000, 0, 1, `+nowUS+`)`)
+	if err != nil {
+		b.Fatal(err)
+	}
+	items := make([]store.RenewItem, n)
+	for i := range items {
+		items[i] = store.RenewItem{Key: fmt.Sprintf("bench/%06d", i+1), Epoch: 1, Running: true}
+		if _, err := stmt.ExecContext(ctx, items[i].Key, owner); err != nil {
 			b.Fatal(err)
 		}
-		if !res.Acquired {
-			b.Fatal("a fresh key was refused")
-		}
 	}
+	stmt.Close()
+	if err := tx.Commit(); err != nil {
+		b.Fatal(err)
+	}
+	return items
 }
 
-func BenchmarkList10000(b *testing.B) {
-	s := openTemp(b, Options{})
-	seed(b, s, 10000)
-	ctx := context.Background()
-	b.ResetTimer()
-	for i := 0; i < b.N; i++ {
-		ls, err := s.List(ctx, "")
-		if err != nil {
-			b.Fatal(err)
-		}
-		if len(ls) != 10000 {
-			b.Fatalf("listed %d", len(ls))
-		}
-	}
-}
+func BenchmarkRenew(b *testing.B)     { storetest.BenchRenew(b, bench) }
+func BenchmarkAcquire(b *testing.B)   { storetest.BenchAcquire(b, bench) }
+func BenchmarkList10000(b *testing.B) { storetest.BenchList(b, bench, 10000) }

@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/tenure-dev/tenure/internal/storetesting"
 	"github.com/tenure-dev/tenure/store"
 )
 
@@ -50,259 +51,12 @@ func acquire(t testing.TB, s *Store, key, owner string, ttl, grace time.Duration
 
 func mustAcquire(t testing.TB, s *Store, key, owner string) int64 {
 	t.Helper()
-	res := acquire(t, s, key, owner, time.Minute, time.Second)
-	if !res.Acquired {
-		t.Fatalf("Acquire(%q, %q) refused; holder %+v", key, owner, res.Holder)
-	}
-	return res.Epoch
+	return storetesting.MustAcquire(t, s, key, owner, time.Minute, time.Second)
 }
 
-func TestRefusedAcquireReportsTheHolder(t *testing.T) {
-	s := openTemp(t, Options{})
-	if e := mustAcquire(t, s, "job", "a"); e != 1 {
-		t.Fatalf("first epoch = %d, want 1", e)
-	}
-	res := acquire(t, s, "job", "b", time.Minute, time.Second)
-	if res.Acquired {
-		t.Fatal("b acquired a key a holds")
-	}
-	h := res.Holder
-	if h.Key != "job" || h.Owner != "a" || h.Epoch != 1 || !h.Live || h.Released || !h.Running {
-		t.Fatalf("holder = %+v", h)
-	}
-	if h.TimeLeft <= 50*time.Second || h.TimeLeft > time.Minute {
-		t.Fatalf("holder time left = %v, want about 1m", h.TimeLeft)
-	}
-}
-
-func TestReleasedKeyCanBeTakenAtOnceWithAHigherEpoch(t *testing.T) {
-	s := openTemp(t, Options{})
-	e1 := mustAcquire(t, s, "job", "a")
-	if err := s.Release(context.Background(), "a", []store.Term{{Key: "job", Epoch: e1}}); err != nil {
-		t.Fatal(err)
-	}
-	ls, err := s.List(context.Background(), "job")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(ls) != 1 || !ls[0].Released || ls[0].Live || ls[0].Owner != "a" || ls[0].Epoch != e1 || ls[0].TimeLeft > 0 {
-		t.Fatalf("after release: %+v", ls)
-	}
-	res := acquire(t, s, "job", "b", time.Minute, time.Hour)
-	if !res.Acquired || res.Epoch <= e1 {
-		t.Fatalf("after release: %+v, want acquired with epoch > %d", res, e1)
-	}
-}
-
-func TestExpiredKeyIsBlockedUntilGraceHasPassed(t *testing.T) {
-	s := openTemp(t, Options{})
-	acquire(t, s, "job", "a", 50*time.Millisecond, 0)
-	time.Sleep(80 * time.Millisecond)
-	res := acquire(t, s, "job", "b", time.Minute, time.Second)
-	if res.Acquired {
-		t.Fatal("b acquired inside a's grace")
-	}
-	if res.Holder.Live || res.Holder.Owner != "a" || res.Holder.TimeLeft >= 0 {
-		t.Fatalf("holder = %+v, want a's expired term", res.Holder)
-	}
-	res = acquire(t, s, "job", "b", time.Minute, 20*time.Millisecond)
-	if !res.Acquired || res.Epoch != 2 {
-		t.Fatalf("after grace: %+v, want acquired at epoch 2", res)
-	}
-}
-
-func TestOwnerReacquiringItsLiveKeyStartsANewTerm(t *testing.T) {
-	s := openTemp(t, Options{})
-	e1 := mustAcquire(t, s, "job", "a")
-	e2 := mustAcquire(t, s, "job", "a")
-	if e2 <= e1 {
-		t.Fatalf("epochs %d then %d", e1, e2)
-	}
-	ok, err := s.Renew(context.Background(), "a", time.Minute, []store.RenewItem{{Key: "job", Epoch: e1}, {Key: "job", Epoch: e2}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ok[0] || !ok[1] {
-		t.Fatalf("renew old and new term = %v, want [false true]", ok)
-	}
-}
-
-func TestRenewAnswersEveryItemInInputOrder(t *testing.T) {
-	s := openTemp(t, Options{})
-	ctx := context.Background()
-	ea := mustAcquire(t, s, "a", "me")
-	eb := mustAcquire(t, s, "b", "me")
-	mustAcquire(t, s, "peer", "other")
-	er := mustAcquire(t, s, "released", "me")
-	if err := s.Release(ctx, "me", []store.Term{{Key: "released", Epoch: er}}); err != nil {
-		t.Fatal(err)
-	}
-	items := []store.RenewItem{
-		{Key: "b", Epoch: eb, Running: false},
-		{Key: "missing", Epoch: 1},
-		{Key: "a", Epoch: ea + 1}, // a newer epoch than the store has
-		{Key: "peer", Epoch: 1},
-		{Key: "released", Epoch: er},
-		{Key: "a", Epoch: ea, Running: false},
-		{Key: "b", Epoch: eb, Running: true}, // duplicate: same answer, last state wins
-		{Key: "a", Epoch: ea, Running: true},
-	}
-	got, err := s.Renew(ctx, "me", 30*time.Second, items)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []bool{true, false, false, false, false, true, true, true}
-	if len(got) != len(want) {
-		t.Fatalf("got %d answers for %d items", len(got), len(items))
-	}
-	for i := range want {
-		if got[i] != want[i] {
-			t.Fatalf("Renew = %v, want %v", got, want)
-		}
-	}
-	ls, err := s.List(ctx, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, l := range ls {
-		switch l.Key {
-		case "a", "b":
-			if !l.Running || l.TimeLeft > 30*time.Second || l.TimeLeft < 25*time.Second {
-				t.Errorf("%s after renew: %+v, want running with about 30s left", l.Key, l)
-			}
-		case "peer":
-			if l.Owner != "other" || l.TimeLeft < 50*time.Second {
-				t.Errorf("peer's lease changed: %+v", l)
-			}
-		}
-	}
-}
-
-func TestExpiredTermCannotBeRenewed(t *testing.T) {
-	s := openTemp(t, Options{})
-	res := acquire(t, s, "job", "a", 20*time.Millisecond, time.Hour)
-	time.Sleep(40 * time.Millisecond)
-	ok, err := s.Renew(context.Background(), "a", time.Minute, []store.RenewItem{{Key: "job", Epoch: res.Epoch}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ok[0] {
-		t.Fatal("an expired term was renewed")
-	}
-}
-
-func TestReleasingAnOldTermChangesNothing(t *testing.T) {
-	s := openTemp(t, Options{})
-	ctx := context.Background()
-	e1 := mustAcquire(t, s, "job", "a")
-	e2 := mustAcquire(t, s, "job", "a")
-	if err := s.Release(ctx, "a", []store.Term{{Key: "job", Epoch: e1}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Release(ctx, "b", []store.Term{{Key: "job", Epoch: e2}}); err != nil {
-		t.Fatal(err)
-	}
-	ls, _ := s.List(ctx, "job")
-	if len(ls) != 1 || !ls[0].Live || ls[0].Epoch != e2 {
-		t.Fatalf("after stale releases: %+v", ls)
-	}
-}
-
-func TestListMatchesPrefixesByteForByte(t *testing.T) {
-	s := openTemp(t, Options{})
-	keys := []string{"a_b", "a%c", "aXb", "A_b", "a_", "a", "a_b ", "é", "éa", "e", "a\u00ff", "b"}
-	for _, k := range keys {
-		mustAcquire(t, s, k, "o")
-	}
-	cases := map[string][]string{
-		"a_":      {"a_", "a_b", "a_b "},
-		"a%":      {"a%c"},
-		"A":       {"A_b"},
-		"é":       {"é", "éa"},
-		"a\u00ff": {"a\u00ff"},
-		"zz":      nil,
-		"":        {"A_b", "a", "a%c", "aXb", "a_", "a_b", "a_b ", "a\u00ff", "b", "e", "é", "éa"},
-	}
-	for prefix, want := range cases {
-		ls, err := s.List(context.Background(), prefix)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var got []string
-		for _, l := range ls {
-			got = append(got, l.Key)
-		}
-		if strings.Join(got, "|") != strings.Join(want, "|") {
-			t.Errorf("List(%q) = %q, want %q", prefix, got, want)
-		}
-	}
-}
-
-func TestRevokeFencesTheHolderAndKeepsPeersOutUntilItsExpiry(t *testing.T) {
-	s := openTemp(t, Options{})
-	ctx := context.Background()
-	const ttl = 200 * time.Millisecond
-	e1 := acquire(t, s, "job", "a", ttl, 0).Epoch
-	revoked, err := s.Revoke(ctx, "job")
-	if err != nil || !revoked {
-		t.Fatalf("Revoke = %v, %v", revoked, err)
-	}
-	ok, err := s.Renew(ctx, "a", time.Minute, []store.RenewItem{{Key: "job", Epoch: e1}})
-	if err != nil || ok[0] {
-		t.Fatalf("holder's renewal after revoke = %v, %v; want refused", ok, err)
-	}
-	// Even with no grace, a peer waits for the revoked term's own expiry:
-	// the holder may not have heard of the revocation yet.
-	res := acquire(t, s, "job", "b", time.Minute, 0)
-	if res.Acquired || res.Holder.Owner != "" || res.Holder.Epoch != e1+1 || res.Holder.Live || res.Holder.TimeLeft <= 0 {
-		t.Fatalf("peer right after revoke: %+v; want blocked by the unowned, unexpired epoch %d", res, e1+1)
-	}
-	if again, err := s.Revoke(ctx, "job"); err != nil || again {
-		t.Fatalf("second Revoke = %v, %v; want false: no live term left", again, err)
-	}
-	time.Sleep(ttl + 20*time.Millisecond)
-	if res := acquire(t, s, "job", "b", time.Minute, 0); !res.Acquired || res.Epoch != e1+2 {
-		t.Fatalf("peer after the expiry: %+v, want epoch %d", res, e1+2)
-	}
-	if revoked, err := s.Revoke(ctx, "nothing-here"); err != nil || revoked {
-		t.Fatalf("Revoke of a missing key = %v, %v", revoked, err)
-	}
-}
-
-func TestCancelledContextIsNeverARenewal(t *testing.T) {
-	s := openTemp(t, Options{})
-	e := mustAcquire(t, s, "job", "a")
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	ok, err := s.Renew(ctx, "a", time.Minute, []store.RenewItem{{Key: "job", Epoch: e}})
-	if err == nil || !errors.Is(err, context.Canceled) {
-		t.Fatalf("Renew with a cancelled ctx = %v, %v; want context.Canceled", ok, err)
-	}
-	if _, err := s.Acquire(ctx, store.AcquireRequest{Key: "k", Owner: "a", TTL: time.Second}); err == nil {
-		t.Fatal("Acquire with a cancelled ctx succeeded")
-	}
-}
-
-// A writer in another connection holds the database lock; a call waiting
-// behind it must give up when its context does, not after the busy timeout.
-func TestWaitForTheWriteLockEndsWithTheContext(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "leases.db")
-	s := openAt(t, path, Options{BusyTimeout: 10 * time.Second})
-	other := openAt(t, path, Options{})
-	e := mustAcquire(t, s, "job", "a")
-
-	unlock := lockDatabase(t, other)
-	defer unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Millisecond)
-	defer cancel()
-	start := time.Now()
-	_, err := s.Renew(ctx, "a", time.Minute, []store.RenewItem{{Key: "job", Epoch: e}})
-	if err == nil {
-		t.Fatal("renewed while another connection held the write lock")
-	}
-	if took := time.Since(start); took > 2*time.Second {
-		t.Fatalf("Renew returned after %v; the context ended after 150ms", took)
-	}
+// The Renew documentation promises it.
+func TestTheLastRunningStateOfARepeatedTermIsRecorded(t *testing.T) {
+	storetesting.CheckTheLastRunningStateOfARepeatedTermWins(t, openTemp(t, Options{}))
 }
 
 // lockDatabase holds SQLite's write lock (BEGIN IMMEDIATE) until unlock.
@@ -350,12 +104,13 @@ func TestDatabaseRunsInWALMode(t *testing.T) {
 
 func TestTableNameIsValidated(t *testing.T) {
 	dir := t.TempDir()
-	for _, bad := range []string{"leases; DROP TABLE x", "1leases", "my-leases", `"q"`, strings.Repeat("x", 64)} {
-		_, err := Open(context.Background(), filepath.Join(dir, "x.db"), Options{Table: bad})
-		if !errors.Is(err, store.ErrInvalidName) {
-			t.Errorf("Open with table %q: %v, want ErrInvalidName", bad, err)
+	storetesting.CheckBadNamesAreRefused(t, func(name string) error {
+		s, err := Open(context.Background(), filepath.Join(dir, "x.db"), Options{Table: name})
+		if err == nil {
+			s.Close()
 		}
-	}
+		return err
+	})
 	s := openAt(t, filepath.Join(dir, "x.db"), Options{Table: "Custom_Leases2"})
 	mustAcquire(t, s, "job", "a")
 	var n int
@@ -401,30 +156,6 @@ func TestOpenCreatesAPrivateParentDirectory(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(dir, "what?#%.db")); err != nil {
 		t.Fatalf("the database file was not created under its exact name: %v", err)
-	}
-}
-
-func TestClosedStoreReportsErrClosed(t *testing.T) {
-	s, err := Open(context.Background(), filepath.Join(t.TempDir(), "x.db"), Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Close(); err != nil {
-		t.Fatalf("second Close: %v", err)
-	}
-	ctx := context.Background()
-	_, err1 := s.Acquire(ctx, store.AcquireRequest{Key: "k", Owner: "o", TTL: time.Second})
-	_, err2 := s.Renew(ctx, "o", time.Second, []store.RenewItem{{Key: "k", Epoch: 1}})
-	err3 := s.Release(ctx, "o", []store.Term{{Key: "k", Epoch: 1}})
-	_, err4 := s.List(ctx, "")
-	_, err5 := s.Watch(ctx, "")
-	for i, err := range []error{err1, err2, err3, err4, err5} {
-		if !errors.Is(err, store.ErrClosed) {
-			t.Errorf("call %d after Close: %v, want ErrClosed", i+1, err)
-		}
 	}
 }
 
