@@ -30,11 +30,10 @@ func CheckBadNamesAreRefused(t *testing.T, use func(name string) error) {
 	}
 }
 
-// CheckFirstCallsRaceToCreateOneTable makes the first calls of several
-// stores on one table that does not exist yet at the same time, four calls
-// each, and checks that every call works and every record lands in the one
-// table: concurrent creation of a table must never fail a caller.
-func CheckFirstCallsRaceToCreateOneTable(t *testing.T, stores ...store.Store) {
+// checkFirstCallsRace makes the first calls of several stores on one table
+// at the same time, four calls each, and checks that every call works and
+// every record lands in the one table.
+func checkFirstCallsRace(t *testing.T, stores []store.Store) {
 	t.Helper()
 	var wg sync.WaitGroup
 	errs := make(chan error, 4*len(stores))
@@ -59,26 +58,6 @@ func CheckFirstCallsRaceToCreateOneTable(t *testing.T, stores ...store.Store) {
 	if n := len(List(t, stores[0], "")); n != 4*len(stores) {
 		t.Fatalf("%d leases in the table, want %d", n, 4*len(stores))
 	}
-}
-
-// CheckMigrateCreatesTheTable takes a store opened without creating its
-// table on first use, on a table that does not exist: calls fail until
-// Migrate, which may run twice, creates it.
-func CheckMigrateCreatesTheTable(t *testing.T, s interface {
-	store.Store
-	store.Migrator
-}) {
-	t.Helper()
-	if _, err := s.List(Context(t), ""); err == nil {
-		t.Fatal("List worked without a table")
-	}
-	if err := s.Migrate(Context(t)); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Migrate(Context(t)); err != nil {
-		t.Fatalf("second Migrate: %v", err)
-	}
-	MustAcquire(t, s, "job", "a", time.Minute, time.Second)
 }
 
 // CheckTheLastRunningStateOfARepeatedTermWins renews a batch that names

@@ -11,6 +11,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"net"
+	"net/url"
 	"testing"
 	"time"
 
@@ -74,6 +75,23 @@ func ClosedAddr(t testing.TB) string {
 	addr := ln.Addr().String()
 	ln.Close()
 	return addr
+}
+
+// WithPassword parses raw, a test server's URL, and gives its user (or
+// fallbackUser when it names none) password, for tests of wrong or leaked
+// credentials.
+func WithPassword(t testing.TB, raw, fallbackUser, password string) *url.URL {
+	t.Helper()
+	u, err := url.Parse(raw)
+	if err != nil {
+		t.Fatal(err)
+	}
+	user := fallbackUser
+	if u.User != nil && u.User.Username() != "" {
+		user = u.User.Username()
+	}
+	u.User = url.UserPassword(user, password)
+	return u
 }
 
 // MustAcquire starts a term of key for owner, recorded as running, and

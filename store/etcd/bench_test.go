@@ -24,7 +24,7 @@ var bench = storetest.BenchHarness{
 	// Terms outlive a sub-benchmark; leases left behind by a crashed run
 	// expire soon after.
 	TTL: 2 * time.Minute,
-	Renewals: map[string]func(*testing.B, store.Store, string, []store.RenewItem) func(context.Context) error{
+	Renewals: map[string]storetest.Renewal{
 		// Store.Renew when the batch changed: the read, two grants and a
 		// write per key moving it onto the new leases.
 		"store-rebind": func(_ *testing.B, st store.Store, owner string, items []store.RenewItem) func(context.Context) error {

@@ -39,7 +39,13 @@ func newTestStoreWith(t testing.TB, opts Options) *Store {
 // testClient returns a client of the test etcd, closed when the test ends.
 func testClient(t testing.TB) *clientv3.Client {
 	t.Helper()
-	cfg, _, err := parseURL(testenv.Etcd.URL(t))
+	return clientOf(t, testenv.Etcd.URL(t))
+}
+
+// clientOf returns a client of the etcd at url, closed when the test ends.
+func clientOf(t testing.TB, url string) *clientv3.Client {
+	t.Helper()
+	cfg, _, err := parseURL(url)
 	if err != nil {
 		t.Fatal(err)
 	}

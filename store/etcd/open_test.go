@@ -13,9 +13,6 @@ import (
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
-
 	"github.com/tenure-dev/tenure/internal/storetesting"
 	"github.com/tenure-dev/tenure/internal/testenv"
 	"github.com/tenure-dev/tenure/store"
@@ -202,16 +199,7 @@ func startEtcd(t *testing.T) *etcdServer {
 // enableAuth creates root with the given password and turns auth on.
 func (e *etcdServer) enableAuth(t *testing.T, password string) {
 	t.Helper()
-	cfg, _, err := parseURL(e.url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Logger = zap.NewNop()
-	c, err := clientv3.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := clientOf(t, e.url)
 	ctx := storetesting.Context(t)
 	for _, step := range []func() error{
 		func() error { _, err := c.UserAdd(ctx, "root", password); return err },

@@ -7,23 +7,7 @@ import (
 
 	"github.com/tenure-dev/tenure/internal/storetesting"
 	"github.com/tenure-dev/tenure/store"
-	"github.com/tenure-dev/tenure/store/storetest"
 )
-
-func TestWatch(t *testing.T) {
-	storetest.RunWatchTests(t, storetest.WatchHarness{
-		New: func(t *testing.T) store.Store { return newTestStore(t) },
-		// A client of its own on the namespace, as another process has.
-		Peer: func(t *testing.T, s store.Store) store.Store {
-			peer, err := New(testClient(t), Options{Prefix: s.(*Store).prefix})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { peer.Close() })
-			return peer
-		},
-	})
-}
 
 // A revocation moves the record to a new epoch owned by nobody: no term
 // starts, so a watch hears nothing.

@@ -21,7 +21,7 @@ const (
 // key of a batch, so the other rows are stamped before the wait and the
 // locked one after it.
 func TestRenewalBlockedBehindARowLockStampsExpiryAfterTheWait(t *testing.T) {
-	s := newTestStore(t)
+	s := tables.New(t)
 	var items []store.RenewItem
 	for _, k := range []string{"a", "b", "c"} {
 		items = append(items, store.RenewItem{Key: k, Epoch: storetesting.MustAcquire(t, s, k, "o", ttl, grace)})
@@ -44,7 +44,7 @@ func TestRenewalBlockedBehindARowLockStampsExpiryAfterTheWait(t *testing.T) {
 }
 
 func TestBatchesLargerThanOneStatementAreSplit(t *testing.T) {
-	s := newTestStore(t)
+	s := tables.New(t)
 	saved := maxBatchBytes
 	maxBatchBytes = 120 // a few items per statement
 	t.Cleanup(func() { maxBatchBytes = saved })
@@ -89,7 +89,7 @@ func TestBatchesLargerThanOneStatementAreSplit(t *testing.T) {
 // concurrent batches over the same keys queue instead of deadlocking. The
 // server counts deadlocks, including those the store retried.
 func TestOverlappingBatchesNeverDeadlock(t *testing.T) {
-	s := newTestStore(t)
+	s := tables.New(t)
 	var keys []string
 	for i := range 200 {
 		keys = append(keys, fmt.Sprintf("k/%03d", i))
@@ -136,24 +136,13 @@ func deadlocks(t *testing.T, s *Store) int64 {
 }
 
 func TestTheLastRunningStateOfARepeatedTermIsRecorded(t *testing.T) {
-	storetesting.CheckTheLastRunningStateOfARepeatedTermWins(t, newTestStore(t))
+	storetesting.CheckTheLastRunningStateOfARepeatedTermWins(t, tables.New(t))
 }
 
 func TestConcurrentFirstCallsCreateTheTableOnce(t *testing.T) {
-	table := randomTable()
-	stores := []store.Store{openTable(t, table, true)}
-	for range 3 {
-		stores = append(stores, openTable(t, table, false))
-	}
-	storetesting.CheckFirstCallsRaceToCreateOneTable(t, stores...)
+	tables.CheckFirstCallsRaceToCreateOneTable(t)
 }
 
 func TestWithoutAutoMigrateTheTableComesFromMigrate(t *testing.T) {
-	base := newTestStore(t) // owns the table name and drops it
-	s, err := New(base.db, Options{Table: base.table, NoAutoMigrate: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	storetesting.CheckMigrateCreatesTheTable(t, s)
+	tables.CheckMigrateCreatesTheTable(t)
 }

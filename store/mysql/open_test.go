@@ -19,22 +19,9 @@ import (
 
 const secret = "S3cr3t-hunter2"
 
-// withPassword returns the test server's URL with a password and, when
-// database is not empty, another database.
-func withPassword(t *testing.T, database string) *url.URL {
-	t.Helper()
-	u, err := url.Parse(testenv.MySQL.URL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	user := "root"
-	if u.User != nil {
-		user = u.User.Username()
-	}
-	u.User = url.UserPassword(user, secret)
-	if database != "" {
-		u.Path = "/" + database
-	}
+// withPassword returns the test server's URL with a password.
+func withPassword(t *testing.T) *url.URL {
+	u := storetesting.WithPassword(t, testenv.MySQL.URL(t), "root", secret)
 	q := u.Query()
 	q.Set("timeout", "5s")
 	u.RawQuery = q.Encode()
@@ -42,14 +29,14 @@ func withPassword(t *testing.T, database string) *url.URL {
 }
 
 func TestOpenErrorsNeverShowThePassword(t *testing.T) {
-	closed := withPassword(t, "")
+	closed := withPassword(t)
 	closed.Host = storetesting.ClosedAddr(t)
 	// The test server's user has no password (or another one), so the
 	// server refuses this one.
 	says := map[string]string{"closed port": "refused", "wrong password": "Access denied"}
 	errs := storetest.CheckOpenRefuses(t, openURL, map[string]string{
 		"closed port":    closed.String(),
-		"wrong password": withPassword(t, "").String(),
+		"wrong password": withPassword(t).String(),
 	}, nil, secret)
 	for name, err := range errs {
 		if err != nil && (!strings.Contains(err.Error(), says[name]) || !strings.Contains(err.Error(), "xxxxx")) {
@@ -120,7 +107,7 @@ func TestOpenUsesTheURLsTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	table := randomTable()
+	table := storetesting.UniqueName("tenure_test_")
 	q := u.Query()
 	q.Set("table", table)
 	u.RawQuery = q.Encode()
@@ -130,7 +117,7 @@ func TestOpenUsesTheURLsTable(t *testing.T) {
 	}
 	defer s.Close()
 	defer func() {
-		if err := dropTable(storetesting.Context(t), s, ""); err != nil {
+		if err := dropTable(storetesting.Context(t), s); err != nil {
 			t.Error(err)
 		}
 	}()
@@ -139,7 +126,7 @@ func TestOpenUsesTheURLsTable(t *testing.T) {
 	}
 	storetesting.MustAcquire(t, s, "job", "a", ttl, grace)
 
-	other := randomTable()
+	other := storetesting.UniqueName("tenure_test_")
 	s2, err := Open(storetesting.Context(t), u.String(), Options{Table: other})
 	if err != nil {
 		t.Fatal(err)
@@ -171,7 +158,7 @@ func TestTableNamesMustBePlainIdentifiers(t *testing.T) {
 }
 
 func TestTableNameMayBeAReservedWord(t *testing.T) {
-	s := openTable(t, "select", true)
+	s := tables.OpenTable(t, "select", true)
 	storetesting.MustAcquire(t, s, "job", "a", ttl, grace)
 	if ls := storetesting.List(t, s, ""); len(ls) != 1 {
 		t.Fatalf("List = %+v", ls)
@@ -206,12 +193,12 @@ func openHandle(t *testing.T, params string) *sql.DB {
 func TestNewUsesTheCallersHandleAndLeavesItOpen(t *testing.T) {
 	ctx := storetesting.Context(t)
 	db := openHandle(t, "")
-	s, err := New(db, Options{Table: randomTable()})
+	s, err := New(db, Options{Table: storetesting.UniqueName("tenure_test_")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() {
-		if err := dropTable(storetesting.Context(t), s, ""); err != nil {
+		if err := dropTable(storetesting.Context(t), s); err != nil {
 			t.Error(err)
 		}
 	}()
@@ -231,7 +218,7 @@ func TestNewUsesTheCallersHandleAndLeavesItOpen(t *testing.T) {
 // interpolateParams), use another character set, session time zone or SQL
 // mode; none of it may change a key or the clock.
 func TestCallersHandleSettingsChangeNoKeyAndNoClock(t *testing.T) {
-	ref := newTestStore(t)
+	ref := tables.New(t)
 	keys := []string{"job", "Job", "job ", "é/ö", "😀", "a'b\\c"}
 	for name, params := range map[string]string{
 		"prepared statements": "",

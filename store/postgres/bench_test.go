@@ -13,9 +13,9 @@ import (
 // Run with: go test -run '^$' -bench . -benchtime 5x ./store/postgres/
 
 var bench = storetest.BenchHarness{
-	New:  func(b *testing.B) store.Store { return newTestStore(b) },
+	New:  func(b *testing.B) store.Store { return tables.New(b) },
 	Fill: fillHeld,
-	Renewals: map[string]func(*testing.B, store.Store, string, []store.RenewItem) func(context.Context) error{
+	Renewals: map[string]storetest.Renewal{
 		// The reference design: one autocommit UPDATE per key, sequential
 		// round trips, with the same WHERE clause as a batched renewal.
 		"naive": func(_ *testing.B, st store.Store, owner string, items []store.RenewItem) func(context.Context) error {

@@ -15,39 +15,16 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-func randomTable() string { return storetesting.UniqueName("tenure_test_") }
-
-// newTestStore opens a store on a fresh table of the test server; the table
-// is dropped and the store closed when the test ends.
-func newTestStore(t testing.TB) *Store {
-	t.Helper()
-	return openTable(t, randomTable(), true)
+// tables opens stores on tables of the test server.
+var tables = storetesting.Tables[*Store]{
+	Server: testenv.Postgres,
+	Open: func(ctx context.Context, url, table string, migrate bool) (*Store, error) {
+		return Open(ctx, url, Options{Table: table, NoAutoMigrate: !migrate})
+	},
+	Drop: dropTable,
 }
 
-// openTable opens a store on table; drop says whether this store's cleanup
-// drops the table (only one store per table should).
-func openTable(t testing.TB, table string, drop bool) *Store {
-	t.Helper()
-	url := testenv.Postgres.URL(t)
-	var dropFn func(context.Context, *Store) error
-	if drop {
-		dropFn = func(ctx context.Context, s *Store) error { return dropTable(ctx, s, url) }
-	}
-	return storetesting.Open(t, func(ctx context.Context) (*Store, error) {
-		return Open(ctx, url, Options{Table: table})
-	}, dropFn)
-}
-
-// dropTable drops s's table, through a store of its own when the test
-// closed s and its pool with it.
-func dropTable(ctx context.Context, s *Store, url string) error {
-	if s.watches.Closed() && s.ownsPool {
-		var err error
-		if s, err = Open(ctx, url, Options{Table: s.table, NoAutoMigrate: true}); err != nil {
-			return err
-		}
-		defer s.Close()
-	}
+func dropTable(ctx context.Context, s *Store) error {
 	_, err := s.pool.Exec(ctx, "DROP TABLE IF EXISTS "+s.ident)
 	return err
 }

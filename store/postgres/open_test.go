@@ -17,19 +17,10 @@ import (
 
 const secret = "S3cr3t-hunter2"
 
-// withPassword returns the test server's URL with a password and, when
-// database is not empty, another database.
+// withPassword returns the test server's URL with a password, in another
+// database when database is not empty.
 func withPassword(t *testing.T, database string) *url.URL {
-	t.Helper()
-	u, err := url.Parse(testenv.Postgres.URL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	user := "postgres"
-	if u.User != nil {
-		user = u.User.Username()
-	}
-	u.User = url.UserPassword(user, secret)
+	u := storetesting.WithPassword(t, testenv.Postgres.URL(t), "postgres", secret)
 	if database != "" {
 		u.Path = "/" + database
 	}
@@ -89,7 +80,7 @@ func TestTableNamesMustBePlainIdentifiers(t *testing.T) {
 }
 
 func TestTableNameKeepsItsCase(t *testing.T) {
-	s := openTable(t, "Mixed_"+randomTable(), true)
+	s := tables.OpenTable(t, "Mixed_"+storetesting.UniqueName("tenure_test_"), true)
 	storetesting.MustAcquire(t, s, "job", "a", time.Minute, time.Second)
 	var n int
 	err := s.pool.QueryRow(storetesting.Context(t), `SELECT count(*) FROM pg_tables WHERE tablename = $1`, s.table).Scan(&n)
@@ -106,12 +97,12 @@ func TestNewUsesTheCallersPoolAndLeavesItOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	s, err := New(pool, Options{Table: randomTable()})
+	s, err := New(pool, Options{Table: storetesting.UniqueName("tenure_test_")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() {
-		if err := dropTable(ctx, s, url); err != nil {
+		if err := dropTable(ctx, s); err != nil {
 			t.Error(err)
 		}
 	}()
@@ -131,20 +122,9 @@ func TestNewUsesTheCallersPoolAndLeavesItOpen(t *testing.T) {
 }
 
 func TestConcurrentFirstCallsCreateTheTableOnce(t *testing.T) {
-	table := randomTable()
-	stores := []store.Store{openTable(t, table, true)}
-	for range 3 {
-		stores = append(stores, openTable(t, table, false))
-	}
-	storetesting.CheckFirstCallsRaceToCreateOneTable(t, stores...)
+	tables.CheckFirstCallsRaceToCreateOneTable(t)
 }
 
 func TestWithoutAutoMigrateTheTableComesFromMigrate(t *testing.T) {
-	base := newTestStore(t) // owns the table name and drops it
-	s, err := New(base.pool, Options{Table: base.table, NoAutoMigrate: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	storetesting.CheckMigrateCreatesTheTable(t, s)
+	tables.CheckMigrateCreatesTheTable(t)
 }

@@ -5,20 +5,10 @@ import (
 	"time"
 
 	"github.com/tenure-dev/tenure/internal/storetesting"
-	"github.com/tenure-dev/tenure/store"
-	"github.com/tenure-dev/tenure/store/storetest"
 )
 
-func TestWatch(t *testing.T) {
-	storetest.RunWatchTests(t, storetest.WatchHarness{
-		New: func(t *testing.T) store.Store { return newTestStore(t) },
-		// Another pool on the table, as another process would have.
-		Peer: func(t *testing.T, s store.Store) store.Store { return openTable(t, s.(*Store).table, false) },
-	})
-}
-
 func TestWatchEndsWhenItsConnectionBreaks(t *testing.T) {
-	s := newTestStore(t)
+	s := tables.New(t)
 	ch, err := s.Watch(storetesting.Context(t), "")
 	if err != nil {
 		t.Fatal(err)
@@ -33,7 +23,7 @@ func TestWatchEndsWhenItsConnectionBreaks(t *testing.T) {
 }
 
 func TestWatchDoesNotTakeAConnectionFromThePool(t *testing.T) {
-	s := newTestStore(t)
+	s := tables.New(t)
 	for range s.pool.Config().MaxConns + 1 {
 		if _, err := s.Watch(storetesting.Context(t), ""); err != nil {
 			t.Fatal(err)

@@ -21,7 +21,7 @@ import (
 var bench = storetest.BenchHarness{
 	New:  func(b *testing.B) store.Store { return newTestStore(b) },
 	Fill: fillHeld,
-	Renewals: map[string]func(*testing.B, store.Store, string, []store.RenewItem) func(context.Context) error{
+	Renewals: map[string]storetest.Renewal{
 		// One owner-checked script call per key, written out by hand into a
 		// single pipeline: one round trip, but Redis parses and runs a
 		// script per key.

@@ -3,7 +3,6 @@ package redis
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/tenure-dev/tenure/internal/storetesting"
 	"github.com/tenure-dev/tenure/internal/testenv"
@@ -11,23 +10,22 @@ import (
 	"github.com/tenure-dev/tenure/store/storetest"
 )
 
+// freshStore makes the isolated stores of the shared suites.
+func freshStore(t *testing.T) store.Store { return newTestStore(t) }
+
 func TestConformance(t *testing.T) {
-	storetest.Run(t, storetest.Harness{
-		New:     func(t *testing.T) store.Store { return newTestStore(t) },
-		Advance: storetest.Sleep,
-		Unit:    200 * time.Millisecond,
-	})
+	storetest.Run(t, storetest.Harness{New: freshStore, Advance: storetest.Sleep})
 }
 
 func TestWatch(t *testing.T) {
-	storetest.RunWatchTests(t, storetest.WatchHarness{
-		New: func(t *testing.T) store.Store { return newTestStore(t) },
-		// A client of its own on the namespace, as another process has.
-		Peer: func(t *testing.T, s store.Store) store.Store {
-			url, ns := testenv.Redis.URL(t), s.(*Store).namespace
-			return storetesting.Open(t, func(ctx context.Context) (*Store, error) {
-				return Open(ctx, url, Options{Namespace: ns})
-			}, nil)
-		},
-	})
+	storetest.RunWatchTests(t, storetest.WatchHarness{New: freshStore, Peer: anotherClient})
+}
+
+// anotherClient opens a store with a client of its own on s's namespace,
+// as another process would.
+func anotherClient(t *testing.T, s store.Store) store.Store {
+	url, ns := testenv.Redis.URL(t), s.(*Store).namespace
+	return storetesting.Open(t, func(ctx context.Context) (*Store, error) {
+		return Open(ctx, url, Options{Namespace: ns})
+	}, nil)
 }

@@ -16,7 +16,7 @@ import (
 var bench = storetest.BenchHarness{
 	New:  func(b *testing.B) store.Store { return openTemp(b, Options{}) },
 	Fill: fillHeld,
-	Renewals: map[string]func(*testing.B, store.Store, string, []store.RenewItem) func(context.Context) error{
+	Renewals: map[string]storetest.Renewal{
 		// The reference design: one UPDATE per key, here at least inside one
 		// transaction so that it pays for one commit, not n.
 		"naive": func(_ *testing.B, st store.Store, owner string, items []store.RenewItem) func(context.Context) error {

@@ -9,11 +9,12 @@ import (
 	"github.com/tenure-dev/tenure/store/storetest"
 )
 
+// freshStore makes the isolated stores of the shared suites.
+func freshStore(t *testing.T) store.Store { return openTemp(t, Options{}) }
+
 func TestConformance(t *testing.T) {
 	storetest.Run(t, storetest.Harness{
-		New: func(t *testing.T) store.Store {
-			return openAt(t, filepath.Join(t.TempDir(), "leases.db"), Options{})
-		},
+		New:     freshStore,
 		Advance: storetest.Sleep,
 		Unit:    150 * time.Millisecond,
 		// SQLite has no row locks; its write lock covers every row, which
@@ -23,4 +24,15 @@ func TestConformance(t *testing.T) {
 			return lockDatabase(t, s.(*Store))
 		},
 	})
+}
+
+func TestWatch(t *testing.T) {
+	storetest.RunWatchTests(t, storetest.WatchHarness{New: freshStore, Peer: anotherHandle})
+}
+
+// anotherHandle opens s's file again under another spelling of its path:
+// the handle must share this process's watches all the same.
+func anotherHandle(t *testing.T, s store.Store) store.Store {
+	path := s.(*Store).path
+	return openAt(t, filepath.Join(filepath.Dir(path), ".", filepath.Base(path)), Options{})
 }

@@ -8,20 +8,7 @@ import (
 
 	"github.com/tenure-dev/tenure/internal/storetesting"
 	"github.com/tenure-dev/tenure/store"
-	"github.com/tenure-dev/tenure/store/storetest"
 )
-
-func TestWatch(t *testing.T) {
-	storetest.RunWatchTests(t, storetest.WatchHarness{
-		New: func(t *testing.T) store.Store { return openTemp(t, Options{}) },
-		// Another handle on the file, under another spelling of its path:
-		// it must share this process's watches all the same.
-		Peer: func(t *testing.T, s store.Store) store.Store {
-			path := s.(*Store).path
-			return openAt(t, filepath.Join(filepath.Dir(path), ".", filepath.Base(path)), Options{})
-		},
-	})
-}
 
 func TestWatchesOfAnotherTableInTheFileHearNothing(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "leases.db")

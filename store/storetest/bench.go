@@ -28,16 +28,19 @@ type BenchHarness struct {
 	Fill func(b *testing.B, s store.Store, owner string, n int) []store.RenewItem
 
 	// Renewals are other ways of renewing the same terms, set against
-	// Store.Renew by [BenchRenew]: each prepares what it needs outside the
-	// timer and returns one round, which renews every item once and fails
-	// when one is not renewed. "naive" is one statement and round trip per
-	// key, as the reference design renews; without it, one Store.Renew per
-	// key stands in.
-	Renewals map[string]func(b *testing.B, s store.Store, owner string, items []store.RenewItem) (round func(ctx context.Context) error)
+	// Store.Renew by [BenchRenew]. "naive" is one statement and round trip
+	// per key, as the reference design renews; without it, one Store.Renew
+	// per key stands in.
+	Renewals map[string]Renewal
 
 	// TTL of the terms the benchmarks make and renew. Zero means an hour.
 	TTL time.Duration
 }
+
+// A Renewal prepares, outside the timer, a way of renewing items of owner
+// in s, and returns one round of it: a call that renews every item once
+// and fails when one is not renewed.
+type Renewal func(b *testing.B, s store.Store, owner string, items []store.RenewItem) (round func(ctx context.Context) error)
 
 func (h BenchHarness) ttl() time.Duration {
 	if h.TTL > 0 {
@@ -93,7 +96,7 @@ func BenchRenew(b *testing.B, h BenchHarness) {
 			rounds := maps.Clone(h.Renewals)
 			names := slices.Sorted(maps.Keys(rounds))
 			if rounds == nil {
-				rounds = map[string]func(*testing.B, store.Store, string, []store.RenewItem) func(context.Context) error{}
+				rounds = map[string]Renewal{}
 			}
 			if _, ok := rounds["naive"]; !ok {
 				rounds["naive"] = h.perKeyRound

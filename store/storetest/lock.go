@@ -50,6 +50,16 @@ func (c *suite) whileLocked(t *testing.T, s store.Store, key string, wait time.D
 	return unlocked
 }
 
+// renewWhileLocked renews a's term e of key while key is locked, letting
+// wait pass before the unlock.
+func (c *suite) renewWhileLocked(t *testing.T, s store.Store, key string, e int64, wait time.Duration) (ok []bool, unlocked time.Time, err error) {
+	t.Helper()
+	unlocked = c.whileLocked(t, s, key, wait, func(ctx context.Context) {
+		ok, err = s.Renew(ctx, "a", c.ttl, []store.RenewItem{{Key: key, Epoch: e}})
+	})
+	return ok, unlocked, err
+}
+
 func (c *suite) needLockKey(t *testing.T) {
 	if c.h.LockKey == nil {
 		t.Skip("Harness.LockKey is nil: the store has no row locks to wait behind")
@@ -64,13 +74,7 @@ func (c *suite) testRenewalBlockedByALockStampsExpiryAfterTheWait(t *testing.T) 
 	s := c.fresh(t)
 	const key = "locked"
 	e := c.mustAcquire(t, s, key, "a")
-	var (
-		ok  []bool
-		err error
-	)
-	unlocked := c.whileLocked(t, s, key, 2*c.unit, func(ctx context.Context) {
-		ok, err = s.Renew(ctx, "a", c.ttl, []store.RenewItem{{Key: key, Epoch: e}})
-	})
+	ok, unlocked, err := c.renewWhileLocked(t, s, key, e, 2*c.unit)
 	if err != nil || len(ok) != 1 || !ok[0] {
 		t.Fatalf("renewal of %q (owner a, epoch %d) after the unlock = %v, %v; want renewed", key, e, ok, err)
 	}
@@ -85,13 +89,7 @@ func (c *suite) testRenewalThatWaitsPastTheExpiryIsLost(t *testing.T) {
 	s := c.fresh(t)
 	const key = "locked"
 	e := c.mustAcquire(t, s, key, "a")
-	var (
-		ok  []bool
-		err error
-	)
-	c.whileLocked(t, s, key, c.ttl+c.unit, func(ctx context.Context) {
-		ok, err = s.Renew(ctx, "a", c.ttl, []store.RenewItem{{Key: key, Epoch: e}})
-	})
+	ok, _, err := c.renewWhileLocked(t, s, key, e, c.ttl+c.unit)
 	if err != nil || len(ok) != 1 || ok[0] {
 		t.Fatalf("renewal of %q (epoch %d) that waited a unit past the expiry = %v, %v; want lost", key, e, ok, err)
 	}
