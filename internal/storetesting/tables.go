@@ -61,6 +61,22 @@ func (tb Tables[S]) open(t testing.TB, table string, migrate, drop bool) S {
 	return Open(t, func(ctx context.Context) (S, error) { return tb.Open(ctx, url, table, migrate) }, dropFn)
 }
 
+// CheckBadTableNamesAreRefused checks that Open, and newOn (the backend's
+// constructor on a handle of the caller's), refuse every name of
+// [BadNames] with store.ErrInvalidName.
+func (tb Tables[S]) CheckBadTableNamesAreRefused(t *testing.T, newOn func(table string) error) {
+	t.Helper()
+	url := tb.Server.URL(t)
+	CheckBadNamesAreRefused(t, newOn)
+	CheckBadNamesAreRefused(t, func(name string) error {
+		s, err := tb.Open(Context(t), url, name, true)
+		if err == nil {
+			s.Close()
+		}
+		return err
+	})
+}
+
 // CheckFirstCallsRaceToCreateOneTable opens four stores on a table that
 // does not exist yet and checks that their first calls, made at once, all
 // work: concurrent creation of a table must never fail a caller.

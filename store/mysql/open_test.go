@@ -1,7 +1,6 @@
 package mysql
 
 import (
-	"context"
 	"database/sql"
 	"net/url"
 	"slices"
@@ -138,17 +137,9 @@ func TestOpenUsesTheURLsTable(t *testing.T) {
 }
 
 func TestTableNamesMustBePlainIdentifiers(t *testing.T) {
-	raw := testenv.MySQL.URL(t)
 	db := openHandle(t, "")
-	storetesting.CheckBadNamesAreRefused(t, func(name string) error {
+	tables.CheckBadTableNamesAreRefused(t, func(name string) error {
 		_, err := New(db, Options{Table: name})
-		return err
-	})
-	storetesting.CheckBadNamesAreRefused(t, func(name string) error {
-		s, err := Open(context.Background(), raw, Options{Table: name})
-		if err == nil {
-			s.Close()
-		}
 		return err
 	})
 	s, err := New(db, Options{})

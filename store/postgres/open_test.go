@@ -62,15 +62,8 @@ func TestTableNamesMustBePlainIdentifiers(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	storetesting.CheckBadNamesAreRefused(t, func(name string) error {
+	tables.CheckBadTableNamesAreRefused(t, func(name string) error {
 		_, err := New(pool, Options{Table: name})
-		return err
-	})
-	storetesting.CheckBadNamesAreRefused(t, func(name string) error {
-		s, err := Open(context.Background(), url, Options{Table: name})
-		if err == nil {
-			s.Close()
-		}
 		return err
 	})
 	s, err := New(pool, Options{})
