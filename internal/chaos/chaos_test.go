@@ -120,8 +120,8 @@ func TestAReplicaThatCannotStartEndsTheRunWithWhatItPrinted(t *testing.T) {
 
 // TestARunCatchesARunnerThatOutlivesItsLease proves the whole pipeline can
 // fail: runners that go on working 4s after their context ends overlap
-// their successors once a partition takes their leases, and the run says
-// so and keeps its history.
+// their successors (or cut the fail-closed margin) once a partition takes
+// their leases, and the run says so and keeps its history.
 func TestARunCatchesARunnerThatOutlivesItsLease(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs replicas under faults for seconds")
@@ -139,8 +139,13 @@ func TestARunCatchesARunnerThatOutlivesItsLease(t *testing.T) {
 	if rep.HistoryDir != "" {
 		t.Cleanup(func() { os.RemoveAll(rep.HistoryDir) })
 	}
-	if rep.OK() || len(violations(rep, InvOverlap)) == 0 {
-		t.Fatalf("the overlaps went unnoticed:\n%s", text(rep))
+	// A late runner shows as an overlap when a peer took its key, or as a
+	// short fail-closed margin when its successor came sooner than the
+	// promised margin after it should have stopped (the same replica may
+	// win the key back, and one process never runs a key twice); which
+	// one depends on who wins the key after the partition.
+	if rep.OK() || len(violations(rep, InvOverlap))+len(violations(rep, InvMargin)) == 0 {
+		t.Fatalf("the late runners went unnoticed:\n%s", text(rep))
 	}
 	t.Logf("as expected:\n%s", text(rep))
 	if rep.HistoryDir == "" {
