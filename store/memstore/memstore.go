@@ -302,9 +302,9 @@ func (s *Store) List(ctx context.Context, prefix string) ([]store.Lease, error) 
 }
 
 // Revoke implements store.Revoker: a live term moves to a new epoch owned by
-// nobody and expires now, so its holder's renewals are refused and peers
-// may acquire once grace has passed. A key without a live term is left
-// alone and reported as not revoked.
+// nobody and keeps its expiry, so its holder's renewals are refused and
+// peers may acquire once expiry + grace has passed. A key without a live
+// term is left alone and reported as not revoked.
 func (s *Store) Revoke(ctx context.Context, key string) (bool, error) {
 	if err := store.ValidateKey(key); err != nil {
 		return false, fmt.Errorf("memstore: revoke: %w", err)

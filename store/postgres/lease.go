@@ -300,8 +300,8 @@ func validPrefix(s string) string {
 }
 
 // Revoke fences the current term of key: it moves the key to a new epoch
-// owned by nobody, expired now. It reports false when there was no
-// unreleased term to revoke.
+// owned by nobody and keeps its expiry, so peers wait for expiry + grace.
+// It reports false when the key has no live term.
 func (s *Store) Revoke(ctx context.Context, key string) (bool, error) {
 	if err := store.ValidateKey(key); err != nil {
 		return false, err
