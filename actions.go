@@ -234,7 +234,18 @@ func (s *Supervisor) startLocked(ks *keyState, runner Runner) error {
 
 // runRunner runs one runner and handles its return.
 func (s *Supervisor) runRunner(ctx context.Context, ks *keyState, r *runState, runner Runner) {
-	err := runSafely(ctx, runner, r.lease)
+	// Check the lease once more on the runner's own goroutine: if the
+	// process was frozen between the start decision and here, the lease may
+	// be gone, and the runner must not begin at all.
+	s.mu.Lock()
+	if r.leased && !s.keeper.Holds(r.lease.Key) {
+		r.stop(ErrDeadline)
+	}
+	s.mu.Unlock()
+	var err error
+	if ctx.Err() == nil {
+		err = runSafely(ctx, runner, r.lease)
+	}
 	r.cancel(nil)
 
 	s.mu.Lock()
