@@ -116,7 +116,7 @@ func TestAJoiningWorkerGetsItsFairShareWithFewMoves(t *testing.T) {
 			w := poolWorker(t, st, fmt.Sprintf("w%d", i), src, l).start()
 			defer w.stop()
 		}
-		advance(5 * renew) // settled, and past the minimum hold
+		advance(12 * renew) // settled: the first claims wait a round, handovers a MinHold
 		before := map[string]int{}
 		for k, n := range l.starts {
 			before[k] = n

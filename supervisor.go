@@ -233,7 +233,7 @@ func (s *Supervisor) renew(ctx context.Context) {
 			s.mu.Unlock()
 		}
 	}
-	s.metrics.setHeld(len(s.keeper.Held()))
+	s.metrics.setHeld(s.keeper.HeldCount())
 }
 
 // acquirePass tries to acquire every wanted key that is not held and whose
@@ -448,7 +448,7 @@ func (s *Supervisor) shutdown() error {
 			}
 		}
 		cancel()
-		s.metrics.setHeld(len(s.keeper.Held()))
+		s.metrics.setHeld(s.keeper.HeldCount())
 	}
 	for _, key := range stuck {
 		s.log.Error("runner did not stop in time; its lease is left to expire", "key", key, "stop_timeout", s.cfg.StopTimeout)

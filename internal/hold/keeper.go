@@ -16,6 +16,7 @@ import (
 	"errors"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -136,11 +137,24 @@ func (t Term) StopAt(timing Timing) time.Time { return t.Deadline.Add(-timing.Re
 
 // Held returns every term this replica believes it holds, sorted by key.
 func (k *Keeper) Held() []Term {
+	terms := k.snapshot()
+	slices.SortFunc(terms, func(a, b Term) int { return strings.Compare(a.Key, b.Key) })
+	return terms
+}
+
+// HeldCount is how many terms this replica believes it holds.
+func (k *Keeper) HeldCount() int {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	terms := slices.Collect(maps.Values(k.held))
-	slices.SortFunc(terms, func(a, b Term) int { return compareStrings(a.Key, b.Key) })
-	return terms
+	return len(k.held)
+}
+
+// snapshot copies the held terms in no order: the renewal round needs no
+// sorting, and at 10,000 keys it would be most of the engine's own work.
+func (k *Keeper) snapshot() []Term {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return slices.Collect(maps.Values(k.held))
 }
 
 // Forget drops the local record of key without touching the store (the
@@ -210,7 +224,7 @@ func (k *Keeper) Acquire(ctx context.Context, key string, running bool) (Acquire
 // result has an outcome per key renewed; the error, if any, is why they are
 // unconfirmed.
 func (k *Keeper) RenewAll(ctx context.Context, running func(key string) bool) (map[string]Outcome, error) {
-	terms := k.Held()
+	terms := k.snapshot()
 	if len(terms) == 0 {
 		return nil, nil
 	}
@@ -400,16 +414,6 @@ func bounded[T any](ctx context.Context, timeout time.Duration, call func(contex
 		var zero T
 		return zero, context.Cause(ctx)
 	}
-}
-
-func compareStrings(a, b string) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // LiveOwners calls f for every key whose lease is live as last seen —
