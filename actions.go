@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 )
 
@@ -41,33 +42,12 @@ func (ks *keyState) wantsLease() bool {
 	return ks.wantsRun() && ks.job.Mode == Exclusive && (ks.pool == nil || ks.claim)
 }
 
-// runState is one live runner.
-type runState struct {
-	lease    Lease
-	leased   bool // runs under a lease (false: Everywhere or single-instance)
-	cancel   context.CancelCauseFunc
-	done     chan struct{}
-	started  time.Time
-	cause    error // why it was stopped, nil while running normally
-	watchdog *time.Timer
-}
-
-// stop cancels the runner with cause; the first cause wins.
-func (r *runState) stop(cause error) {
-	if r.cause == nil {
-		r.cause = cause
-	}
-	r.cancel(cause)
-}
-
-func (r *runState) stopped() bool { return r.cause != nil }
-
 // reconcile compares every key's wanted state with what runs, and
 // schedules start and stop actions; it never blocks on a store or runner.
 func (s *Supervisor) reconcile() {
 	now := time.Now()
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlock()
 	if s.stopping || !s.active {
 		return
 	}
@@ -143,7 +123,7 @@ func (s *Supervisor) release(ks *keyState, epoch int64) {
 		cancel()
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlock()
 	ks.releasing = false
 	if ks.run == nil && !ks.starting {
 		s.finishRemoval(ks)
@@ -157,11 +137,11 @@ func (s *Supervisor) start(key string) {
 	s.mu.Lock()
 	ks := s.keys[key]
 	if ks == nil {
-		s.mu.Unlock()
+		s.unlock()
 		return
 	}
 	job, reload := ks.job, ks.newTerm && ks.job.Reload != nil || ks.job.Runner == nil
-	s.mu.Unlock()
+	s.unlock()
 
 	runner := job.Runner
 	var err error
@@ -170,7 +150,7 @@ func (s *Supervisor) start(key string) {
 	}
 
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlock()
 	ks.starting = false
 	if s.keys[key] != ks {
 		return
@@ -180,7 +160,7 @@ func (s *Supervisor) start(key string) {
 		return
 	}
 	if err := s.startLocked(ks, runner); err != nil {
-		s.log.Debug("runner not started", "key", key, "reason", err)
+		s.logLocked(slog.LevelDebug, "runner not started", "key", key, "reason", err)
 	}
 }
 
@@ -221,13 +201,13 @@ func (s *Supervisor) startLocked(ks *keyState, runner Runner) error {
 		ks.acquiredAt = time.Time{}
 	}
 	ctx, cancel := context.WithCancelCause(s.runCtx)
-	r := &runState{lease: lease, leased: leased, cancel: cancel, done: make(chan struct{}), started: time.Now()}
+	r := newRunState(lease, leased, cancel)
 	ks.run = r
 	if leased {
-		s.armWatchdog(ks)
+		s.guard(r)
 	}
 	s.metrics.runnerStarted(ks.failures > 0)
-	s.log.Info("runner started", "key", ks.key, "epoch", lease.Epoch)
+	s.logLocked(slog.LevelInfo, "runner started", "key", ks.key, "epoch", lease.Epoch)
 	s.actions.Go(func() { s.runRunner(ctx, ks, r, runner) })
 	return nil
 }
@@ -237,36 +217,31 @@ func (s *Supervisor) runRunner(ctx context.Context, ks *keyState, r *runState, r
 	// Check the lease once more on the runner's own goroutine: if the
 	// process was frozen between the start decision and here, the lease may
 	// be gone, and the runner must not begin at all.
-	s.mu.Lock()
-	if r.leased && !s.keeper.Holds(r.lease.Key) {
+	if r.leased && !s.keeper.HoldsTerm(r.lease.Key, r.lease.Epoch) {
 		r.stop(ErrDeadline)
 	}
-	s.mu.Unlock()
 	var err error
 	if ctx.Err() == nil {
 		err = runSafely(ctx, runner, r.lease)
 	}
-	r.cancel(nil)
+	returned := r.stop(errReturned)
 
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlock()
 	defer close(r.done)
-	if r.watchdog != nil {
-		r.watchdog.Stop()
-	}
 	if ks.run == r {
 		ks.run = nil
 	}
 	ranFor := time.Since(r.started)
 	switch {
-	case r.stopped():
-		s.log.Info("runner stopped", "key", ks.key, "epoch", r.lease.Epoch, "cause", r.cause)
+	case !returned:
+		s.logLocked(slog.LevelInfo, "runner stopped", "key", ks.key, "epoch", r.lease.Epoch, "cause", r.stopCause())
 		if ks.restart {
 			ks.restart = false
 			ks.retryAt = time.Time{}
 		}
 	case errors.Is(err, ErrDone):
-		s.log.Info("runner finished; releasing its lease", "key", ks.key, "epoch", r.lease.Epoch)
+		s.logLocked(slog.LevelInfo, "runner finished; releasing its lease", "key", ks.key, "epoch", r.lease.Epoch)
 		ks.done, ks.failures, ks.lastErr = true, 0, nil
 	default:
 		if ranFor >= s.cfg.BackoffMax {
@@ -296,7 +271,7 @@ func (s *Supervisor) startFailed(ks *keyState, err error) {
 	delay = min(delay, s.cfg.BackoffMax)
 	ks.retryAt = time.Now().Add(delay)
 	s.metrics.runnerFailed()
-	s.log.Warn("runner failed; retrying with backoff", "key", ks.key, "failures", ks.failures, "retry_in", delay, "err", err)
+	s.logLocked(slog.LevelWarn, "runner failed; retrying with backoff", "key", ks.key, "failures", ks.failures, "retry_in", delay, "err", err)
 	s.poke()
 }
 
@@ -309,35 +284,4 @@ func runSafely(ctx context.Context, runner Runner, lease Lease) (err error) {
 		}
 	}()
 	return runner.Run(ctx, lease)
-}
-
-// armWatchdog cancels the runner at the moment the keeper stops holding
-// its lease, independent of the supervision loop, which may be busy in a
-// store call: fail closed does not wait for the next round.
-func (s *Supervisor) armWatchdog(ks *keyState) {
-	r := ks.run
-	t, ok := s.keeper.Term(ks.key)
-	if !ok {
-		r.stop(ErrLeaseLost)
-		return
-	}
-	wait := time.Until(t.StopAt(s.keeper.Timing()))
-	if r.watchdog != nil {
-		r.watchdog.Reset(wait)
-		return
-	}
-	r.watchdog = time.AfterFunc(wait, func() {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if ks.run != r || r.stopped() {
-			return
-		}
-		if !s.keeper.Holds(ks.key) {
-			s.log.Warn("stopping runner: no renewal confirmed before the lease's safety deadline", "key", ks.key, "epoch", r.lease.Epoch)
-			s.metrics.deadlineStop()
-			r.stop(ErrDeadline)
-			return
-		}
-		s.armWatchdog(ks) // renewed meanwhile
-	})
 }

@@ -31,7 +31,7 @@ func (s *Supervisor) Set(key string, job Job) error {
 		ks.restart = true
 		ks.run.stop(ErrRestart)
 	}
-	s.mu.Unlock()
+	s.unlock()
 	s.poke()
 	return nil
 }
@@ -59,7 +59,7 @@ func (s *Supervisor) Remove(ctx context.Context, key string) error {
 	s.mu.Lock()
 	ks := s.keys[key]
 	if ks == nil || !ks.configured {
-		s.mu.Unlock()
+		s.unlock()
 		return fmt.Errorf("key %q: %w", key, ErrUnknownKey)
 	}
 	ks.configured = false
@@ -69,14 +69,14 @@ func (s *Supervisor) Remove(ctx context.Context, key string) error {
 	removed := ks.removed
 	if !s.active {
 		s.finishRemoval(ks)
-		s.mu.Unlock()
+		s.unlock()
 		return nil
 	}
 	if ks.run != nil {
 		ks.run.stop(ErrKeyRemoved)
 	}
 	s.reconcileKey(ks, time.Now())
-	s.mu.Unlock()
+	s.unlock()
 	s.poke()
 	return s.await(ctx, key, removed)
 }
@@ -87,14 +87,14 @@ func (s *Supervisor) SetEnabled(key string, enabled bool) error {
 	s.mu.Lock()
 	ks := s.keys[key]
 	if ks == nil || !ks.configured {
-		s.mu.Unlock()
+		s.unlock()
 		return fmt.Errorf("key %q: %w", key, ErrUnknownKey)
 	}
 	ks.job.Disabled = !enabled
 	if ks.run != nil && !enabled {
 		ks.run.stop(ErrKeyRemoved)
 	}
-	s.mu.Unlock()
+	s.unlock()
 	s.poke()
 	return nil
 }
@@ -118,11 +118,11 @@ func (s *Supervisor) Restart(ctx context.Context, key string) (bool, error) {
 	s.mu.Lock()
 	ks := s.keys[key]
 	if ks == nil || !ks.wantsRun() {
-		s.mu.Unlock()
+		s.unlock()
 		return false, fmt.Errorf("key %q: %w", key, ErrUnknownKey)
 	}
 	if s.leased && ks.job.Mode == Exclusive && !s.keeper.Holds(key) {
-		s.mu.Unlock()
+		s.unlock()
 		return false, nil
 	}
 	r := ks.run
@@ -131,7 +131,7 @@ func (s *Supervisor) Restart(ctx context.Context, key string) (bool, error) {
 		ks.restart = true
 		r.stop(ErrRestart)
 	}
-	s.mu.Unlock()
+	s.unlock()
 	if r != nil {
 		if err := s.await(ctx, key, r.done); err != nil {
 			return false, err
@@ -147,15 +147,15 @@ func (s *Supervisor) EnsureRunning(ctx context.Context, key string) (bool, error
 	s.mu.Lock()
 	ks := s.keys[key]
 	if ks == nil || !ks.wantsRun() {
-		s.mu.Unlock()
+		s.unlock()
 		return false, fmt.Errorf("key %q: %w", key, ErrUnknownKey)
 	}
 	if !s.active {
-		s.mu.Unlock()
+		s.unlock()
 		return false, ErrNotRunning
 	}
 	needLease := s.leased && ks.job.Mode == Exclusive
-	s.mu.Unlock()
+	s.unlock()
 	if needLease {
 		res, err := s.keeper.Acquire(ctx, key, false)
 		if err != nil {
@@ -167,24 +167,24 @@ func (s *Supervisor) EnsureRunning(ctx context.Context, key string) (bool, error
 		if res.New {
 			s.mu.Lock()
 			ks.newTerm = true
-			s.mu.Unlock()
+			s.unlock()
 		}
 	}
 	s.mu.Lock()
 	if ks.run != nil {
 		running := !ks.run.stopped()
-		s.mu.Unlock()
+		s.unlock()
 		return running, nil
 	}
 	if ks.starting {
-		s.mu.Unlock()
+		s.unlock()
 		return true, nil
 	}
 	ks.starting = true
 	ks.retryAt = time.Time{}
-	s.mu.Unlock()
+	s.unlock()
 	s.start(key)
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlock()
 	return ks.run != nil, nil
 }

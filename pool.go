@@ -3,6 +3,7 @@ package tenure
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"time"
@@ -101,7 +102,7 @@ func (s *Supervisor) AddPool(p Pool) error {
 		}),
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlock()
 	if s.pools == nil {
 		s.pools = make(map[string]*poolState)
 	}
@@ -122,7 +123,7 @@ func (s *Supervisor) AddPool(p Pool) error {
 func (s *Supervisor) RefreshPool(name string) error {
 	s.mu.Lock()
 	ps := s.pools[name]
-	s.mu.Unlock()
+	s.unlock()
 	if ps == nil {
 		return fmt.Errorf("pool %q: %w", name, ErrUnknownKey)
 	}
@@ -146,7 +147,7 @@ func (s *Supervisor) refreshPool(ctx context.Context, ps *poolState) {
 		s.mu.Lock()
 		if err != nil {
 			ps.lastErr = err
-			s.log.Warn("could not read the pool's keys; keeping the previous set", "pool", ps.cfg.Name, "err", err)
+			s.logLocked(slog.LevelWarn, "could not read the pool's keys; keeping the previous set", "pool", ps.cfg.Name, "err", err)
 		} else {
 			ps.lastErr = nil
 			ps.keys = keys
@@ -156,7 +157,7 @@ func (s *Supervisor) refreshPool(ctx context.Context, ps *poolState) {
 			}
 			s.replan = true
 		}
-		s.mu.Unlock()
+		s.unlock()
 		s.poke()
 		t := time.NewTimer(ps.cfg.RefreshEvery)
 		select {
@@ -191,7 +192,7 @@ func (s *Supervisor) planPools() {
 		pools = append(pools, ps)
 	}
 	s.replan, s.replanAt = false, time.Time{}
-	s.mu.Unlock()
+	s.unlock()
 	for _, ps := range pools {
 		s.planPool(ps)
 	}
@@ -209,7 +210,7 @@ func (s *Supervisor) planPool(ps *poolState) {
 	if mk := s.keys[ps.memberKey]; mk != nil && member {
 		settled = now.Sub(mk.heldSince) >= s.cfg.RenewEvery
 	}
-	s.mu.Unlock()
+	s.unlock()
 	if keys == nil {
 		return
 	}
@@ -238,7 +239,7 @@ func (s *Supervisor) planPool(ps *poolState) {
 	})
 
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlock()
 	for key := range view.Owner {
 		if ks := s.keys[key]; ks != nil && view.Owner[key] == s.cfg.Owner {
 			view.HeldSince[key] = ks.heldSince
@@ -315,7 +316,7 @@ type PoolStatus struct {
 // each live worker holds.
 func (s *Supervisor) Pools() []PoolStatus {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlock()
 	var out []PoolStatus
 	for _, ps := range s.pools {
 		st := PoolStatus{Name: ps.cfg.Name, Keys: len(ps.keys), Target: ps.plan.Target, Cap: ps.plan.Cap, Workers: map[string]int{}}

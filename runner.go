@@ -13,6 +13,8 @@ type Lease struct {
 	Key   string
 	Epoch int64
 	Owner string
+
+	run *runState // the run this lease was handed to; see StopAt
 }
 
 // Runner is the work done for one key while this replica may do it.

@@ -32,7 +32,7 @@ type KeyStatus struct {
 // store — sorted by key.
 func (s *Supervisor) Status() []KeyStatus {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlock()
 	keys := make(map[string]bool)
 	for key, ks := range s.keys {
 		if ks.configured {
@@ -55,7 +55,7 @@ func (s *Supervisor) Status() []KeyStatus {
 // with Key set).
 func (s *Supervisor) KeyStatus(key string) KeyStatus {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlock()
 	return s.statusLocked(key)
 }
 
@@ -96,7 +96,7 @@ func (s *Supervisor) LeaderOf(key string) string {
 	s.mu.Lock()
 	ks := s.keys[key]
 	everywhere := ks != nil && ks.configured && ks.job.Mode == Everywhere
-	s.mu.Unlock()
+	s.unlock()
 	if everywhere {
 		return ""
 	}
@@ -130,7 +130,7 @@ func (s *Supervisor) Holds(key string) bool {
 // isRunning is what renewals report to peers.
 func (s *Supervisor) isRunning(key string) bool {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlock()
 	ks := s.keys[key]
 	return ks != nil && ks.run != nil && !ks.run.stopped()
 }

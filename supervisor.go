@@ -61,6 +61,8 @@ type Supervisor struct {
 	runCtx    context.Context
 	actions   sync.WaitGroup // start actions and runner goroutines
 	lastRound time.Time
+	// pendingLogs are written once s.mu is released (see unlock).
+	pendingLogs []pendingLog
 	pools     map[string]*poolState
 	replan    bool      // a pool's keys or the lease table changed: plan again
 	replanAt  time.Time // plan again then: an orphan's delay ends
@@ -116,14 +118,14 @@ func (s *Supervisor) poke() {
 func (s *Supervisor) Run(ctx context.Context) error {
 	s.mu.Lock()
 	if s.active {
-		s.mu.Unlock()
+		s.unlock()
 		return ErrAlreadyRunning
 	}
 	// Runners outlive ctx's cancellation until shutdown stops them in order.
 	runCtx, cancelRunCtx := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelRunCtx()
 	s.active, s.stopping, s.runCtx = true, false, runCtx
-	s.mu.Unlock()
+	s.unlock()
 
 	var watchers sync.WaitGroup
 	watchCtx, stopWatch := context.WithCancel(ctx)
@@ -134,7 +136,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	for _, ps := range s.pools {
 		watchers.Go(func() { s.refreshPool(watchCtx, ps) })
 	}
-	s.mu.Unlock()
+	s.unlock()
 
 	s.loop(ctx)
 
@@ -143,7 +145,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	err := s.shutdown()
 	s.mu.Lock()
 	s.active, s.runCtx = false, nil
-	s.mu.Unlock()
+	s.unlock()
 	return err
 }
 
@@ -160,7 +162,7 @@ func (s *Supervisor) loop(ctx context.Context) {
 		} else {
 			s.mu.Lock()
 			replan := s.replan || !s.replanAt.IsZero() && !now.Before(s.replanAt)
-			s.mu.Unlock()
+			s.unlock()
 			if replan && s.leased {
 				if err := s.keeper.ObserveAll(ctx, s.cfg.Prefix); err == nil {
 					s.planPools()
@@ -203,7 +205,7 @@ func (s *Supervisor) round(ctx context.Context) {
 	s.reconcile()
 	s.mu.Lock()
 	s.lastRound = start
-	s.mu.Unlock()
+	s.unlock()
 	s.metrics.observeRound(time.Since(start))
 }
 
@@ -218,19 +220,19 @@ func (s *Supervisor) renew(ctx context.Context) {
 		s.metrics.renewal(o)
 		switch o {
 		case hold.Lost:
-			s.log.Warn("lease lost: another owner or a newer term holds the key", "key", key)
-			s.metrics.loss()
 			s.mu.Lock()
 			if ks := s.keys[key]; ks != nil && ks.run != nil {
 				ks.run.stop(ErrLeaseLost)
 			}
-			s.mu.Unlock()
+			s.unlock()
+			s.metrics.loss()
+			s.log.Warn("lease lost: another owner or a newer term holds the key", "key", key)
 		case hold.Renewed:
 			s.mu.Lock()
-			if ks := s.keys[key]; ks != nil && ks.run != nil {
-				s.armWatchdog(ks)
+			if ks := s.keys[key]; ks != nil && ks.run != nil && ks.run.leased {
+				s.guard(ks.run)
 			}
-			s.mu.Unlock()
+			s.unlock()
 		}
 	}
 	s.metrics.setHeld(s.keeper.HeldCount())
@@ -252,7 +254,7 @@ func (s *Supervisor) acquirePass(ctx context.Context) {
 			due = append(due, key)
 		}
 	}
-	s.mu.Unlock()
+	s.unlock()
 	slices.Sort(due)
 	// Bound the pass so a pool claiming thousands of keys never holds up
 	// the next renewal: what is left is acquired on the next pass.
@@ -267,17 +269,17 @@ func (s *Supervisor) acquirePass(ctx context.Context) {
 		}
 		s.mu.Lock()
 		member := s.keys[key] != nil && strings.HasPrefix(key, WorkerPrefix) && s.keys[key].pool == nil
-		s.mu.Unlock()
+		s.unlock()
 		res, err := s.keeper.Acquire(ctx, key, member)
 		s.mu.Lock()
 		ks := s.keys[key]
 		switch {
 		case ks == nil:
 		case err != nil:
-			s.log.Warn("could not acquire lease; retrying next round", "key", key, "err", err)
+			s.logLocked(slog.LevelWarn, "could not acquire lease; retrying next round", "key", key, "err", err)
 			ks.nextAcquire = now.Add(s.cfg.RenewEvery)
 		case res.OK && res.New:
-			s.log.Info("acquired lease", "key", key, "epoch", res.Epoch)
+			s.logLocked(slog.LevelInfo, "acquired lease", "key", key, "epoch", res.Epoch)
 			s.metrics.acquired()
 			ks.newTerm = true
 			ks.acquiredAt = time.Now()
@@ -290,7 +292,7 @@ func (s *Supervisor) acquirePass(ctx context.Context) {
 			// boundary of grace cannot turn into a busy loop.
 			ks.nextAcquire = later(res.RetryAt, time.Now().Add(minRetry))
 		}
-		s.mu.Unlock()
+		s.unlock()
 	}
 }
 
@@ -299,7 +301,7 @@ func (s *Supervisor) acquirePass(ctx context.Context) {
 // channel still hands over within one round.
 func (s *Supervisor) scheduleFreedKeys() {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlock()
 	poke := false
 	for key, ks := range s.keys {
 		if !ks.wantsLease() || s.keeper.Holds(key) {
@@ -320,7 +322,7 @@ func (s *Supervisor) scheduleFreedKeys() {
 func (s *Supervisor) nextDue() (time.Time, bool) {
 	now := time.Now()
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	defer s.unlock()
 	var due time.Time
 	found := false
 	consider := func(t time.Time) {
@@ -378,7 +380,7 @@ func (s *Supervisor) onSubscribed() {
 	if len(s.pools) > 0 {
 		s.replan = true
 	}
-	s.mu.Unlock()
+	s.unlock()
 	s.poke()
 }
 
@@ -398,7 +400,7 @@ func (s *Supervisor) onReleased(key string) {
 	if wanted {
 		ks.nextAcquire = time.Time{}
 	}
-	s.mu.Unlock()
+	s.unlock()
 	if wanted || replan {
 		s.poke()
 	}
@@ -417,7 +419,7 @@ func (s *Supervisor) shutdown() error {
 			waits = append(waits, ks.run)
 		}
 	}
-	s.mu.Unlock()
+	s.unlock()
 
 	deadline := time.NewTimer(s.cfg.StopTimeout)
 	defer deadline.Stop()
@@ -475,7 +477,7 @@ func (s *Supervisor) drainPools() {
 	for _, ps := range s.pools {
 		members[ps.memberKey] = true
 	}
-	s.mu.Unlock()
+	s.unlock()
 	if len(members) == 0 {
 		return
 	}

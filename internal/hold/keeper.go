@@ -117,6 +117,14 @@ func (k *Keeper) Holds(key string) bool {
 	return k.holdsLocked(key)
 }
 
+// HoldsTerm is Holds for one term: false once key is held under another
+// epoch.
+func (k *Keeper) HoldsTerm(key string, epoch int64) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.holdsLocked(key) && k.held[key].Epoch == epoch
+}
+
 func (k *Keeper) holdsLocked(key string) bool {
 	t, ok := k.held[key]
 	return ok && k.now().Add(k.timing.RenewEvery).Before(t.Deadline)

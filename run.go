@@ -1,0 +1,141 @@
+package tenure
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+)
+
+// runState is one live runner. Its stop cause, stop time and watchdog have
+// a lock of their own, so the deadline path — the watchdog cancelling the
+// runner — never waits on the supervisor's lock, on logging or on the
+// supervision loop.
+type runState struct {
+	lease   Lease
+	leased  bool // runs under a lease (false: Everywhere or single-instance)
+	cancel  context.CancelCauseFunc
+	done    chan struct{}
+	started time.Time
+
+	mu       sync.Mutex
+	cause    error // why it was stopped, nil while running normally
+	watchdog *time.Timer
+	stopAt   time.Time     // keeper clock: when the watchdog cancels the runner
+	changed  chan struct{} // closed when stopAt changes or the run stops
+}
+
+func newRunState(lease Lease, leased bool, cancel context.CancelCauseFunc) *runState {
+	r := &runState{lease: lease, leased: leased, cancel: cancel, done: make(chan struct{}), started: time.Now(), changed: make(chan struct{})}
+	if leased {
+		r.lease.run = r
+	}
+	return r
+}
+
+// errReturned marks a run whose runner returned before anything stopped it.
+var errReturned = errors.New("tenure: runner returned")
+
+// stop cancels the runner with cause; the first cause wins. It reports
+// whether this call stopped it.
+func (r *runState) stop(cause error) bool {
+	r.mu.Lock()
+	first := r.cause == nil
+	if first {
+		r.cause = cause
+		if r.watchdog != nil {
+			r.watchdog.Stop()
+		}
+		close(r.changed)
+	}
+	r.mu.Unlock()
+	if cause == errReturned {
+		cause = nil // context.Canceled, for anything the runner left behind
+	}
+	r.cancel(cause)
+	return first
+}
+
+func (r *runState) stopped() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.cause != nil
+}
+
+func (r *runState) stopCause() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.cause
+}
+
+// deadline is what Lease.StopAt reports.
+func (r *runState) deadline() (time.Time, <-chan struct{}) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.stopAt, r.changed
+}
+
+// guard arms (or re-arms) the runner's watchdog from its term as the
+// keeper holds it now: the runner is cancelled the moment the keeper stops
+// holding the term, independent of the supervision loop, which may be busy
+// in a store call, and of the supervisor's lock, which a blocked log
+// handler may hold. Call it after every confirmed renewal.
+func (s *Supervisor) guard(r *runState) {
+	t, ok := s.keeper.Term(r.lease.Key)
+	if !ok || t.Epoch != r.lease.Epoch {
+		r.stop(ErrLeaseLost)
+		return
+	}
+	at := t.StopAt(s.keeper.Timing())
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.cause != nil {
+		return
+	}
+	if !at.Equal(r.stopAt) {
+		r.stopAt = at
+		close(r.changed)
+		r.changed = make(chan struct{})
+	}
+	wait := at.Sub(s.keeper.Now())
+	if r.watchdog == nil {
+		r.watchdog = time.AfterFunc(wait, func() { s.watchdogFired(r) })
+		return
+	}
+	r.watchdog.Reset(wait)
+}
+
+// watchdogFired cancels the runner unless a renewal was confirmed meanwhile,
+// and only then logs: a log call may block.
+func (s *Supervisor) watchdogFired(r *runState) {
+	if s.keeper.HoldsTerm(r.lease.Key, r.lease.Epoch) {
+		s.guard(r) // renewed meanwhile
+		return
+	}
+	if t, held := s.keeper.Term(r.lease.Key); !held || t.Epoch != r.lease.Epoch {
+		r.stop(ErrLeaseLost)
+		return
+	}
+	if r.stop(ErrDeadline) {
+		s.metrics.deadlineStop()
+		s.log.Warn("stopped runner: no renewal confirmed before the lease's safety deadline", "key", r.lease.Key, "epoch", r.lease.Epoch)
+	}
+}
+
+// StopAt reports when the runner's context will be cancelled unless a
+// renewal is confirmed first, and a channel that is closed when that time
+// moves (a renewal was confirmed) or the run is stopped; then call StopAt
+// again. ok is false for a run that no lease guards (Everywhere,
+// single-instance mode, or a Lease not handed out by a Supervisor).
+//
+// A runner that hands the work to something the supervisor cannot cancel
+// — another process, a remote job — passes each StopAt on, so that the
+// work stops on time even when this process is frozen or starved: this is
+// how `tenure run` lets its guard process stop the command on its own.
+func (l Lease) StopAt() (at time.Time, changed <-chan struct{}, ok bool) {
+	if l.run == nil {
+		return time.Time{}, nil, false
+	}
+	at, changed = l.run.deadline()
+	return at, changed, true
+}
