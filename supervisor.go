@@ -63,9 +63,9 @@ type Supervisor struct {
 	lastRound time.Time
 	// pendingLogs are written once s.mu is released (see unlock).
 	pendingLogs []pendingLog
-	pools     map[string]*poolState
-	replan    bool      // a pool's keys or the lease table changed: plan again
-	replanAt  time.Time // plan again then: an orphan's delay ends
+	pools       map[string]*poolState
+	replan      bool      // a pool's keys or the lease table changed: plan again
+	replanAt    time.Time // plan again then: an orphan's delay ends
 }
 
 // New validates cfg and returns a Supervisor.
