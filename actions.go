@@ -187,7 +187,7 @@ func (s *Supervisor) startLocked(ks *keyState, runner Runner) error {
 		return nil // already running
 	}
 	leased := s.leased && ks.job.Mode == Exclusive
-	lease := Lease{Key: ks.key, Owner: s.cfg.Owner}
+	lease := Lease{Key: ks.key, Owner: s.owner}
 	if leased {
 		t, ok := s.keeper.Term(ks.key)
 		if !ok || !s.keeper.Holds(ks.key) {

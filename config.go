@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/tenure-dev/tenure/store"
@@ -59,9 +60,15 @@ type Config struct {
 	// leases on under LeasesAuto.
 	MultiInstance bool
 
-	// Owner identifies this replica in the store. Default:
-	// hostname:pid:random, unique per process start so that a restarted
-	// process never mistakes an old term for its own.
+	// Owner names this replica in logs, status and the store. Default:
+	// hostname:pid. Names need not be unique: the id the store sees
+	// (Supervisor.Owner) is the name, '#' and an incarnation drawn anew by
+	// every New, so two processes given one name — a hostname shared by
+	// host-networked containers, a copied unit file — never take a key from
+	// each other, and a restarted process never mistakes an old term for
+	// its own. A lease lost to a term held under this same name is logged
+	// as an error, since it means a frozen or misconfigured twin. At most
+	// 503 bytes, under the key rules of store.ValidateKey.
 	Owner string
 
 	// TTL is how long a lease lives without renewal. Default 15s.
@@ -199,20 +206,46 @@ func (c Config) withDefaults() (Config, error) {
 	case c.BackoffMin <= 0 || c.BackoffMax < c.BackoffMin:
 		return c, configErr("BackoffMin", "%v..%v is not a valid range", c.BackoffMin, c.BackoffMax)
 	}
-	if err := store.ValidateOwner(c.Owner); err != nil {
+	if err := store.ValidateOwner(ownerID(c.Owner)); err != nil {
 		return c, configErr("Owner", "%v", err)
 	}
 	return c, nil
 }
 
-// DefaultOwner returns hostname:pid:random, the owner id used when
+// DefaultOwner returns hostname:pid, the owner name used when
 // Config.Owner is empty.
 func DefaultOwner() string {
 	host, err := os.Hostname()
 	if err != nil || host == "" {
 		host = "host"
 	}
+	return fmt.Sprintf("%s:%d", host, os.Getpid())
+}
+
+// incarnationSep separates an owner name from its incarnation in an owner id.
+const incarnationSep = "#"
+
+// ownerID is name plus a fresh incarnation: 32 random bits, so two
+// processes with one name collide once in four billion starts.
+func ownerID(name string) string {
 	var b [4]byte
 	_, _ = rand.Read(b[:])
-	return fmt.Sprintf("%s:%d:%s", host, os.Getpid(), hex.EncodeToString(b[:]))
+	return name + incarnationSep + hex.EncodeToString(b[:])
+}
+
+// OwnerName returns the name part of an owner id (Config.Owner of the
+// process that holds it), or id itself when it has no incarnation.
+func OwnerName(id string) string {
+	if i := strings.LastIndex(id, incarnationSep); i >= 0 && isIncarnation(id[i+1:]) {
+		return id[:i]
+	}
+	return id
+}
+
+func isIncarnation(s string) bool {
+	if len(s) != 8 {
+		return false
+	}
+	_, err := hex.DecodeString(s)
+	return err == nil
 }

@@ -38,7 +38,7 @@ func Example() {
 		return
 	}
 	sup.Set("telegram", tenure.Job{Runner: tenure.RunnerFunc(func(ctx context.Context, l tenure.Lease) error {
-		fmt.Printf("polling %s as %s, epoch %d\n", l.Key, l.Owner, l.Epoch)
+		fmt.Printf("polling %s as %s, epoch %d\n", l.Key, tenure.OwnerName(l.Owner), l.Epoch)
 		stop() // a real poller would work until ctx is cancelled
 		<-ctx.Done()
 		return nil

@@ -88,7 +88,7 @@ func (s *Supervisor) AddPool(p Pool) error {
 	if p.OrphanDelay <= 0 {
 		p.OrphanDelay = s.cfg.RenewEvery * 3 / 2
 	}
-	member := WorkerPrefix + p.Name + "/" + s.cfg.Owner + "@" + strconv.FormatFloat(p.Weight, 'g', -1, 64)
+	member := WorkerPrefix + p.Name + "/" + s.owner + "@" + strconv.FormatFloat(p.Weight, 'g', -1, 64)
 	if err := store.ValidateKey(member); err != nil {
 		return fmt.Errorf("pool %s: owner id too long for a membership key: %w", p.Name, err)
 	}
@@ -214,7 +214,7 @@ func (s *Supervisor) planPool(ps *poolState) {
 	if keys == nil {
 		return
 	}
-	view := balance.View{Self: s.cfg.Owner, Now: now, Keys: keys, Owner: make(map[string]string), HeldSince: make(map[string]time.Time)}
+	view := balance.View{Self: s.owner, Now: now, Keys: keys, Owner: make(map[string]string), HeldSince: make(map[string]time.Time)}
 	prefix := WorkerPrefix + ps.cfg.Name + "/"
 	// Keys whose holder crashed are still blocked during grace: counting
 	// them as owned keeps the first worker around from taking keys it does
@@ -226,7 +226,7 @@ func (s *Supervisor) planPool(ps *poolState) {
 			}
 			if w, ok := parseMember(rest, owner); ok {
 				w.Draining = !running
-				if owner == s.cfg.Owner {
+				if owner == s.owner {
 					w.Draining = !member
 				}
 				view.Workers = append(view.Workers, w)
@@ -241,7 +241,7 @@ func (s *Supervisor) planPool(ps *poolState) {
 	s.mu.Lock()
 	defer s.unlock()
 	for key := range view.Owner {
-		if ks := s.keys[key]; ks != nil && view.Owner[key] == s.cfg.Owner {
+		if ks := s.keys[key]; ks != nil && view.Owner[key] == s.owner {
 			view.HeldSince[key] = ks.heldSince
 		}
 	}
@@ -331,7 +331,7 @@ func (s *Supervisor) Pools() []PoolStatus {
 				}
 			} else if ps.keySet[key] {
 				st.Workers[owner]++
-				if owner == s.cfg.Owner {
+				if owner == s.owner {
 					st.Held++
 				}
 			}

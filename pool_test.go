@@ -35,7 +35,7 @@ func (l *ledger) runner() tenure.Runner {
 		if other, busy := l.running[lease.Key]; busy {
 			l.t.Errorf("key %s started on %s while %s still runs it", lease.Key, lease.Owner, other)
 		}
-		l.running[lease.Key] = lease.Owner
+		l.running[lease.Key] = tenure.OwnerName(lease.Owner)
 		l.starts[lease.Key]++
 		l.mu.Unlock()
 		<-ctx.Done()
@@ -245,7 +245,7 @@ func TestAStoppingPoolWorkerIsMarkedDrainingBeforeItsKeysStop(t *testing.T) {
 		})})
 		w.start()
 		advance(renew)
-		member := tenure.WorkerPrefix + "mail/w0@1"
+		member := tenure.WorkerPrefix + "mail/" + w.Owner() + "@1"
 		if l := lease(t, st, member); !l.Running || !l.Live {
 			t.Fatalf("membership %+v, want live and running", l)
 		}

@@ -74,12 +74,12 @@ func (s *Supervisor) statusLocked(key string) KeyStatus {
 	}
 	st.Leased = true
 	if t, ok := s.keeper.Term(key); ok {
-		st.Leader, st.LeaderHere, st.Epoch = s.cfg.Owner, true, t.Epoch
+		st.Leader, st.LeaderHere, st.Epoch = s.owner, true, t.Epoch
 		return st
 	}
 	if l, ok := s.keeper.Observed(key); ok && l.Live && l.Owner != "" {
 		st.Leader, st.Epoch = l.Owner, l.Epoch
-		st.LeaderHere = l.Owner == s.cfg.Owner
+		st.LeaderHere = l.Owner == s.owner
 		if !st.Running {
 			st.Running = l.Running
 		}

@@ -45,6 +45,7 @@ var (
 // Set, and call Run. Its methods are safe for concurrent use.
 type Supervisor struct {
 	cfg     Config
+	owner   string // Config.Owner + "#" + incarnation
 	leased  bool
 	keeper  *hold.Keeper // nil in single-instance mode
 	log     *slog.Logger
@@ -61,6 +62,7 @@ type Supervisor struct {
 	runCtx    context.Context
 	actions   sync.WaitGroup // start actions and runner goroutines
 	lastRound time.Time
+	lost      map[string]bool // keys lost since the last table read: say to whom
 	// pendingLogs are written once s.mu is released (see unlock).
 	pendingLogs []pendingLog
 	pools       map[string]*poolState
@@ -78,24 +80,30 @@ func New(cfg Config) (*Supervisor, error) {
 	if err != nil {
 		return nil, err
 	}
+	owner := ownerID(cfg.Owner)
 	s := &Supervisor{
 		cfg:     cfg,
 		leased:  leased,
-		log:     cfg.Logger.With("owner", cfg.Owner),
+		owner:   owner,
+		log:     cfg.Logger.With("owner", owner),
 		metrics: cfg.Metrics,
 		wake:    make(chan struct{}, 1),
 		keys:    make(map[string]*keyState),
 	}
 	if leased {
-		s.keeper = hold.New(cfg.Store, cfg.Owner, hold.Timing{
+		s.keeper = hold.New(cfg.Store, owner, hold.Timing{
 			TTL: cfg.TTL, Grace: cfg.Grace, RenewEvery: cfg.RenewEvery, CallTimeout: cfg.CallTimeout,
 		}, nil)
 	}
 	return s, nil
 }
 
-// Owner is this replica's owner id.
-func (s *Supervisor) Owner() string { return s.cfg.Owner }
+// Owner is the owner id this supervisor holds leases under: Config.Owner,
+// '#', and an incarnation drawn by New. It is what the store, status and
+// Lease.Owner show, and it differs between any two supervisors — also two
+// processes given the same Config.Owner — so that none can renew, release
+// or re-acquire a term of another.
+func (s *Supervisor) Owner() string { return s.owner }
 
 // Leased reports whether keys are arbitrated through leases (false in
 // single-instance mode).
@@ -197,6 +205,8 @@ func (s *Supervisor) round(ctx context.Context) {
 		s.acquirePass(ctx)
 		if err := s.keeper.ObserveAll(ctx, s.cfg.Prefix); err != nil {
 			s.log.Debug("could not read the lease table", "err", err)
+		} else {
+			s.explainLosses()
 		}
 		s.scheduleFreedKeys()
 		s.planPools()
@@ -227,6 +237,12 @@ func (s *Supervisor) renew(ctx context.Context) {
 			s.unlock()
 			s.metrics.loss()
 			s.log.Warn("lease lost: another owner or a newer term holds the key", "key", key)
+			s.mu.Lock()
+			if s.lost == nil {
+				s.lost = make(map[string]bool)
+			}
+			s.lost[key] = true
+			s.unlock()
 		case hold.Renewed:
 			s.mu.Lock()
 			if ks := s.keys[key]; ks != nil && ks.run != nil && ks.run.leased {
@@ -236,6 +252,25 @@ func (s *Supervisor) renew(ctx context.Context) {
 		}
 	}
 	s.metrics.setHeld(s.keeper.HeldCount())
+}
+
+// explainLosses says who took each lease lost since the last read of the
+// lease table. A process holding it under this replica's own owner name is
+// logged as an error: two replicas were given one name, or a frozen twin
+// resumed — either way an operator should know.
+func (s *Supervisor) explainLosses() {
+	s.mu.Lock()
+	lost := s.lost
+	s.lost = nil
+	s.unlock()
+	for key := range lost {
+		l, ok := s.keeper.Observed(key)
+		if !ok || !l.Live || l.Owner == s.owner || OwnerName(l.Owner) != s.cfg.Owner {
+			continue
+		}
+		s.log.Error("lease lost to another process with this replica's owner name: give every replica its own name (Config.Owner, --owner)",
+			"key", key, "holder", l.Owner, "holder_epoch", l.Epoch, "owner_name", s.cfg.Owner)
+	}
 }
 
 // acquirePass tries to acquire every wanted key that is not held and whose

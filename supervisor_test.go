@@ -29,7 +29,7 @@ func TestOnlyTheLeaseHolderStartsAnExclusiveRunner(t *testing.T) {
 		advance(renew) // A reports its runners running; B observes A
 		for name, r := range map[string]*replica{"A": a, "B": b} {
 			tg := r.KeyStatus("telegram")
-			if !tg.Running || tg.Leader != "A" || !tg.Leased {
+			if !tg.Running || tenure.OwnerName(tg.Leader) != "A" || !tg.Leased {
 				t.Fatalf("%s: telegram status %+v, want running, leader A", name, tg)
 			}
 			gh := r.KeyStatus("github")
@@ -40,7 +40,7 @@ func TestOnlyTheLeaseHolderStartsAnExclusiveRunner(t *testing.T) {
 		if !a.KeyStatus("telegram").LeaderHere || b.KeyStatus("telegram").LeaderHere {
 			t.Fatal("leader_here must be true on A only")
 		}
-		if b.LeaderOf("telegram") != "A" || b.LeaderOf("github") != "" {
+		if tenure.OwnerName(b.LeaderOf("telegram")) != "A" || b.LeaderOf("github") != "" {
 			t.Fatalf("B: LeaderOf(telegram)=%q LeaderOf(github)=%q", b.LeaderOf("telegram"), b.LeaderOf("github"))
 		}
 	})
@@ -68,7 +68,7 @@ func TestAStoppingHolderReleasesAndThePeerTakesOverWithFreshlyLoadedConfig(t *te
 			t.Fatal(err)
 		}
 		// B may already have taken it: either way A did not leave it to expire.
-		if l := lease(t, st, "telegram"); !(l.Owner == "A" && l.Released) && l.Owner != "B" {
+		if l := lease(t, st, "telegram"); !(tenure.OwnerName(l.Owner) == "A" && l.Released) && tenure.OwnerName(l.Owner) != "B" {
 			t.Fatalf("after A stopped: %+v, want released by A", l)
 		}
 		advance(0) // B reacts to the release event, not to its next round
@@ -81,7 +81,7 @@ func TestAStoppingHolderReleasesAndThePeerTakesOverWithFreshlyLoadedConfig(t *te
 		if got[0].at != stoppedAt {
 			t.Fatalf("B took over %v after the release; a push event should make it immediate", got[0].at.Sub(stoppedAt))
 		}
-		if l := lease(t, st, "telegram"); l.Owner != "B" || l.Epoch <= epoch {
+		if l := lease(t, st, "telegram"); tenure.OwnerName(l.Owner) != "B" || l.Epoch <= epoch {
 			t.Fatalf("after takeover: %+v, want B with an epoch above %d", l, epoch)
 		}
 		if got[0].epoch != lease(t, st, "telegram").Epoch {
@@ -110,7 +110,7 @@ func TestALostLeaseStopsTheRunnerAndShutdownLeavesThePeersRowAlone(t *testing.T)
 		if err := a.stop(); err != nil {
 			t.Fatal(err)
 		}
-		if l := lease(t, st, "telegram"); l.Owner != "B" || !l.Live {
+		if l := lease(t, st, "telegram"); tenure.OwnerName(l.Owner) != "B" || !l.Live {
 			t.Fatalf("shutdown touched the peer's lease: %+v", l)
 		}
 	})
@@ -140,7 +140,7 @@ func TestUnconfirmedRenewalsStopTheRunnerBeforeAPeerMayStart(t *testing.T) {
 		}
 		// The row is not released: the store may be the one unreachable.
 		st.SetFault(nil)
-		if l := lease(t, st, "telegram"); l.Owner != "A" || l.Released {
+		if l := lease(t, st, "telegram"); tenure.OwnerName(l.Owner) != "A" || l.Released {
 			t.Fatalf("lease after a deadline stop: %+v", l)
 		}
 	})
@@ -160,7 +160,7 @@ func TestPathsOnANonHolderNeverStartTheRunner(t *testing.T) {
 		if ok, err := b.Restart(ctx, "telegram"); ok || err != nil {
 			t.Fatalf("Restart on a non-holder: %v, %v", ok, err)
 		}
-		if b.LeaderOf("telegram") != "A" {
+		if tenure.OwnerName(b.LeaderOf("telegram")) != "A" {
 			t.Fatalf("B sees leader %q", b.LeaderOf("telegram"))
 		}
 		// New config is accepted (the holder serves the key) but starts nothing here.
@@ -193,7 +193,7 @@ func TestARunnerThatFailsToStopKeepsItsLeaseOnShutdown(t *testing.T) {
 			t.Fatalf("Run returned %v, want ErrStopTimeout", err)
 		}
 		l := lease(t, st, "telegram")
-		if l.Owner != "A" || l.Released || !l.Live {
+		if tenure.OwnerName(l.Owner) != "A" || l.Released || !l.Live {
 			t.Fatalf("lease of a runner that did not stop: %+v, want left to expire", l)
 		}
 		b := newReplica(t, st, "B")
@@ -217,7 +217,7 @@ func TestRemovingAKeyReleasesItsLeaseForAPeer(t *testing.T) {
 			t.Fatal(err)
 		}
 		// B reacts to the release at once, so it may already hold the key.
-		if l := lease(t, st, "telegram"); !(l.Owner == "A" && l.Released) && l.Owner != "B" {
+		if l := lease(t, st, "telegram"); !(tenure.OwnerName(l.Owner) == "A" && l.Released) && tenure.OwnerName(l.Owner) != "B" {
 			t.Fatalf("after Remove: %+v, want released", l)
 		}
 		advance(0)
@@ -283,7 +283,7 @@ func TestAKeyLedByAPeerIsReportedAlthoughAbsentFromLocalConfig(t *testing.T) {
 			t.Fatalf("B peer keys %v, want [telegram]", b.PeerKeys())
 		}
 		s := b.KeyStatus("telegram")
-		if s.Leader != "A" || s.LeaderHere || !s.Running || s.Configured {
+		if tenure.OwnerName(s.Leader) != "A" || s.LeaderHere || !s.Running || s.Configured {
 			t.Fatalf("B's status of telegram %+v", s)
 		}
 		if len(b.rec.startsOf("telegram")) != 0 {

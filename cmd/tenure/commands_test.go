@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/common/model"
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/tenure-dev/tenure"
 	"github.com/tenure-dev/tenure/internal/storeurl"
 	"github.com/tenure-dev/tenure/internal/testenv"
 	"github.com/tenure-dev/tenure/store"
@@ -339,10 +340,10 @@ func TestHTTPServesMetricsStatusAndHealth(t *testing.T) {
 	if err := json.Unmarshal([]byte(get(t, "http://"+addr+"/status")), &doc); err != nil {
 		t.Fatal(err)
 	}
-	if doc.Owner != "replica-http" || len(doc.Keys) != 1 || doc.Keys[0].Key != "served" || !doc.Keys[0].Running || !doc.Keys[0].LeaderHere {
+	if tenure.OwnerName(doc.Owner) != "replica-http" || len(doc.Keys) != 1 || doc.Keys[0].Key != "served" || !doc.Keys[0].Running || !doc.Keys[0].LeaderHere {
 		t.Errorf("/status = %+v", doc)
 	}
-	if len(doc.Leases) != 1 || doc.Leases[0]["owner"] != "replica-http" || doc.Leases[0]["live"] != true {
+	if len(doc.Leases) != 1 || ownerName(doc.Leases[0]["owner"]) != "replica-http" || doc.Leases[0]["live"] != true {
 		t.Errorf("/status leases = %v", doc.Leases)
 	}
 }
@@ -443,7 +444,7 @@ func TestRedisStoreWorksFromTheCommandLine(t *testing.T) {
 	waitStarts(t, filepath.Join(dir, "log"), 1, 10*time.Second)
 	stdout, stderr, code := runTenure(t, nil, "status", "--store", url, "--json")
 	var rows []map[string]any
-	if code != 0 || json.Unmarshal([]byte(stdout), &rows) != nil || len(rows) != 1 || rows[0]["owner"] != "redis-replica" {
+	if code != 0 || json.Unmarshal([]byte(stdout), &rows) != nil || len(rows) != 1 || ownerName(rows[0]["owner"]) != "redis-replica" {
 		t.Errorf("status on Redis: exit %d %s%s", code, stdout, stderr)
 	}
 	if stdout, _, code := runTenure(t, nil, "migrate", "--store", url); code != 0 || !strings.Contains(stdout, "needs no migration") {
@@ -471,4 +472,10 @@ func deleteNamespace(t *testing.T, url, ns string) {
 	for iter.Next(ctx) {
 		c.Del(ctx, iter.Val())
 	}
+}
+
+// ownerName is the --owner name in an owner id read from JSON.
+func ownerName(id any) string {
+	s, _ := id.(string)
+	return tenure.OwnerName(s)
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/tenure-dev/tenure"
 	"github.com/tenure-dev/tenure/internal/storeurl"
 	"github.com/tenure-dev/tenure/internal/testenv"
 	"github.com/tenure-dev/tenure/store"
@@ -67,7 +68,7 @@ func testFailover(t *testing.T, url, dir string, pushed bool) {
 	if evs := readChildLog(t, log); len(evs) != 1 {
 		t.Fatalf("want exactly one command running, log: %+v", evs)
 	}
-	if l := lease(t, st, "job"); !l.Live || l.Owner != first.owner || l.Epoch != first.epoch || !l.Running {
+	if l := lease(t, st, "job"); !l.Live || tenure.OwnerName(l.Owner) != first.owner || l.Epoch != first.epoch || !l.Running {
 		t.Fatalf("lease %+v does not match the running command %+v", l, first)
 	}
 

@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tenure-dev/tenure"
 )
 
 // tenureBin is the binary under test, built by TestMain.
@@ -150,6 +152,7 @@ func readChildLog(t *testing.T, path string) []childEvent {
 			t.Fatalf("bad child log line %q: %v", line, err)
 		}
 		ev.at = time.Unix(0, nanos)
+		ev.owner = tenure.OwnerName(ev.owner) // the --owner name, as the tests start them
 		if ev.what == "grand" {
 			for i := range out {
 				if out[i].what == "start" && out[i].pid == ev.pid {

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenure-dev/tenure"
 	"github.com/tenure-dev/tenure/internal/storeurl"
 	"github.com/tenure-dev/tenure/internal/testenv"
 	"github.com/tenure-dev/tenure/store"
@@ -306,7 +307,7 @@ func leaseExpiries(t *testing.T, st store.Store, owner string) map[string]time.T
 	}
 	out := map[string]time.Time{}
 	for _, l := range leases {
-		if l.Live && l.Owner == owner {
+		if l.Live && tenure.OwnerName(l.Owner) == owner {
 			out[l.Key] = before.Add(l.TimeLeft)
 		}
 	}
@@ -329,7 +330,7 @@ func checkWorkersTable(t *testing.T, url string, want map[string]int) {
 		if m[2] != "active" || err != nil {
 			t.Errorf("worker %s shown %s with %s keys:\n%s", m[1], m[2], m[3], stdout)
 		}
-		got[m[1]] = n
+		got[tenure.OwnerName(m[1])] = n
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("status shows workers %v, the commands running say %v:\n%s", got, want, stdout)
@@ -372,7 +373,7 @@ func checkPoolsStatus(t *testing.T, addr string, keys int, want map[string]int) 
 			t.Fatal(err)
 		}
 		ok := len(doc.Pools) == 1 && doc.Pools[0].Name == "accts" && doc.Pools[0].Keys == keys &&
-			fmt.Sprint(doc.Pools[0].Workers) == fmt.Sprint(want) && doc.Pools[0].Held == want["w3"]
+			fmt.Sprint(byName(doc.Pools[0].Workers)) == fmt.Sprint(want) && doc.Pools[0].Held == want["w3"]
 		if ok {
 			return
 		}
@@ -382,6 +383,15 @@ func checkPoolsStatus(t *testing.T, addr string, keys int, want map[string]int) 
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// byName keys a count per owner id by the owners' --owner names.
+func byName(perID map[string]int) map[string]int {
+	out := make(map[string]int, len(perID))
+	for id, n := range perID {
+		out[tenure.OwnerName(id)] += n
+	}
+	return out
 }
 
 func sum(m map[string]int) int {

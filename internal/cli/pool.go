@@ -145,9 +145,9 @@ func (e *env) pool(cmd *cobra.Command, f poolFlags, args []string) error {
 		rep.log.Info("SIGHUP: reading the pool's keys again", "pool", f.name)
 		_ = sup.RefreshPool(f.name) // the pool was added: it cannot be unknown
 	}
-	rep.announce = func() {
+	rep.announce = func(sup *tenure.Supervisor) {
 		rep.log.Info("joining the pool", "pool", f.name, "keys", len(keys), "store", rep.spec.Shown,
-			"owner", rep.cfg.Owner, "weight", f.weight, "ttl", f.ttl, "grace", f.grace)
+			"owner", sup.Owner(), "weight", f.weight, "ttl", f.ttl, "grace", f.grace)
 	}
 	ctx, stop := context.WithCancel(cmd.Context())
 	defer stop()

@@ -34,7 +34,7 @@ type replicaFlags struct {
 func addReplicaFlags(cmd *cobra.Command, f *replicaFlags) {
 	fl := cmd.Flags()
 	addStoreFlag(cmd)
-	fl.StringVar(&f.owner, "owner", "", "this replica's owner id (default hostname:pid:random)")
+	fl.StringVar(&f.owner, "owner", "", "this replica's name (default hostname:pid); the store sees NAME#INCARNATION, unique per start, so replicas sharing a name never share a lease")
 	fl.DurationVar(&f.ttl, "ttl", tenure.DefaultTTL, "how long a lease lives without renewal; renewed every ttl/3")
 	fl.DurationVar(&f.grace, "grace", tenure.DefaultGrace, "how long past a lost holder's expiry a peer waits before taking over")
 	fl.DurationVar(&f.stopTimeout, "stop-timeout", tenure.DefaultStopTimeout, "time between SIGTERM and SIGKILL when stopping the command")
@@ -72,7 +72,7 @@ type replica struct {
 	// SIGINT and SIGTERM do.
 	hangup func(*tenure.Supervisor)
 	// announce logs what the replica waits for, once connected.
-	announce func()
+	announce func(*tenure.Supervisor)
 }
 
 // prepare checks the flags, the timing and the command without connecting
@@ -105,7 +105,7 @@ func (e *env) prepare(cmd *cobra.Command, f replicaFlags, argv []string, keyed b
 	if err != nil {
 		return nil, withCode(ExitUsage, flagNames(err))
 	}
-	cfg.Owner = v.Owner() // the default, drawn once: logs and the store agree
+	cfg.Owner = v.Config().Owner // the name; each supervisor adds its own incarnation
 	if err := checkTiming(f); err != nil {
 		return nil, err
 	}
@@ -169,7 +169,7 @@ func (e *env) serve(ctx context.Context, stop context.CancelFunc, rep *replica) 
 	}
 
 	if rep.announce != nil {
-		rep.announce()
+		rep.announce(sup)
 	}
 	sh := &signalHandler{log: rep.log, stop: stop, hurry: rep.runner.hurryUp}
 	if rep.hangup != nil {

@@ -93,8 +93,8 @@ func (e *env) run(cmd *cobra.Command, f runFlags, args []string) error {
 	rep.setup = func(sup *tenure.Supervisor) error {
 		return sup.Set(f.key, tenure.Job{Runner: r})
 	}
-	rep.announce = func() {
-		rep.log.Info("waiting for the lease", "key", f.key, "store", rep.spec.Shown, "owner", rep.cfg.Owner, "ttl", f.ttl, "grace", f.grace)
+	rep.announce = func(sup *tenure.Supervisor) {
+		rep.log.Info("waiting for the lease", "key", f.key, "store", rep.spec.Shown, "owner", sup.Owner(), "ttl", f.ttl, "grace", f.grace)
 	}
 	signalled, err := e.serve(ctx, stop, rep)
 	if err != nil {
