@@ -3,6 +3,8 @@ package tenure_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -102,6 +104,83 @@ func TestStopAtFollowsEveryConfirmedRenewal(t *testing.T) {
 		}
 		if _, ok := a.running()["telegram"]; ok {
 			t.Fatal("telegram still runs after its StopAt")
+		}
+	})
+}
+
+// A store that answers every call, just under CallTimeout, must not make a
+// holder lose its work: renewals keep their own schedule and are never
+// queued behind acquisitions or reads of the lease table.
+func TestASlowButAnsweringStoreNeverStarvesRenewals(t *testing.T) {
+	bubble(t, func(t *testing.T, st *memstore.Store) {
+		const latency = 3500 * time.Millisecond // CallTimeout is renew/2 = 5s
+		st.SetFault(func(string) error {
+			time.Sleep(latency)
+			return nil
+		})
+		runs := &runLog{}
+		a := newReplica(t, st, "A")
+		for i := range 12 {
+			a.Set(fmt.Sprintf("job-%02d", i), tenure.Job{Runner: runs.runner("A")})
+		}
+		if err := a.AddPool(tenure.Pool{Name: "mail", Source: tenure.StaticKeys(poolKeys(40)...), Runner: runs.runner("A")}); err != nil {
+			t.Fatal(err)
+		}
+		a.start()
+		defer a.stop()
+		advance(20 * time.Minute)
+
+		for i := range 12 {
+			key := fmt.Sprintf("job-%02d", i)
+			got := runs.of(key)
+			if len(got) != 1 || !got[0].ended.IsZero() {
+				t.Errorf("%s ran %d times, the first stopped by %v; want one run, never stopped", key, len(got), firstCause(got))
+			}
+		}
+		stopped := 0
+		for _, key := range poolKeys(40) {
+			for _, r := range runs.of(key) {
+				if errors.Is(r.cause, tenure.ErrDeadline) {
+					stopped++
+				}
+			}
+		}
+		if stopped > 0 {
+			t.Errorf("%d pool runs were stopped at their deadline by a store that answered every call", stopped)
+		}
+	})
+}
+
+func firstCause(runs []run) error {
+	if len(runs) == 0 {
+		return nil
+	}
+	return runs[0].cause
+}
+
+// One renewal that times out is tried again at once, so a single slow call
+// does not cost the runner its lease.
+func TestOneUnconfirmedRenewalIsRetriedBeforeItCostsTheRunner(t *testing.T) {
+	bubble(t, func(t *testing.T, st *memstore.Store) {
+		runs := &runLog{}
+		a := newReplica(t, st, "A")
+		a.Set("telegram", tenure.Job{Runner: runs.runner("A")})
+		a.start()
+		defer a.stop()
+		var once sync.Once
+		st.SetFault(func(op string) error {
+			fail := false
+			if op == memstore.OpRenew {
+				once.Do(func() { fail = true })
+			}
+			if fail {
+				time.Sleep(renew) // outlasts CallTimeout: unconfirmed
+			}
+			return nil
+		})
+		advance(5 * renew)
+		if got := runs.of("telegram"); len(got) != 1 || !got[0].ended.IsZero() {
+			t.Fatalf("runs of telegram %+v: one timed-out renewal stopped the runner", got)
 		}
 	})
 }

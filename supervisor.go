@@ -146,7 +146,12 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	}
 	s.unlock()
 
+	var renewals sync.WaitGroup
+	if s.leased {
+		renewals.Go(func() { s.renewLoop(ctx) })
+	}
 	s.loop(ctx)
+	renewals.Wait()
 
 	stopWatch()
 	watchers.Wait()
@@ -155,6 +160,41 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	s.active, s.runCtx = false, nil
 	s.unlock()
 	return err
+}
+
+// renewLoop renews every held lease once per RenewEvery, on a schedule of
+// its own: no acquisition, table read or plan runs on this goroutine, so a
+// slow but answering store can delay a renewal by its own latency only,
+// never by the sum of every call a round makes.
+func (s *Supervisor) renewLoop(ctx context.Context) {
+	due := time.Now().Add(s.cfg.RenewEvery)
+	retry := false // the next call retries an unconfirmed renewal
+	for {
+		next := due
+		if retry {
+			next = time.Now()
+		}
+		timer := time.NewTimer(time.Until(next))
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return
+		case <-timer.C:
+		}
+		confirmed := s.renew(ctx)
+		if !retry {
+			due = due.Add(s.cfg.RenewEvery)
+			if now := time.Now(); due.Before(now) {
+				due = now // a renewal took longer than a period: start the next now
+			}
+		}
+		// An unconfirmed renewal is tried again at once rather than a whole
+		// period later, when a runner renewed a period ago would already
+		// be stopped: the deadline leaves room for one more call (both
+		// bounded by CallTimeout ≤ RenewEvery/2), and one call that ran
+		// over CallTimeout should not cost the runners their lease.
+		retry = !confirmed && !retry
+	}
 }
 
 // loop runs supervision rounds every RenewEvery, and acquisition passes in
@@ -195,13 +235,12 @@ func (s *Supervisor) loop(ctx context.Context) {
 	}
 }
 
-// round is one supervision round: one batched renewal, acquisitions of
-// wanted free keys, one read of the whole lease table, then start and stop
-// actions scheduled per key.
+// round is one supervision round: acquisitions of wanted free keys, one
+// read of the whole lease table, then start and stop actions scheduled per
+// key. Renewals run on their own schedule (renewLoop).
 func (s *Supervisor) round(ctx context.Context) {
 	start := time.Now()
 	if s.leased {
-		s.renew(ctx)
 		s.acquirePass(ctx)
 		if err := s.keeper.ObserveAll(ctx, s.cfg.Prefix); err != nil {
 			s.log.Debug("could not read the lease table", "err", err)
@@ -220,8 +259,8 @@ func (s *Supervisor) round(ctx context.Context) {
 }
 
 // renew renews every held lease in one call and stops the runners of the
-// leases the store refused.
-func (s *Supervisor) renew(ctx context.Context) {
+// leases the store refused. It reports whether the call was confirmed.
+func (s *Supervisor) renew(ctx context.Context) bool {
 	outcomes, err := s.keeper.RenewAll(ctx, s.isRunning)
 	if err != nil {
 		s.log.Warn("could not confirm lease renewals; their deadlines keep running", "keys", len(outcomes), "err", err)
@@ -252,6 +291,10 @@ func (s *Supervisor) renew(ctx context.Context) {
 		}
 	}
 	s.metrics.setHeld(s.keeper.HeldCount())
+	if len(outcomes) > 0 {
+		s.poke() // reconcile: restart what a confirmed renewal allows, stop what was lost
+	}
+	return err == nil
 }
 
 // explainLosses says who took each lease lost since the last read of the
@@ -264,13 +307,20 @@ func (s *Supervisor) explainLosses() {
 	s.lost = nil
 	s.unlock()
 	for key := range lost {
-		l, ok := s.keeper.Observed(key)
-		if !ok || !l.Live || l.Owner == s.owner || OwnerName(l.Owner) != s.cfg.Owner {
-			continue
+		if l, ok := s.keeper.Observed(key); ok {
+			s.lostTo(key, l)
 		}
-		s.log.Error("lease lost to another process with this replica's owner name: give every replica its own name (Config.Owner, --owner)",
-			"key", key, "holder", l.Owner, "holder_epoch", l.Epoch, "owner_name", s.cfg.Owner)
 	}
+}
+
+// lostTo logs an error when a term this replica held was taken by another
+// process under its own owner name.
+func (s *Supervisor) lostTo(key string, holder store.Lease) {
+	if holder.Owner == "" || holder.Owner == s.owner || OwnerName(holder.Owner) != s.cfg.Owner {
+		return
+	}
+	s.log.Error("lease lost to another process with this replica's owner name: give every replica its own name (Config.Owner, --owner)",
+		"key", key, "holder", holder.Owner, "holder_epoch", holder.Epoch, "owner_name", s.cfg.Owner)
 }
 
 // acquirePass tries to acquire every wanted key that is not held and whose
@@ -305,7 +355,11 @@ func (s *Supervisor) acquirePass(ctx context.Context) {
 		s.mu.Lock()
 		member := s.keys[key] != nil && strings.HasPrefix(key, WorkerPrefix) && s.keys[key].pool == nil
 		s.unlock()
+		_, had := s.keeper.Term(key)
 		res, err := s.keeper.Acquire(ctx, key, member)
+		if err == nil && !res.OK && had {
+			s.lostTo(key, res.Holder) // our term ended while we could not renew it
+		}
 		s.mu.Lock()
 		ks := s.keys[key]
 		switch {
