@@ -213,6 +213,12 @@ func (k *Keeper) Acquire(ctx context.Context, key string, running bool) (Acquire
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
+	// Replies may arrive out of order (two attempts in flight): a reply
+	// about an older term than the one installed meanwhile is stale and
+	// must neither replace nor drop it.
+	if cur, ok := k.held[key]; ok && (res.Acquired && res.Epoch < cur.Epoch || !res.Acquired && res.Holder.Epoch < cur.Epoch) {
+		return Acquired{OK: k.holdsLocked(key), Epoch: cur.Epoch}, nil
+	}
 	if !res.Acquired {
 		// A peer holds the row, so any local record of ours is stale.
 		delete(k.held, key)

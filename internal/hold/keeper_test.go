@@ -306,3 +306,82 @@ func TestAfterReleasingOrLosingAKeyTheKeeperNoLongerNamesItselfLeader(t *testing
 		}
 	})
 }
+
+// lateFirst delays the reply to the first acquisition of each test until
+// release is closed, after the store has done it, so that a later call's
+// reply arrives first.
+type lateFirst struct {
+	store.Store
+	first   chan struct{} // closed when the first call has reached the store
+	release chan struct{}
+	n       int
+	granted store.AcquireResult // what the store answered the first call
+}
+
+func (l *lateFirst) Acquire(ctx context.Context, req store.AcquireRequest) (store.AcquireResult, error) {
+	res, err := l.Store.Acquire(ctx, req)
+	l.n++
+	if l.n == 1 {
+		l.granted = res
+		close(l.first)
+		<-l.release
+	}
+	return res, err
+}
+
+// Replies to acquisitions can arrive out of order; a late reply naming an
+// older term must never replace the newer term already installed, nor drop
+// it, or the runner is stopped with a lost lease nobody else holds.
+func TestALateAcquireReplyNeverReplacesANewerTerm(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := &lateFirst{Store: memstore.New(memstore.Options{}), first: make(chan struct{}), release: make(chan struct{})}
+		k := newKeeper(st, "A")
+		late := make(chan hold.Acquired)
+		go func() {
+			res, _ := k.Acquire(context.Background(), "telegram", true)
+			late <- res
+		}()
+		<-st.first // the first term is granted; its reply is held back
+		newer := mustAcquire(t, k, "telegram")
+		close(st.release)
+		old := <-late
+		if !(st.granted.Epoch < newer.Epoch) {
+			t.Fatalf("epochs %d then %d: the store did not start a newer term", st.granted.Epoch, newer.Epoch)
+		}
+		if !old.OK || old.New || old.Epoch != newer.Epoch {
+			t.Fatalf("the late reply reported %+v, want the term held now (epoch %d)", old, newer.Epoch)
+		}
+		if term, _ := k.Term("telegram"); term.Epoch != newer.Epoch {
+			t.Fatalf("the late reply installed epoch %d over the newer %d", term.Epoch, newer.Epoch)
+		}
+		if out, err := k.RenewAll(context.Background(), nil); err != nil || out["telegram"] != hold.Renewed {
+			t.Fatalf("renewal after a late reply: %v, %v; want renewed", out, err)
+		}
+	})
+}
+
+// A refusal sent while a peer held the key, and answered after this
+// replica took the key's newer term, says nothing about the newer term.
+func TestALateRefusalNeverDropsANewerTerm(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mem := memstore.New(memstore.Options{})
+		mem.Put(store.Lease{Key: "telegram", Owner: "B", Epoch: 5, TimeLeft: time.Minute})
+		st := &lateFirst{Store: mem, first: make(chan struct{}), release: make(chan struct{})}
+		k := newKeeper(st, "A")
+		late := make(chan hold.Acquired)
+		go func() {
+			res, _ := k.Acquire(context.Background(), "telegram", true)
+			late <- res
+		}()
+		<-st.first // refused: B holds epoch 5; the reply is held back
+		mem.Put(store.Lease{Key: "telegram", Owner: "B", Epoch: 5, Released: true})
+		newer := mustAcquire(t, k, "telegram")
+		close(st.release)
+		if res := <-late; res.OK && res.Epoch != newer.Epoch || res.New {
+			t.Fatalf("the late refusal reported %+v, want a refusal or the term held now", res)
+		}
+		if term, ok := k.Term("telegram"); !ok || term.Epoch != newer.Epoch || !k.Holds("telegram") {
+			t.Fatalf("after a late refusal the keeper holds %+v (%v), want epoch %d", term, ok, newer.Epoch)
+		}
+	})
+}
