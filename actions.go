@@ -30,6 +30,8 @@ type keyState struct {
 	removed chan struct{} // closed when a removal has finished
 
 	pool      *poolState // the pool that manages this key, if any
+	poolKey   string     // for pool keys: the key as the pool's source gives it
+	member    bool       // a pool membership lease
 	claim     bool       // for pool keys: the policy wants this key held here
 	heldSince time.Time  // when the current term was acquired
 }
@@ -188,6 +190,9 @@ func (s *Supervisor) startLocked(ks *keyState, runner Runner) error {
 	}
 	leased := s.leased && ks.job.Mode == Exclusive
 	lease := Lease{Key: ks.key, Owner: s.owner}
+	if ks.pool != nil {
+		lease.Key = ks.poolKey // the runner works on the source's key
+	}
 	if leased {
 		t, ok := s.keeper.Term(ks.key)
 		if !ok || !s.keeper.Holds(ks.key) {
@@ -201,7 +206,7 @@ func (s *Supervisor) startLocked(ks *keyState, runner Runner) error {
 		ks.acquiredAt = time.Time{}
 	}
 	ctx, cancel := context.WithCancelCause(s.runCtx)
-	r := newRunState(lease, leased, cancel)
+	r := newRunState(ks.key, lease, leased, cancel)
 	ks.run = r
 	if leased {
 		s.guard(r)
@@ -217,7 +222,7 @@ func (s *Supervisor) runRunner(ctx context.Context, ks *keyState, r *runState, r
 	// Check the lease once more on the runner's own goroutine: if the
 	// process was frozen between the start decision and here, the lease may
 	// be gone, and the runner must not begin at all.
-	if r.leased && !s.keeper.HoldsTerm(r.lease.Key, r.lease.Epoch) {
+	if r.leased && !s.keeper.HoldsTerm(r.key, r.lease.Epoch) {
 		r.stop(ErrDeadline)
 	}
 	var err error

@@ -95,8 +95,11 @@ type Config struct {
 	// resets the delay.
 	BackoffMin, BackoffMax time.Duration
 
-	// Prefix limits the keys this supervisor reads from the store when it
-	// learns who leads what (one List per round). Default: every key.
+	// Prefix is this supervisor's namespace in the store: every key given
+	// to Set must start with it, and pools keep their keys and memberships
+	// under it. Each round lists (and the push channel watches) only keys
+	// under it, so a store shared by many applications is read in part.
+	// It may not hold '~'. Default: the whole store.
 	Prefix string
 
 	// Logger receives events (acquire, loss, release, start failure).
@@ -205,6 +208,14 @@ func (c Config) withDefaults() (Config, error) {
 		return c, configErr("StopTimeout", "%v is negative", c.StopTimeout)
 	case c.BackoffMin <= 0 || c.BackoffMax < c.BackoffMin:
 		return c, configErr("BackoffMin", "%v..%v is not a valid range", c.BackoffMin, c.BackoffMax)
+	}
+	if strings.Contains(c.Prefix, "~") {
+		return c, configErr("Prefix", "%q holds '~', which starts the segments reserved for pools", c.Prefix)
+	}
+	if c.Prefix != "" {
+		if err := store.ValidateKey(c.Prefix); err != nil {
+			return c, configErr("Prefix", "%v", err)
+		}
 	}
 	if err := store.ValidateOwner(ownerID(c.Owner)); err != nil {
 		return c, configErr("Owner", "%v", err)

@@ -3,8 +3,10 @@ package tenure
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
+	"github.com/tenure-dev/tenure/internal/poolkey"
 	"github.com/tenure-dev/tenure/store"
 )
 
@@ -15,6 +17,12 @@ import (
 func (s *Supervisor) Set(key string, job Job) error {
 	if err := store.ValidateKey(key); err != nil {
 		return err
+	}
+	if !strings.HasPrefix(key, s.cfg.Prefix) {
+		return fmt.Errorf("key %q is outside Config.Prefix %q: this supervisor lists and watches only keys under it: %w", key, s.cfg.Prefix, ErrConfig)
+	}
+	if poolkey.Reserved(key) {
+		return fmt.Errorf("key %q holds %q or %q, which are reserved for pools: %w", key, PoolPrefix, WorkerPrefix, ErrConfig)
 	}
 	if err := job.validate(); err != nil {
 		return fmt.Errorf("key %q: %w", key, err)

@@ -4,17 +4,24 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"strconv"
+	"math"
 	"strings"
 	"time"
 
 	"github.com/tenure-dev/tenure/internal/balance"
+	"github.com/tenure-dev/tenure/internal/poolkey"
 	"github.com/tenure-dev/tenure/store"
 )
 
-// WorkerPrefix is the reserved key prefix under which pool workers hold
-// their membership leases: WorkerPrefix + pool + "/" + owner + "@" + weight.
-const WorkerPrefix = "~workers/"
+// Reserved segments of lease keys. Under Config.Prefix P, key K of pool
+// NAME is leased as P + PoolPrefix + NAME + "/" + K, so two pools — or a
+// pool and a singleton — using one key name never share a lease; each
+// worker holds a membership lease P + WorkerPrefix + NAME + "/" + owner +
+// "@" + weight. A key given to Set may hold neither segment.
+const (
+	PoolPrefix   = poolkey.KeysSegment
+	WorkerPrefix = poolkey.WorkersSegment
+)
 
 // Pool is a set of keys shared fairly across every replica that runs the
 // same pool: each key is run by at most one replica, and keys are
@@ -30,15 +37,19 @@ const WorkerPrefix = "~workers/"
 type Pool struct {
 	// Name identifies the pool; every replica of the pool uses the same
 	// name. It must be a plain identifier (letters, digits, underscore).
+	// It is also the pool's namespace in the store: replicas share a
+	// pool's keys exactly when they use the same name (and Config.Prefix).
 	Name string
-	// Source supplies the keys. Required.
+	// Source supplies the keys. Keys listed twice count once. Required.
 	Source KeySource
-	// Runner runs each claimed key; lease.Key is the pool key. Required.
+	// Runner runs each claimed key; lease.Key is the key as Source gave it
+	// (the lease itself lives in the pool's namespace). Required.
 	Runner Runner
 	// RefreshEvery is how often Source is read. Default 30s. Call
 	// Supervisor.RefreshPool to read it at once.
 	RefreshEvery time.Duration
-	// Weight scales this replica's share (default 1).
+	// Weight scales this replica's share: a finite positive number,
+	// default 1.
 	Weight float64
 	// Epsilon, MaxKeys, OrphanDelay, MinHold and HandoffRate tune the
 	// balance; zero values take the defaults: 0.1, no maximum,
@@ -55,20 +66,27 @@ type Pool struct {
 // policy, which only the supervision loop uses.
 type poolState struct {
 	cfg       Pool
+	keyPrefix string // lease keys of the pool's keys start with it
 	memberKey string
 	policy    *balance.Balanced
-	keys      []string // latest from Source; nil until first loaded
+	keys      []string // latest from Source, without duplicates; nil until first loaded
 	keySet    map[string]bool
+	dups      int // keys the source listed more than once, last time
 	lastErr   error
 	refresh   chan struct{}
 	plan      balance.Plan
+	badPeers  map[string]bool // membership keys already logged as malformed
 }
+
+// leaseKey is the lease key of the pool's key k.
+func (ps *poolState) leaseKey(k string) string { return ps.keyPrefix + k }
 
 // AddPool adds a pool to the supervisor. Leases must be on.
 func (s *Supervisor) AddPool(p Pool) error {
 	if err := store.ValidateName("pool name", p.Name); err != nil {
 		return fmt.Errorf("pool: %w", err)
 	}
+	finite := func(f float64) bool { return !math.IsInf(f, 0) && !math.IsNaN(f) }
 	switch {
 	case !s.leased:
 		return fmt.Errorf("pool %s: pools need leases (a store and Leases on): %w", p.Name, ErrConfig)
@@ -76,8 +94,14 @@ func (s *Supervisor) AddPool(p Pool) error {
 		return fmt.Errorf("pool %s: Source is required: %w", p.Name, ErrConfig)
 	case p.Runner == nil:
 		return fmt.Errorf("pool %s: Runner is required: %w", p.Name, ErrConfig)
-	case p.Weight < 0 || p.Epsilon < 0 || p.MaxKeys < 0 || p.HandoffRate < 0 || p.HandoffRate > 1:
-		return fmt.Errorf("pool %s: Weight, Epsilon, MaxKeys and HandoffRate (≤ 1) must not be negative: %w", p.Name, ErrConfig)
+	case p.Weight != 0 && !poolkey.ValidWeight(p.Weight):
+		return fmt.Errorf("pool %s: Weight %v must be a finite positive number: %w", p.Name, p.Weight, ErrConfig)
+	case !finite(p.Epsilon) || p.Epsilon < 0:
+		return fmt.Errorf("pool %s: Epsilon %v must be a finite number, not negative: %w", p.Name, p.Epsilon, ErrConfig)
+	case !finite(p.HandoffRate) || p.HandoffRate < 0 || p.HandoffRate > 1:
+		return fmt.Errorf("pool %s: HandoffRate %v must be between 0 and 1: %w", p.Name, p.HandoffRate, ErrConfig)
+	case p.MaxKeys < 0 || p.MinHold < 0 || p.OrphanDelay < 0 || p.RefreshEvery < 0:
+		return fmt.Errorf("pool %s: MaxKeys, MinHold, OrphanDelay and RefreshEvery must not be negative: %w", p.Name, ErrConfig)
 	}
 	if p.Weight == 0 {
 		p.Weight = 1
@@ -88,13 +112,15 @@ func (s *Supervisor) AddPool(p Pool) error {
 	if p.OrphanDelay <= 0 {
 		p.OrphanDelay = s.cfg.RenewEvery * 3 / 2
 	}
-	member := WorkerPrefix + p.Name + "/" + s.owner + "@" + strconv.FormatFloat(p.Weight, 'g', -1, 64)
+	member := poolkey.Member{Prefix: s.cfg.Prefix, Pool: p.Name, Owner: s.owner, Weight: p.Weight}.Key()
 	if err := store.ValidateKey(member); err != nil {
 		return fmt.Errorf("pool %s: owner id too long for a membership key: %w", p.Name, err)
 	}
 	ps := &poolState{
 		cfg:       p,
+		keyPrefix: poolkey.KeysPrefix(s.cfg.Prefix, p.Name),
 		memberKey: member,
+		badPeers:  make(map[string]bool),
 		refresh:   make(chan struct{}, 1),
 		policy: balance.NewBalanced(balance.Config{
 			Epsilon: p.Epsilon, MaxKeys: p.MaxKeys, OrphanDelay: p.OrphanDelay,
@@ -112,7 +138,7 @@ func (s *Supervisor) AddPool(p Pool) error {
 	s.pools[p.Name] = ps
 	// Membership is a lease like any other, renewed in the same batch; its
 	// runner only marks the worker as running (not draining).
-	s.keys[member] = &keyState{key: member, configured: true, job: Job{Runner: RunnerFunc(func(ctx context.Context, _ Lease) error {
+	s.keys[member] = &keyState{key: member, member: true, configured: true, job: Job{Runner: RunnerFunc(func(ctx context.Context, _ Lease) error {
 		<-ctx.Done()
 		return nil
 	})}}
@@ -141,20 +167,20 @@ func (s *Supervisor) refreshPool(ctx context.Context, ps *poolState) {
 		rctx, cancel := context.WithTimeout(ctx, ps.cfg.RefreshEvery)
 		keys, err := ps.cfg.Source.Keys(rctx)
 		cancel()
+		var keySet map[string]bool
+		dups := 0
 		if err == nil {
-			err = validateKeys(keys)
+			keys, keySet, dups, err = ps.checkKeys(keys)
 		}
 		s.mu.Lock()
 		if err != nil {
 			ps.lastErr = err
 			s.logLocked(slog.LevelWarn, "could not read the pool's keys; keeping the previous set", "pool", ps.cfg.Name, "err", err)
 		} else {
-			ps.lastErr = nil
-			ps.keys = keys
-			ps.keySet = make(map[string]bool, len(keys))
-			for _, k := range keys {
-				ps.keySet[k] = true
+			if dups != ps.dups && dups > 0 {
+				s.logLocked(slog.LevelWarn, "the pool's key source lists keys more than once; each runs once", "pool", ps.cfg.Name, "duplicates", dups)
 			}
+			ps.lastErr, ps.keys, ps.keySet, ps.dups = nil, keys, keySet, dups
 			s.replan = true
 		}
 		s.unlock()
@@ -171,16 +197,27 @@ func (s *Supervisor) refreshPool(ctx context.Context, ps *poolState) {
 	}
 }
 
-func validateKeys(keys []string) error {
+// checkKeys validates a source's keys — each, and as leased in the pool's
+// namespace — and drops repeats, keeping the first: a key listed twice
+// would otherwise be planned twice, and bounce between workers forever.
+func (ps *poolState) checkKeys(keys []string) (uniq []string, set map[string]bool, dups int, err error) {
+	set = make(map[string]bool, len(keys))
+	uniq = make([]string, 0, len(keys))
 	for _, k := range keys {
 		if err := store.ValidateKey(k); err != nil {
-			return err
+			return nil, nil, 0, err
 		}
-		if strings.HasPrefix(k, WorkerPrefix) {
-			return fmt.Errorf("key %q: the prefix %q is reserved for pool membership: %w", k, WorkerPrefix, store.ErrInvalidKey)
+		if err := store.ValidateKey(ps.leaseKey(k)); err != nil {
+			return nil, nil, 0, fmt.Errorf("key %q of pool %s is too long once in the pool's namespace: %w", k, ps.cfg.Name, err)
 		}
+		if set[k] {
+			dups++
+			continue
+		}
+		set[k] = true
+		uniq = append(uniq, k)
 	}
-	return nil
+	return uniq, set, dups, nil
 }
 
 // planPools runs every pool's policy on the last observed lease table and
@@ -215,34 +252,44 @@ func (s *Supervisor) planPool(ps *poolState) {
 		return
 	}
 	view := balance.View{Self: s.owner, Now: now, Keys: keys, Owner: make(map[string]string), HeldSince: make(map[string]time.Time)}
-	prefix := WorkerPrefix + ps.cfg.Name + "/"
+	membersPrefix := poolkey.MembersPrefix(s.cfg.Prefix, ps.cfg.Name)
+	var malformed []string
 	// Keys whose holder crashed are still blocked during grace: counting
 	// them as owned keeps the first worker around from taking keys it does
 	// not prefer before their preferred worker can.
 	s.keeper.LiveOwners(true, func(key, owner string, live, running bool) {
-		if rest, ok := strings.CutPrefix(key, prefix); ok {
+		if strings.HasPrefix(key, membersPrefix) {
 			if !live {
 				return // a member in grace is gone
 			}
-			if w, ok := parseMember(rest, owner); ok {
-				w.Draining = !running
-				if owner == s.owner {
-					w.Draining = !member
-				}
-				view.Workers = append(view.Workers, w)
+			m, err := poolkey.ParseMember(key)
+			if err != nil || m.Owner != owner {
+				malformed = append(malformed, key)
+				return
 			}
+			w := balance.Worker{ID: owner, Weight: m.Weight, Draining: !running}
+			if owner == s.owner {
+				w.Draining = !member
+			}
+			view.Workers = append(view.Workers, w)
 			return
 		}
-		if keySet[key] {
-			view.Owner[key] = owner
+		if k, ok := strings.CutPrefix(key, ps.keyPrefix); ok && keySet[k] {
+			view.Owner[k] = owner
 		}
 	})
 
 	s.mu.Lock()
 	defer s.unlock()
-	for key := range view.Owner {
-		if ks := s.keys[key]; ks != nil && view.Owner[key] == s.owner {
-			view.HeldSince[key] = ks.heldSince
+	for _, key := range malformed {
+		if !ps.badPeers[key] {
+			ps.badPeers[key] = true
+			s.logLocked(slog.LevelWarn, "ignored a pool member whose membership lease is malformed (its weight must be a finite positive number)", "pool", ps.cfg.Name, "lease", key)
+		}
+	}
+	for k, owner := range view.Owner {
+		if ks := s.keys[ps.leaseKey(k)]; ks != nil && owner == s.owner {
+			view.HeldSince[k] = ks.heldSince
 		}
 	}
 	var plan balance.Plan
@@ -253,21 +300,19 @@ func (s *Supervisor) planPool(ps *poolState) {
 	if !plan.Recheck.IsZero() && (s.replanAt.IsZero() || plan.Recheck.Before(s.replanAt)) {
 		s.replanAt = plan.Recheck
 	}
-	for _, key := range plan.Claim {
+	for _, k := range plan.Claim {
+		key := ps.leaseKey(k)
 		ks := s.keys[key]
 		if ks == nil {
-			ks = &keyState{key: key}
+			ks = &keyState{key: key, poolKey: k}
 			s.keys[key] = ks
-		}
-		if ks.pool == nil && ks.configured {
-			continue // a singleton key of the same name wins
 		}
 		ks.pool, ks.configured, ks.claim = ps, true, true
 		ks.job = Job{Runner: ps.cfg.Runner}
 		ks.nextAcquire = time.Time{}
 	}
-	for _, key := range plan.Release {
-		if ks := s.keys[key]; ks != nil && ks.pool == ps {
+	for _, k := range plan.Release {
+		if ks := s.keys[ps.leaseKey(k)]; ks != nil && ks.pool == ps {
 			ks.claim = false
 			s.metrics.poolMove()
 		}
@@ -276,7 +321,7 @@ func (s *Supervisor) planPool(ps *poolState) {
 		if ks.pool != ps {
 			continue
 		}
-		if !keySet[key] {
+		if !keySet[ks.poolKey] {
 			ks.configured = false // left the source: stop, release, forget
 		}
 		if !ks.claim && ks.run == nil && !ks.starting && !ks.releasing {
@@ -286,19 +331,6 @@ func (s *Supervisor) planPool(ps *poolState) {
 		}
 	}
 	s.poke()
-}
-
-// parseMember reads a membership key's tail "owner@weight".
-func parseMember(rest, owner string) (balance.Worker, bool) {
-	i := strings.LastIndexByte(rest, '@')
-	if i < 0 || rest[:i] != owner {
-		return balance.Worker{}, false
-	}
-	w, err := strconv.ParseFloat(rest[i+1:], 64)
-	if err != nil || w <= 0 {
-		return balance.Worker{}, false
-	}
-	return balance.Worker{ID: owner, Weight: w}, true
 }
 
 // PoolStatus is one pool as this replica sees it.
@@ -323,13 +355,13 @@ func (s *Supervisor) Pools() []PoolStatus {
 		if ps.lastErr != nil {
 			st.Error = ps.lastErr.Error()
 		}
-		prefix := WorkerPrefix + ps.cfg.Name + "/"
+		membersPrefix := poolkey.MembersPrefix(s.cfg.Prefix, ps.cfg.Name)
 		s.keeper.LiveOwners(false, func(key, owner string, _, _ bool) {
-			if rest, ok := strings.CutPrefix(key, prefix); ok {
-				if w, ok := parseMember(rest, owner); ok {
-					st.Workers[w.ID] += 0
+			if strings.HasPrefix(key, membersPrefix) {
+				if m, err := poolkey.ParseMember(key); err == nil && m.Owner == owner {
+					st.Workers[owner] += 0
 				}
-			} else if ps.keySet[key] {
+			} else if k, ok := strings.CutPrefix(key, ps.keyPrefix); ok && ps.keySet[k] {
 				st.Workers[owner]++
 				if owner == s.owner {
 					st.Held++

@@ -176,7 +176,7 @@ func TestKeysThatLeaveTheSourceAreStoppedAndReleased(t *testing.T) {
 		if bRuns || !dRuns {
 			t.Fatalf("after the source changed: b runs %v, d runs %v", bRuns, dRuns)
 		}
-		if lb := lease(t, st, "b"); !lb.Released {
+		if lb := lease(t, st, tenure.PoolPrefix+"mail/b"); !lb.Released {
 			t.Fatalf("b's lease %+v, want released", lb)
 		}
 	})
@@ -206,8 +206,8 @@ func TestALostPoolLeaseStopsItsRunnerAtOnce(t *testing.T) {
 		w := poolWorker(t, st, "w0", tenure.StaticKeys("a", "b"), l).start()
 		defer w.stop()
 		advance(renew)
-		old := lease(t, st, "a")
-		st.Put(store.Lease{Key: "a", Owner: "intruder", Epoch: old.Epoch + 1, TimeLeft: ttl})
+		old := lease(t, st, tenure.PoolPrefix+"mail/a")
+		st.Put(store.Lease{Key: old.Key, Owner: "intruder", Epoch: old.Epoch + 1, TimeLeft: ttl})
 		advance(renew)
 		l.mu.Lock()
 		_, runs := l.running["a"]

@@ -12,6 +12,7 @@ import (
 // runner — never waits on the supervisor's lock, on logging or on the
 // supervision loop.
 type runState struct {
+	key     string // the lease key (lease.Key is the pool's own key for pool keys)
 	lease   Lease
 	leased  bool // runs under a lease (false: Everywhere or single-instance)
 	cancel  context.CancelCauseFunc
@@ -25,8 +26,8 @@ type runState struct {
 	changed  chan struct{} // closed when stopAt changes or the run stops
 }
 
-func newRunState(lease Lease, leased bool, cancel context.CancelCauseFunc) *runState {
-	r := &runState{lease: lease, leased: leased, cancel: cancel, done: make(chan struct{}), started: time.Now(), changed: make(chan struct{})}
+func newRunState(key string, lease Lease, leased bool, cancel context.CancelCauseFunc) *runState {
+	r := &runState{key: key, lease: lease, leased: leased, cancel: cancel, done: make(chan struct{}), started: time.Now(), changed: make(chan struct{})}
 	if leased {
 		r.lease.run = r
 	}
@@ -81,7 +82,7 @@ func (r *runState) deadline() (time.Time, <-chan struct{}) {
 // in a store call, and of the supervisor's lock, which a blocked log
 // handler may hold. Call it after every confirmed renewal.
 func (s *Supervisor) guard(r *runState) {
-	t, ok := s.keeper.Term(r.lease.Key)
+	t, ok := s.keeper.Term(r.key)
 	if !ok || t.Epoch != r.lease.Epoch {
 		r.stop(ErrLeaseLost)
 		return
@@ -108,17 +109,17 @@ func (s *Supervisor) guard(r *runState) {
 // watchdogFired cancels the runner unless a renewal was confirmed meanwhile,
 // and only then logs: a log call may block.
 func (s *Supervisor) watchdogFired(r *runState) {
-	if s.keeper.HoldsTerm(r.lease.Key, r.lease.Epoch) {
+	if s.keeper.HoldsTerm(r.key, r.lease.Epoch) {
 		s.guard(r) // renewed meanwhile
 		return
 	}
-	if t, held := s.keeper.Term(r.lease.Key); !held || t.Epoch != r.lease.Epoch {
+	if t, held := s.keeper.Term(r.key); !held || t.Epoch != r.lease.Epoch {
 		r.stop(ErrLeaseLost)
 		return
 	}
 	if r.stop(ErrDeadline) {
 		s.metrics.deadlineStop()
-		s.log.Warn("stopped runner: no renewal confirmed before the lease's safety deadline", "key", r.lease.Key, "epoch", r.lease.Epoch)
+		s.log.Warn("stopped runner: no renewal confirmed before the lease's safety deadline", "key", r.key, "epoch", r.lease.Epoch)
 	}
 }
 

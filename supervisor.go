@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/tenure-dev/tenure/internal/hold"
+	"github.com/tenure-dev/tenure/internal/poolkey"
 	"github.com/tenure-dev/tenure/store"
 )
 
@@ -353,7 +354,7 @@ func (s *Supervisor) acquirePass(ctx context.Context) {
 			return
 		}
 		s.mu.Lock()
-		member := s.keys[key] != nil && strings.HasPrefix(key, WorkerPrefix) && s.keys[key].pool == nil
+		member := s.keys[key] != nil && s.keys[key].member
 		s.unlock()
 		_, had := s.keeper.Term(key)
 		res, err := s.keeper.Acquire(ctx, key, member)
@@ -475,11 +476,8 @@ func (s *Supervisor) onSubscribed() {
 
 func (s *Supervisor) onReleased(key string) {
 	s.mu.Lock()
-	if strings.HasPrefix(key, WorkerPrefix) {
-		s.replan = true
-	}
 	for _, ps := range s.pools {
-		if ps.keySet[key] {
+		if k, ok := strings.CutPrefix(key, ps.keyPrefix); ok && ps.keySet[k] || strings.HasPrefix(key, poolkey.MembersPrefix(s.cfg.Prefix, ps.cfg.Name)) {
 			s.replan = true
 		}
 	}
@@ -518,7 +516,7 @@ func (s *Supervisor) shutdown() error {
 		case <-r.done:
 		case <-deadline.C:
 			deadline.Reset(0)
-			stuck = append(stuck, r.lease.Key)
+			stuck = append(stuck, r.key)
 		}
 	}
 	var errs []error

@@ -127,9 +127,6 @@ func (e *env) pool(cmd *cobra.Command, f poolFlags, args []string) error {
 	readCtx, cancel := context.WithTimeout(cmd.Context(), f.refresh)
 	keys, err := src.Keys(readCtx)
 	cancel()
-	if err == nil {
-		err = checkPoolKeys(keys)
-	}
 	if err != nil {
 		return withCode(ExitUsage, fmt.Errorf("reading the pool's keys: %w", err))
 	}
@@ -208,18 +205,7 @@ func splitKeys(list string) ([]string, error) {
 		seen[k] = true
 		keys = append(keys, k)
 	}
-	return keys, checkPoolKeys(keys)
-}
-
-// checkPoolKeys refuses the prefix the engine keeps for pool membership,
-// which it would otherwise only log, every refresh.
-func checkPoolKeys(keys []string) error {
-	for _, k := range keys {
-		if strings.HasPrefix(k, tenure.WorkerPrefix) {
-			return fmt.Errorf("key %q: the prefix %q is reserved for pool membership: %w", k, tenure.WorkerPrefix, store.ErrInvalidKey)
-		}
-	}
-	return nil
+	return keys, nil
 }
 
 // primed answers the first read with keys already read, so a --keys-cmd

@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
-	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -16,7 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
-	"github.com/tenure-dev/tenure"
+	"github.com/tenure-dev/tenure/internal/poolkey"
 	"github.com/tenure-dev/tenure/store"
 )
 
@@ -96,15 +95,16 @@ func writeTable(w io.Writer, leases []store.Lease) {
 	}
 	var keys []store.Lease
 	var workers []worker
-	held := make(map[string]int) // owner → live keys, membership aside
+	type poolOwner struct{ prefix, pool, owner string }
+	held := make(map[poolOwner]int) // live keys of each worker in its pool
 	for _, l := range leases {
 		if wk, ok := parseWorker(l); ok {
 			workers = append(workers, wk)
 			continue
 		}
 		keys = append(keys, l)
-		if l.Live {
-			held[l.Owner]++
+		if prefix, pool, _, ok := poolkey.ParseKey(l.Key); ok && l.Live {
+			held[poolOwner{prefix, pool, l.Owner}]++
 		}
 	}
 	if len(keys) > 0 {
@@ -121,44 +121,38 @@ func writeTable(w io.Writer, leases []store.Lease) {
 	if len(keys) > 0 {
 		fmt.Fprintln(w)
 	}
-	// KEYS counts the owner's live leases in the listing, whichever pool
-	// (or tenure run) they belong to: the store does not say.
+	// KEYS counts the worker's live leases of its pool in the listing.
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "POOL\tWORKER\tWEIGHT\tSTATE\tKEYS\tTIME LEFT")
 	for _, wk := range workers {
 		st, n := state(wk.lease), "-"
 		if wk.lease.Live {
-			st, n = "active", strconv.Itoa(held[wk.lease.Owner])
+			st, n = "active", strconv.Itoa(held[poolOwner{wk.m.Prefix, wk.m.Pool, wk.lease.Owner}])
 			if !wk.lease.Running {
 				st = "draining"
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", wk.pool, printable(orDash(wk.lease.Owner)), wk.weight, st, n, timeLeft(wk.lease))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", printable(wk.m.Prefix+wk.m.Pool), printable(orDash(wk.lease.Owner)), strconv.FormatFloat(wk.m.Weight, 'g', -1, 64), st, n, timeLeft(wk.lease))
 	}
 	tw.Flush()
 }
 
-// worker is a pool member's lease: tenure.WorkerPrefix + pool + "/" +
-// owner + "@" + weight.
+// worker is a pool member's lease (see internal/poolkey).
 type worker struct {
-	pool, weight string
-	lease        store.Lease
+	m     poolkey.Member
+	lease store.Lease
 }
 
-// parseWorker recognises a membership lease. The owner is the lease's
-// (empty once revoked), so only the pool and the weight are read from the
-// key.
+// parseWorker recognises a membership lease. The owner shown is the
+// lease's (empty once revoked); the pool and the weight come from the key.
+// A membership with a malformed weight is listed as a plain key, as every
+// worker ignores it.
 func parseWorker(l store.Lease) (worker, bool) {
-	rest, ok := strings.CutPrefix(l.Key, tenure.WorkerPrefix)
-	if !ok {
+	m, err := poolkey.ParseMember(l.Key)
+	if err != nil {
 		return worker{}, false
 	}
-	pool, member, ok := strings.Cut(rest, "/")
-	at := strings.LastIndexByte(member, '@')
-	if !ok || pool == "" || at < 0 {
-		return worker{}, false
-	}
-	return worker{pool: pool, weight: member[at+1:], lease: l}, true
+	return worker{m: m, lease: l}, true
 }
 
 func orDash(s string) string {
