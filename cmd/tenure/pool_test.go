@@ -307,8 +307,8 @@ func leaseExpiries(t *testing.T, st store.Store, owner string) map[string]time.T
 	}
 	out := map[string]time.Time{}
 	for _, l := range leases {
-		if l.Live && tenure.OwnerName(l.Owner) == owner {
-			out[l.Key] = before.Add(l.TimeLeft)
+		if k, ok := strings.CutPrefix(l.Key, tenure.PoolPrefix+"accts/"); ok && l.Live && tenure.OwnerName(l.Owner) == owner {
+			out[k] = before.Add(l.TimeLeft)
 		}
 	}
 	return out
