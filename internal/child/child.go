@@ -20,6 +20,12 @@
 // makes a spurious Pdeathsig from an exiting thread harmless — so Start may
 // be called from any goroutine and needs no runtime.LockOSThread.
 //
+// When the guard dies too (pkill -9 tenure matches both, the guard's
+// argv[0] being tenure-guard), Pdeathsig SIGKILL on the command, set by the
+// guard, kills it. The guard forks it from a goroutine locked to its thread
+// that never returns, so that thread — whose exit is what fires Pdeathsig —
+// lives exactly as long as the guard.
+//
 // The supervisor's requests (SIGTERM, SIGKILL to the group) travel over the
 // same pipe, and the guard reports the command's pid and exit status on a
 // second one. After the command exits, the guard SIGKILLs whatever it left
@@ -27,7 +33,11 @@
 //
 // Not covered: a descendant that leaves the group (setsid, setpgid) is out
 // of reach of a group signal; run tenure in a cgroup (systemd-run --scope,
-// a container) when the command does that.
+// a container) when the command does that. Nor are the command's own
+// children when the supervisor and the guard die together: Pdeathsig kills
+// the command alone, and its group, left without anyone who knows it, is
+// then reachable only as a cgroup is (systemd's KillMode=control-group, a
+// container's stop).
 package child
 
 import (

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"syscall"
 )
@@ -77,8 +78,10 @@ func guardMain(args []string) int {
 	cmd := exec.Command(args[1], args[2:]...)
 	cmd.Args[0] = args[1]
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr // same files: no copying
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
+	// Pdeathsig kills the command should the guard die too (kill -9 of
+	// tenure and guard at once, as pkill -9 tenure does).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := startOnLockedThread(cmd); err != nil {
 		fmt.Fprintf(status, "failed %s\n", oneLine(err.Error()))
 		return 127
 	}
@@ -146,6 +149,22 @@ func readRequests(control io.Reader, pgid int) {
 			_ = syscall.Kill(-pgid, syscall.SIGKILL)
 		}
 	}
+}
+
+// startOnLockedThread starts cmd from a thread that lives as long as the
+// guard. Pdeathsig fires when the thread that forked the child exits, not
+// the process (golang/go#27505), and the runtime ends a thread whenever a
+// goroutine that locked it returns; an unlocked goroutine could fork from
+// such a thread. This goroutine locks its thread and never returns, so the
+// thread ends only with the guard.
+func startOnLockedThread(cmd *exec.Cmd) error {
+	started := make(chan error)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread must not be reused or ended
+		started <- cmd.Start()
+		select {}
+	}()
+	return <-started
 }
 
 func oneLine(s string) string {
