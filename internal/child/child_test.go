@@ -23,6 +23,7 @@ const (
 	helperEnv     = "CHILD_TEST_HELPER"
 	pidFileEnv    = "CHILD_TEST_PIDS"
 	supervisorEnv = "CHILD_TEST_SUPERVISOR"
+	deadlineEnv   = "CHILD_TEST_DEADLINE" // the supervisor's deadline, a CLOCK_BOOTTIME instant
 	// A -race binary sleeps a second before exiting; the guard and the
 	// helpers are this binary, and the tests time them.
 	noExitSleep = "GORACE=atexit_sleep_ms=0"
@@ -107,17 +108,26 @@ func recordPids(pids ...int) {
 	f.Close()
 }
 
-// supervisor starts a tree through a guard and waits to be killed.
+// supervisor starts a tree through a guard, with the deadline in
+// deadlineEnv if set, and waits to be killed or for the tree to end: it
+// exits 3 when the guard reports that it stopped the tree at its deadline.
 func supervisor() int {
-	p, err := Start(Command{
+	c := Command{
 		Path: os.Args[0], Env: append(os.Environ(), helperEnv+"=tree", supervisorEnv+"="),
-		Stdout: os.Stdout, Stderr: os.Stderr,
-	})
+		Stdout: os.Stdout, Stderr: os.Stderr, StopTimeout: 5 * time.Second,
+	}
+	if v := os.Getenv(deadlineEnv); v != "" {
+		boot, _ := strconv.ParseInt(v, 10, 64)
+		c.Deadline = time.Now().Add(time.Duration(boot - mustBootNow()))
+	}
+	p, err := Start(c)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	<-p.Done()
+	if exit, _ := p.Exit(); exit.Deadline {
+		return 3
+	}
 	return 0
 }
 
