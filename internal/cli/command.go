@@ -92,20 +92,47 @@ func (r *commandRunner) Run(ctx context.Context, lease tenure.Lease) error {
 	if err != nil {
 		return err
 	}
+	// The guard gets the lease's safety deadline from the start and stops
+	// the command there on its own, should this process be frozen then.
+	stopAt, _, leased := lease.StopAt()
+	if ctx.Err() != nil || (leased && stopAt.IsZero()) {
+		return nil // stopped before it began
+	}
 	p, err := child.Start(child.Command{
 		Path: path, Args: args, Env: childEnv(os.Environ(), lease),
 		Stdout: os.Stdout, Stderr: os.Stderr,
+		Deadline: stopAt, StopTimeout: r.stopTimeout,
 	})
 	if err != nil {
 		return err
 	}
 	log := r.log.With("key", lease.Key, "epoch", lease.Epoch, "pid", p.Pid())
+	// Stopping the command and passing on new deadlines run on their own
+	// goroutines from here on: a log call blocks while stderr is a full
+	// pipe, and must delay neither.
+	signalled := make(chan struct{})
+	stopped := make(chan child.Exit, 1)
+	go func() { stopped <- r.stop(ctx, p, signalled) }()
+	forwarded := make(chan struct{})
+	go func() {
+		defer close(forwarded)
+		forwardStopAt(ctx, lease, p, stopAt, log)
+	}()
+	defer func() { <-forwarded }()
+
 	log.Info("command started")
 	select {
 	case <-p.Done():
-		exit, err := p.Exit()
+		exit := <-stopped
+		_, err := p.Exit()
 		if err != nil {
 			log.Warn("command ended", "err", err)
+		}
+		if exit.Deadline {
+			// The guard stopped it on its own: this process was too late
+			// to renew, or frozen. Not the command's doing, so not its
+			// result under --once either.
+			return fmt.Errorf("command stopped by its guard at the lease's safety deadline: %s", exit)
 		}
 		if r.once {
 			log.Info("command finished; releasing the lease", "exit", exit.String())
@@ -117,9 +144,26 @@ func (r *commandRunner) Run(ctx context.Context, lease tenure.Lease) error {
 			return nil
 		}
 		return fmt.Errorf("command %s while the lease was held", exit)
-	case <-ctx.Done():
+	case <-signalled:
 	}
 	log.Info("stopping the command", "cause", context.Cause(ctx), "stop_timeout", r.stopTimeout)
+	exit := <-stopped
+	log.Info("command stopped", "exit", exit.String())
+	return nil
+}
+
+// stop waits for ctx to end and then stops p: SIGTERM to its group, then
+// closes signalled, then SIGKILL after the stop timeout, or at once after
+// hurryUp. It returns p's exit, however p ended.
+func (r *commandRunner) stop(ctx context.Context, p *child.Process, signalled chan<- struct{}) child.Exit {
+	select {
+	case <-p.Done():
+		exit, _ := p.Exit()
+		return exit
+	case <-ctx.Done():
+	}
+	_ = p.Terminate()
+	close(signalled)
 	hurry, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
@@ -130,8 +174,37 @@ func (r *commandRunner) Run(ctx context.Context, lease tenure.Lease) error {
 		}
 	}()
 	exit, _ := p.Stop(hurry, r.stopTimeout)
-	log.Info("command stopped", "exit", exit.String())
-	return nil
+	return exit
+}
+
+// forwardStopAt passes each new safety deadline of lease (sent: the one the
+// guard has) to p's guard, until the run stops or p is gone.
+func forwardStopAt(ctx context.Context, lease tenure.Lease, p *child.Process, sent time.Time, log *slog.Logger) {
+	var last <-chan struct{}
+	for {
+		at, changed, ok := lease.StopAt()
+		if !ok || changed == last {
+			// No lease, or a stopped run, whose channel stays closed: the
+			// runner's ctx ends, and nothing moves the deadline any more.
+			return
+		}
+		last = changed
+		if !at.IsZero() && !at.Equal(sent) {
+			if err := p.SetDeadline(at); err != nil {
+				// The guard keeps the earlier deadline and stops the
+				// command too early, never too late.
+				log.Warn("cannot pass the lease's new deadline to the guard", "err", err)
+			}
+			sent = at
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return
+		case <-p.Done():
+			return
+		}
+	}
 }
 
 // hurryUp cuts the stop timeout short: every command being stopped, or
