@@ -113,12 +113,10 @@ func (r *commandRunner) Run(ctx context.Context, lease tenure.Lease) error {
 	signalled := make(chan struct{})
 	stopped := make(chan child.Exit, 1)
 	go func() { stopped <- r.stop(ctx, p, signalled) }()
-	forwarded := make(chan struct{})
-	go func() {
-		defer close(forwarded)
-		forwardStopAt(ctx, lease, p, stopAt, log)
-	}()
-	defer func() { <-forwarded }()
+	forwarded := make(chan time.Time, 1)
+	go func() { forwarded <- forwardStopAt(ctx, lease, p, stopAt, log) }()
+	enforced := sync.OnceValue(func() time.Time { return <-forwarded }) // the last deadline the guard got
+	defer enforced()
 
 	log.Info("command started")
 	select {
@@ -129,9 +127,16 @@ func (r *commandRunner) Run(ctx context.Context, lease tenure.Lease) error {
 			log.Warn("command ended", "err", err)
 		}
 		if exit.Deadline {
-			// The guard stopped it on its own: this process was too late
-			// to renew, or frozen. Not the command's doing, so not its
+			// The guard stopped it on its own: this process was frozen,
+			// or the machine slept (which the engine's monotonic clock
+			// does not count), or a renewal came too late. A peer may
+			// hold the key by now, so a restart waits for the store to
+			// confirm the lease again. Not the command's doing, so not its
 			// result under --once either.
+			log.Warn("the guard stopped the command at the lease's safety deadline", "exit", exit.String())
+			if !awaitRenewal(ctx, lease, enforced()) {
+				return nil
+			}
 			return fmt.Errorf("command stopped by its guard at the lease's safety deadline: %s", exit)
 		}
 		if r.once {
@@ -177,16 +182,23 @@ func (r *commandRunner) stop(ctx context.Context, p *child.Process, signalled ch
 	return exit
 }
 
+// stopAter is what a runner learns of its lease's safety deadline:
+// tenure.Lease, or a test's stand-in.
+type stopAter interface {
+	StopAt() (at time.Time, changed <-chan struct{}, ok bool)
+}
+
 // forwardStopAt passes each new safety deadline of lease (sent: the one the
-// guard has) to p's guard, until the run stops or p is gone.
-func forwardStopAt(ctx context.Context, lease tenure.Lease, p *child.Process, sent time.Time, log *slog.Logger) {
+// guard has) to p's guard, until the run stops or p is gone, and returns
+// the last one the guard got.
+func forwardStopAt(ctx context.Context, lease stopAter, p *child.Process, sent time.Time, log *slog.Logger) time.Time {
 	var last <-chan struct{}
 	for {
 		at, changed, ok := lease.StopAt()
 		if !ok || changed == last {
 			// No lease, or a stopped run, whose channel stays closed: the
 			// runner's ctx ends, and nothing moves the deadline any more.
-			return
+			return sent
 		}
 		last = changed
 		if !at.IsZero() && !at.Equal(sent) {
@@ -200,9 +212,32 @@ func forwardStopAt(ctx context.Context, lease tenure.Lease, p *child.Process, se
 		select {
 		case <-changed:
 		case <-ctx.Done():
-			return
+			return sent
 		case <-p.Done():
-			return
+			return sent
+		}
+	}
+}
+
+// awaitRenewal waits until a renewal confirmed by the store moves lease's
+// deadline past enforced (true), or the run stops (false).
+func awaitRenewal(ctx context.Context, lease stopAter, enforced time.Time) bool {
+	var last <-chan struct{}
+	for {
+		at, changed, ok := lease.StopAt()
+		switch {
+		case !ok || at.After(enforced):
+			return ctx.Err() == nil
+		case changed == last:
+			// A stopped run: its channel stays closed, and its ctx ends.
+			<-ctx.Done()
+			return false
+		}
+		last = changed
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return false
 		}
 	}
 }
