@@ -3,11 +3,14 @@
 //
 // The command runs in its own process group, and Stop sends SIGTERM to the
 // whole group, then SIGKILL once the stop timeout has passed. Stopping is
-// the easy half; the hard half is the supervisor's own death (kill -9, the
-// OOM killer, a crash), after which a peer takes the lease while an orphan
-// would still be working. Pdeathsig alone does not cover it: it reaches only
-// the direct child, not the grandchildren in its group, and it fires when
-// the forking *thread* exits rather than the process (golang/go#27505).
+// the easy half; the hard half is the supervisor's own failure. When it
+// dies (kill -9, the OOM killer, a crash), a peer takes the lease while an
+// orphan would still be working; when it is frozen (SIGSTOP, starved of
+// CPU, deadlocked), it cannot stop anything, and the peer starts at expiry
+// + grace all the same. Pdeathsig alone does not cover death: it reaches
+// only the direct child, not the grandchildren in its group, and it fires
+// when the forking *thread* exits rather than the process
+// (golang/go#27505). Nothing in the supervisor covers freezing.
 //
 // So the command is started through a guard: the tenure binary itself
 // re-executed as `tenure __guard`, in a process group of its own. The guard
@@ -20,14 +23,67 @@
 // makes a spurious Pdeathsig from an exiting thread harmless — so Start may
 // be called from any goroutine and needs no runtime.LockOSThread.
 //
-// The supervisor's requests (SIGTERM, SIGKILL to the group) travel over the
-// same pipe, and the guard reports the command's pid and exit status on a
-// second one. After the command exits, the guard SIGKILLs whatever it left
-// in its group: nothing keeps running unsupervised.
+// When the guard dies too (pkill -9 tenure matches both, the guard's
+// argv[0] being tenure-guard), Pdeathsig SIGKILL on the command, set by the
+// guard, kills it. The guard forks it from a goroutine locked to its thread
+// that never returns, so that thread — whose exit is what fires Pdeathsig —
+// lives exactly as long as the guard.
+//
+// # The deadline
+//
+// The guard enforces the lease's safety deadline on its own. Start hands it
+// the first one (Command.Deadline) as an argument, so that it binds before
+// the command starts and a supervisor frozen right after Start is covered;
+// SetDeadline sends each later one (tenure: after every confirmed renewal).
+// When the current deadline passes without a new one, the guard stops the
+// group itself — SIGTERM, then SIGKILL after Command.StopTimeout — and
+// reports the exit as usual, marked Exit.Deadline. A deadline already passed
+// when the guard is ready starts nothing (ErrDeadline).
+//
+// Deadlines travel as absolute CLOCK_BOOTTIME instants: the sender reads
+// CLOCK_BOOTTIME and time.Until(deadline) together and adds them; the guard
+// waits on a timerfd on CLOCK_BOOTTIME armed with TFD_TIMER_ABSTIME,
+// re-armed for each new deadline. Every process on the host shares that
+// clock, so a message's time in the pipe does not shift the instant, and
+// it keeps counting while the machine is suspended (CLOCK_MONOTONIC, which
+// Go's timers use, stops): a resumed machine stops the command at once, and
+// no frozen sender can delay it.
+//
+// # Protocol
+//
+// The guard's arguments: __guard PARENT_PID DEADLINE STOP_TIMEOUT PATH
+// ARGS..., DEADLINE in CLOCK_BOOTTIME nanoseconds (0: none) and STOP_TIMEOUT
+// a Go duration. Requests on the control pipe (fd 3, supervisor to guard)
+// each begin with a byte:
+//
+//	T            SIGTERM to the group
+//	I            SIGINT to the group
+//	K            SIGKILL to the group
+//	D + 8 bytes  the new deadline, a big-endian int64 as above (0: none)
+//	EOF          the supervisor is gone: SIGKILL to the group, exit
+//
+// Any other byte means the two ends disagree on the protocol and nothing
+// after it can be parsed: the guard treats it as EOF. Once the guard is
+// stopping the command at its deadline it ignores T, I and D; K still
+// kills at once. Reports on the status pipe (fd 4, guard to supervisor)
+// are lines:
+//
+//	started PID                     running; PID is also its group id
+//	failed MESSAGE                  could not be started
+//	late                            the deadline had passed: not started
+//	exited CODE SIGNAL [deadline]   ended; "deadline" if the guard stopped it
+//
+// After the command exits, the guard SIGKILLs whatever it left in its
+// group: nothing keeps running unsupervised.
 //
 // Not covered: a descendant that leaves the group (setsid, setpgid) is out
 // of reach of a group signal; run tenure in a cgroup (systemd-run --scope,
-// a container) when the command does that.
+// a container) when the command does that. Nor are the command's own
+// children when the supervisor and the guard die together: Pdeathsig kills
+// the command alone, and its group, left without anyone who knows it, is
+// then reachable only as a cgroup is (systemd's KillMode=control-group, a
+// container's stop). A guard frozen by hand (SIGSTOP) forwards no request
+// and enforces no deadline until it is resumed.
 package child
 
 import (
@@ -44,6 +100,10 @@ import (
 	"syscall"
 	"time"
 )
+
+// ErrDeadline is reported by Start when Command.Deadline had passed by
+// the time the guard would have started the command.
+var ErrDeadline = errors.New("child: the deadline passed before the command started")
 
 // ErrGuardLost is reported when the guard process died without reporting
 // the command's exit (someone killed it); the command's group is then
@@ -64,6 +124,14 @@ type Command struct {
 	// Guard is the binary re-executed as the guard. Default /proc/self/exe:
 	// this very binary, even if its file was replaced since it started.
 	Guard string
+	// Deadline, unless zero, is when the guard stops the command on its
+	// own — SIGTERM to the group, SIGKILL StopTimeout later — unless
+	// Process.SetDeadline moves it first. It holds even while this process
+	// is frozen, and counts time the machine spends suspended. A deadline
+	// already passed when the guard is ready fails Start with ErrDeadline.
+	Deadline time.Time
+	// StopTimeout is the time between the guard's own SIGTERM and SIGKILL.
+	StopTimeout time.Duration
 }
 
 // Exit is how a command ended.
@@ -72,6 +140,9 @@ type Exit struct {
 	Code int
 	// Signal is the signal that killed it, or 0.
 	Signal syscall.Signal
+	// Deadline is set when the guard stopped the command on its own because
+	// its deadline passed.
+	Deadline bool
 }
 
 // ExitCode is Code, or 128+signal for a command killed by a signal (the
@@ -96,10 +167,11 @@ type Process struct {
 	control *os.File // write end; closing it kills the group
 	pid     int
 
-	mu      sync.Mutex // serialises writes to control
-	done    chan struct{}
-	exit    Exit
-	exitErr error
+	mu       sync.Mutex // serialises writes to control
+	termSent bool       // Terminate's SIGTERM went out
+	done     chan struct{}
+	exit     Exit
+	exitErr  error
 }
 
 // Start starts c through a guard and returns once the command has started
@@ -108,6 +180,11 @@ func Start(c Command) (*Process, error) {
 	guardPath := c.Guard
 	if guardPath == "" {
 		guardPath = "/proc/self/exe"
+	}
+	// An absolute instant: when it is computed does not matter.
+	deadline, err := bootDeadline(c.Deadline)
+	if err != nil {
+		return nil, err
 	}
 	controlR, controlW, err := os.Pipe()
 	if err != nil {
@@ -119,7 +196,8 @@ func Start(c Command) (*Process, error) {
 		controlW.Close()
 		return nil, fmt.Errorf("child: %w", err)
 	}
-	g := exec.Command(guardPath, append([]string{GuardArg, strconv.Itoa(os.Getpid()), c.Path}, c.Args...)...)
+	args := guardArgs{parent: os.Getpid(), deadline: deadline, stopTimeout: c.StopTimeout, path: c.Path, args: c.Args}
+	g := exec.Command(guardPath, args.encode()...)
 	g.Args[0] = "tenure-guard"
 	g.Env = c.Env
 	if g.Env == nil {
@@ -151,6 +229,9 @@ func Start(c Command) (*Process, error) {
 	case "failed":
 		p.finish(statusR, Exit{Code: -1}, nil)
 		return nil, fmt.Errorf("child: start %s: %s", c.Path, strings.TrimPrefix(arg, "fork/exec "))
+	case "late":
+		p.finish(statusR, Exit{Code: -1}, nil)
+		return nil, ErrDeadline
 	default:
 		p.finish(statusR, Exit{Code: -1}, nil)
 		return nil, fmt.Errorf("child: start %s: %w", c.Path, ErrGuardLost)
@@ -162,11 +243,12 @@ func Start(c Command) (*Process, error) {
 // watch waits for the command's exit report and the guard's end.
 func (p *Process) watch(status *bufio.Reader, closer io.Closer) {
 	line, _ := status.ReadString('\n')
-	verb, arg, _ := strings.Cut(strings.TrimSpace(line), " ")
-	if verb == "exited" {
-		var code, sig int
-		if _, err := fmt.Sscanf(arg, "%d %d", &code, &sig); err == nil {
-			p.finish(closer, Exit{Code: code, Signal: syscall.Signal(sig)}, nil)
+	if f := strings.Fields(line); len(f) >= 3 && f[0] == "exited" {
+		code, err1 := strconv.Atoi(f[1])
+		sig, err2 := strconv.Atoi(f[2])
+		if err1 == nil && err2 == nil {
+			deadline := len(f) > 3 && f[3] == "deadline"
+			p.finish(closer, Exit{Code: code, Signal: syscall.Signal(sig), Deadline: deadline}, nil)
 			return
 		}
 	}
@@ -217,17 +299,55 @@ func (p *Process) Signal(sig syscall.Signal) error {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	return p.send([]byte{b})
+}
+
+// send writes a request to the guard; p.mu must be held. A request can no
+// longer matter once the guard is gone, and is dropped.
+func (p *Process) send(msg []byte) error {
 	if p.control == nil {
 		return nil // already gone
 	}
-	_, err := p.control.Write([]byte{b})
+	_, err := p.control.Write(msg)
 	if err != nil && errors.Is(err, syscall.EPIPE) {
 		return nil // the guard is exiting
 	}
-	return err
+	if err != nil {
+		return fmt.Errorf("child: request to the guard: %w", err)
+	}
+	return nil
 }
 
-// Stop sends SIGTERM to the group, SIGKILL once timeout has passed or ctx
+// Terminate sends SIGTERM to the command's group, once: neither a second
+// Terminate nor Stop sends another (a command may take a second SIGTERM as
+// an order to hurry).
+func (p *Process) Terminate() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.termSent {
+		return nil
+	}
+	p.termSent = true
+	return p.send([]byte{reqTerm})
+}
+
+// SetDeadline moves the deadline the guard enforces on its own (see
+// Command.Deadline); the zero time removes it. Once the deadline has
+// passed, the guard stops the command whatever comes after.
+func (p *Process) SetDeadline(at time.Time) error {
+	// Converted before waiting for the lock: the instant is absolute, and
+	// the wait must not shift it.
+	boot, err := bootDeadline(at)
+	if err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.send(deadlineMsg(boot))
+}
+
+// Stop sends SIGTERM to the group (unless Terminate did), SIGKILL once
+// timeout has passed or ctx
 // is done, and then waits for the command to be gone, however long that
 // takes: a caller that returned earlier could let a peer start while the
 // command still runs. (Only a process stuck in the kernel outlives
@@ -238,7 +358,7 @@ func (p *Process) Stop(ctx context.Context, timeout time.Duration) (Exit, error)
 		return p.Exit()
 	default:
 	}
-	_ = p.Signal(syscall.SIGTERM)
+	_ = p.Terminate()
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	select {

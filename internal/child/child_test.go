@@ -23,6 +23,7 @@ const (
 	helperEnv     = "CHILD_TEST_HELPER"
 	pidFileEnv    = "CHILD_TEST_PIDS"
 	supervisorEnv = "CHILD_TEST_SUPERVISOR"
+	deadlineEnv   = "CHILD_TEST_DEADLINE" // the supervisor's deadline, a CLOCK_BOOTTIME instant
 	// A -race binary sleeps a second before exiting; the guard and the
 	// helpers are this binary, and the tests time them.
 	noExitSleep = "GORACE=atexit_sleep_ms=0"
@@ -107,17 +108,26 @@ func recordPids(pids ...int) {
 	f.Close()
 }
 
-// supervisor starts a tree through a guard and waits to be killed.
+// supervisor starts a tree through a guard, with the deadline in
+// deadlineEnv if set, and waits to be killed or for the tree to end: it
+// exits 3 when the guard reports that it stopped the tree at its deadline.
 func supervisor() int {
-	p, err := Start(Command{
+	c := Command{
 		Path: os.Args[0], Env: append(os.Environ(), helperEnv+"=tree", supervisorEnv+"="),
-		Stdout: os.Stdout, Stderr: os.Stderr,
-	})
+		Stdout: os.Stdout, Stderr: os.Stderr, StopTimeout: 5 * time.Second,
+	}
+	if v := os.Getenv(deadlineEnv); v != "" {
+		boot, _ := strconv.ParseInt(v, 10, 64)
+		c.Deadline = time.Now().Add(time.Duration(boot - mustBootNow()))
+	}
+	p, err := Start(c)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	<-p.Done()
+	if exit, _ := p.Exit(); exit.Deadline {
+		return 3
+	}
 	return 0
 }
 
@@ -320,4 +330,88 @@ func TestSignalsAfterExitAreHarmless(t *testing.T) {
 	if err := p.Signal(syscall.SIGUSR1); err == nil {
 		t.Error("SIGUSR1 was accepted; only TERM, INT and KILL are forwarded")
 	}
+}
+
+func TestKillingTheSupervisorAndTheGuardAtOnceStillKillsTheCommand(t *testing.T) {
+	pidFile := filepath.Join(t.TempDir(), "pids")
+	sup := exec.Command(os.Args[0])
+	sup.Env = append(os.Environ(), supervisorEnv+"=1", pidFileEnv+"="+pidFile, noExitSleep)
+	sup.Stdout, sup.Stderr = os.Stdout, os.Stderr
+	if err := sup.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pids := waitPids(t, pidFile, 2) // the command, its grandchild
+	command, grandchild := pids[0], pids[1]
+	// The command's grandchild is out of reach once both are dead (see the
+	// package doc); do not leave it behind.
+	t.Cleanup(func() { _ = syscall.Kill(-command, syscall.SIGKILL) })
+	guard := parentPid(t, command)
+	if guard == sup.Process.Pid || guard <= 1 {
+		t.Fatalf("the command's parent %d is not a guard", guard)
+	}
+	// pkill -9 tenure signals both, one after the other. Freeze both first
+	// so that neither reacts to the other's death, then kill the guard
+	// first: killing the stopped supervisor first would orphan the stopped
+	// guard's process group, and the kernel resumes such a group (SIGHUP,
+	// SIGCONT), letting the guard kill the command after all.
+	for _, pid := range []int{sup.Process.Pid, guard} {
+		if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitState(t, 'T', sup.Process.Pid, guard)
+	killedAt := time.Now()
+	for _, pid := range []int{guard, sup.Process.Pid} {
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = sup.Wait()
+	waitGone(t, time.Second, command)
+	t.Logf("the command was gone %v after kill -9 of its supervisor and guard; its grandchild alive: %v", time.Since(killedAt), alive(grandchild))
+}
+
+// parentPid reads pid's parent from /proc.
+func parentPid(t *testing.T, pid int) int {
+	t.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := string(data)
+	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	ppid, err := strconv.Atoi(fields[1])
+	if err != nil {
+		t.Fatalf("/proc/%d/stat: %q", pid, s)
+	}
+	return ppid
+}
+
+// waitState waits until every pid is in state (as /proc shows it: 'T' for
+// stopped).
+func waitState(t *testing.T, state byte, pids ...int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for _, pid := range pids {
+		for procState(pid) != state {
+			if time.Now().After(deadline) {
+				t.Fatalf("pid %d is in state %q, not %q", pid, procState(pid), state)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+}
+
+// procState is pid's state letter, or 0 when it is gone.
+func procState(pid int) byte {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	s := string(data)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 || i+2 >= len(s) {
+		return 0
+	}
+	return s[i+2]
 }

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/tenure-dev/tenure"
+	"github.com/tenure-dev/tenure/internal/child"
 )
 
 func testEnv(vars map[string]string) (*env, *bytes.Buffer, *bytes.Buffer) {
@@ -143,5 +144,7 @@ func TestDemoRunsInProcessAndEndsOnItsOwn(t *testing.T) {
 }
 
 func TestMain(m *testing.M) {
+	// The tests that start commands start them through this binary as guard.
+	child.RunGuardIfRequested()
 	goleak.VerifyTestMain(m)
 }

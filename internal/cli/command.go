@@ -92,20 +92,52 @@ func (r *commandRunner) Run(ctx context.Context, lease tenure.Lease) error {
 	if err != nil {
 		return err
 	}
+	// The guard gets the lease's safety deadline from the start and stops
+	// the command there on its own, should this process be frozen then.
+	stopAt, _, leased := lease.StopAt()
+	if ctx.Err() != nil || (leased && stopAt.IsZero()) {
+		return nil // stopped before it began
+	}
 	p, err := child.Start(child.Command{
 		Path: path, Args: args, Env: childEnv(os.Environ(), lease),
 		Stdout: os.Stdout, Stderr: os.Stderr,
+		Deadline: stopAt, StopTimeout: r.stopTimeout,
 	})
 	if err != nil {
 		return err
 	}
 	log := r.log.With("key", lease.Key, "epoch", lease.Epoch, "pid", p.Pid())
+	// Stopping the command and passing on new deadlines run on their own
+	// goroutines from here on: a log call blocks while stderr is a full
+	// pipe, and must delay neither.
+	signalled := make(chan struct{})
+	stopped := make(chan child.Exit, 1)
+	go func() { stopped <- r.stop(ctx, p, signalled) }()
+	forwarded := make(chan time.Time, 1)
+	go func() { forwarded <- forwardStopAt(ctx, lease, p, stopAt, log) }()
+	enforced := sync.OnceValue(func() time.Time { return <-forwarded }) // the last deadline the guard got
+	defer enforced()
+
 	log.Info("command started")
 	select {
 	case <-p.Done():
-		exit, err := p.Exit()
+		exit := <-stopped
+		_, err := p.Exit()
 		if err != nil {
 			log.Warn("command ended", "err", err)
+		}
+		if exit.Deadline {
+			// The guard stopped it on its own: this process was frozen,
+			// or the machine slept (which the engine's monotonic clock
+			// does not count), or a renewal came too late. A peer may
+			// hold the key by now, so a restart waits for the store to
+			// confirm the lease again. Not the command's doing, so not its
+			// result under --once either.
+			log.Warn("the guard stopped the command at the lease's safety deadline", "exit", exit.String())
+			if !awaitRenewal(ctx, lease, enforced()) {
+				return nil
+			}
+			return fmt.Errorf("command stopped by its guard at the lease's safety deadline: %s", exit)
 		}
 		if r.once {
 			log.Info("command finished; releasing the lease", "exit", exit.String())
@@ -117,9 +149,26 @@ func (r *commandRunner) Run(ctx context.Context, lease tenure.Lease) error {
 			return nil
 		}
 		return fmt.Errorf("command %s while the lease was held", exit)
-	case <-ctx.Done():
+	case <-signalled:
 	}
 	log.Info("stopping the command", "cause", context.Cause(ctx), "stop_timeout", r.stopTimeout)
+	exit := <-stopped
+	log.Info("command stopped", "exit", exit.String())
+	return nil
+}
+
+// stop waits for ctx to end and then stops p: SIGTERM to its group, then
+// closes signalled, then SIGKILL after the stop timeout, or at once after
+// hurryUp. It returns p's exit, however p ended.
+func (r *commandRunner) stop(ctx context.Context, p *child.Process, signalled chan<- struct{}) child.Exit {
+	select {
+	case <-p.Done():
+		exit, _ := p.Exit()
+		return exit
+	case <-ctx.Done():
+	}
+	_ = p.Terminate()
+	close(signalled)
 	hurry, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
@@ -130,8 +179,67 @@ func (r *commandRunner) Run(ctx context.Context, lease tenure.Lease) error {
 		}
 	}()
 	exit, _ := p.Stop(hurry, r.stopTimeout)
-	log.Info("command stopped", "exit", exit.String())
-	return nil
+	return exit
+}
+
+// stopAter is what a runner learns of its lease's safety deadline:
+// tenure.Lease, or a test's stand-in.
+type stopAter interface {
+	StopAt() (at time.Time, changed <-chan struct{}, ok bool)
+}
+
+// forwardStopAt passes each new safety deadline of lease (sent: the one the
+// guard has) to p's guard, until the run stops or p is gone, and returns
+// the last one the guard got.
+func forwardStopAt(ctx context.Context, lease stopAter, p *child.Process, sent time.Time, log *slog.Logger) time.Time {
+	var last <-chan struct{}
+	for {
+		at, changed, ok := lease.StopAt()
+		if !ok || changed == last {
+			// No lease, or a stopped run, whose channel stays closed: the
+			// runner's ctx ends, and nothing moves the deadline any more.
+			return sent
+		}
+		last = changed
+		if !at.IsZero() && !at.Equal(sent) {
+			if err := p.SetDeadline(at); err != nil {
+				// The guard keeps the earlier deadline and stops the
+				// command too early, never too late.
+				log.Warn("cannot pass the lease's new deadline to the guard", "err", err)
+			}
+			sent = at
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return sent
+		case <-p.Done():
+			return sent
+		}
+	}
+}
+
+// awaitRenewal waits until a renewal confirmed by the store moves lease's
+// deadline past enforced (true), or the run stops (false).
+func awaitRenewal(ctx context.Context, lease stopAter, enforced time.Time) bool {
+	var last <-chan struct{}
+	for {
+		at, changed, ok := lease.StopAt()
+		switch {
+		case !ok || at.After(enforced):
+			return ctx.Err() == nil
+		case changed == last:
+			// A stopped run: its channel stays closed, and its ctx ends.
+			<-ctx.Done()
+			return false
+		}
+		last = changed
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return false
+		}
+	}
 }
 
 // hurryUp cuts the stop timeout short: every command being stopped, or

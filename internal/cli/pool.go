@@ -47,7 +47,8 @@ Each command runs as with tenure run: in its own process group, with
 TENURE_KEY, TENURE_EPOCH and TENURE_OWNER in its environment, output to
 tenure's, input from /dev/null; SIGTERM to the group when the key is lost or
 handed over, SIGKILL after --stop-timeout; and a guard that kills every
-group at once if tenure itself dies. A command that exits while its key is
+group at once if tenure itself dies, and stops each at its lease's safety
+deadline if tenure is frozen. A command that exits while its key is
 held is restarted with exponential backoff (from ttl/3 up to 16×ttl/3).
 
 Each replica holds a membership lease, ~workers/NAME/OWNER@WEIGHT, which

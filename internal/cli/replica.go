@@ -224,13 +224,14 @@ func (h *signalHandler) handle(sigs <-chan os.Signal, done <-chan struct{}) {
 			h.signalled, first = sig.(syscall.Signal), time.Now()
 		}
 		h.mu.Unlock()
+		// Act, then log: a log call blocks while stderr is a full pipe.
 		switch {
 		case isFirst:
-			h.log.Info("stopping: the commands are stopped, then the leases released", "signal", sig.String())
 			h.stop()
+			h.log.Info("stopping: the commands are stopped, then the leases released", "signal", sig.String())
 		case time.Since(first) >= time.Second:
-			h.log.Warn("second signal: killing the commands now", "signal", sig.String())
 			h.hurry()
+			h.log.Warn("second signal: killing the commands now", "signal", sig.String())
 		}
 	}
 }

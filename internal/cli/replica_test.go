@@ -38,3 +38,28 @@ func TestFirstSignalStopsARepeatIsIgnoredAndALaterOneKills(t *testing.T) {
 		t.Errorf("after a second signal: stops %d hurries %d first %v; want 1, 1, SIGTERM", stops.Load(), hurries.Load(), h.first())
 	}
 }
+
+func TestAStopSignalStopsEvenWhenLoggingBlocks(t *testing.T) {
+	jam, release := make(chan struct{}), make(chan struct{})
+	close(jam)
+	stopped := make(chan struct{})
+	h := &signalHandler{
+		log:   slog.New(&jamHandler{jammed: jam, release: release}),
+		stop:  func() { close(stopped) },
+		hurry: func() {},
+	}
+	sigs := make(chan os.Signal, 1)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() { h.handle(sigs, done) })
+	defer wg.Wait()
+	defer close(done)
+	defer close(release)
+
+	sigs <- syscall.SIGTERM
+	select {
+	case <-stopped:
+	case <-time.After(5 * time.Second):
+		t.Fatal("SIGTERM did not stop the replica while its log was jammed")
+	}
+}

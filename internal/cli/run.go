@@ -29,8 +29,14 @@ The command runs in its own process group with TENURE_KEY, TENURE_EPOCH
 goes to tenure's, its input is /dev/null. When the lease is lost, or tenure is stopped, the whole
 group gets SIGTERM, then SIGKILL after --stop-timeout. If tenure itself dies
 (kill -9, out of memory), a guard process kills the group at once, so a peer
-never starts while an orphan still works. Whatever the command leaves in its
-group when it exits is killed too.
+never starts while an orphan still works. If tenure is frozen (SIGSTOP,
+starved of CPU, deadlocked) or the machine sleeps, the guard stops the group
+on its own at the lease's safety deadline — SIGTERM, then SIGKILL after
+--stop-timeout — before a peer may start; resumed, tenure starts nothing
+while the peer holds the key. If the guard is killed along with tenure (pkill -9 tenure), the
+command is killed, but what it started in its group is out of reach: run
+tenure in a cgroup (a systemd unit, a container) when that matters. Whatever
+the command leaves in its group when it exits is killed too.
 
 A command that exits while the lease is held is restarted with exponential
 backoff (from ttl/3 up to 16×ttl/3). With --once, tenure instead releases the
