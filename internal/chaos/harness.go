@@ -85,6 +85,9 @@ type Options struct {
 	// context ends: a broken runner, for the test that proves a run
 	// catches one.
 	lateStop time.Duration
+	// uniqueIDs gives every replica process an owner id of its own beyond
+	// its configured name (see replicaSpec.IDSuffix).
+	uniqueIDs bool
 }
 
 func (o Options) withDefaults() (Options, error) {

@@ -11,12 +11,16 @@ import (
 
 type span struct{ from, to int64 }
 
-// replicaInfo is one replica process.
+// replicaInfo is one replica process. Processes are told apart by name:
+// two may share an owner name (configured), and, on an engine that does
+// not make owner ids unique per process, a store owner id too.
 type replicaInfo struct {
-	name, owner string
-	exit        int64 // when the harness reaped it; 0 while alive
-	killed      bool
-	pauses      []span // recorded inside the real pauses
+	name       string
+	owner      string // the owner id the store saw (Supervisor.Owner)
+	configured string // its Config.Owner
+	exit       int64  // when the harness reaped it; 0 while alive
+	killed     bool
+	pauses     []span // recorded inside the real pauses
 }
 
 // interval is one run of one runner: from its start record to its stop
@@ -35,10 +39,11 @@ type interval struct {
 type term struct {
 	key           string
 	epoch         int64
-	owner         string
-	granted       int64 // reply time of the Acquire that started it (0: unseen)
-	lastConfirmed int64 // send time of the last confirmed grant or renewal
-	released      bool  // a Release of it was attempted (it may have committed)
+	owner         string // the store's owner id
+	replica       string // the process granted it
+	granted       int64  // reply time of the Acquire that started it (0: unseen)
+	lastConfirmed int64  // send time of the last confirmed grant or renewal
+	released      bool   // a Release of it was attempted (it may have committed)
 }
 
 // faultWindow is a fault from its start to its end (for a kill or a
@@ -53,7 +58,6 @@ type model struct {
 	h          *History
 	begin, end int64 // run.begin and run.end (or the first and last event)
 	replicas   map[string]*replicaInfo
-	byOwner    map[string]*replicaInfo
 	intervals  map[string][]*interval // by key, ordered by start
 	terms      map[string][]*term     // by key, ordered by epoch
 	faults     []faultWindow
@@ -64,7 +68,7 @@ type model struct {
 }
 
 func buildModel(h *History) *model {
-	m := &model{h: h, replicas: map[string]*replicaInfo{}, byOwner: map[string]*replicaInfo{},
+	m := &model{h: h, replicas: map[string]*replicaInfo{},
 		intervals: map[string][]*interval{}, terms: map[string][]*term{}, writes: map[string][]Event{},
 		acquires: map[string][]Event{}, counts: map[string]int{}}
 	if len(h.Events) > 0 {
@@ -108,12 +112,16 @@ func buildModel(h *History) *model {
 			m.end, sawEnd = e.T, true
 		case evSpawn:
 			r := replica(e.Target)
-			r.owner = e.Owner
-			m.byOwner[e.Owner] = r
-		case evProc:
-			if r := replica(e.Replica); r.owner == "" {
+			r.configured = e.Configured
+			if e.Owner != "" && r.owner == "" { // a history from before proc records carried the id
 				r.owner = e.Owner
-				m.byOwner[e.Owner] = r
+			}
+		case evProc:
+			// The supervisor's own id, whatever it was configured with.
+			r := replica(e.Replica)
+			r.owner = e.Owner
+			if e.Configured != "" {
+				r.configured = e.Configured
 			}
 		case evExited:
 			r := replica(e.Target)
@@ -163,7 +171,7 @@ func buildModel(h *History) *model {
 		case evAcquire:
 			if e.Epoch > 0 && (e.Outcome == outOK || e.Outcome == outCommit) {
 				t := getTerm(e.Key, e.Epoch)
-				t.owner = replica(e.Replica).owner
+				t.owner, t.replica = replica(e.Replica).owner, e.Replica
 				if e.Outcome == outOK {
 					t.granted = e.T
 					t.lastConfirmed = max(t.lastConfirmed, e.Sent)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,15 +17,21 @@ import (
 
 // proc is one replica process seen from the harness.
 type proc struct {
-	name, owner string
-	n           int // spawn order
-	cmd         *exec.Cmd
-	pid         int
-	proxy       *proxy // networked stores
-	control     string // SQLite: the fault control file
-	expected    atomic.Bool
-	exited      chan struct{}
-	busy        bool // a fault is using it; guarded by harness.mu
+	name string
+	// configured is the Config.Owner it was started with: a name a
+	// same-owner fault gives to a second process. The store knows it by
+	// id instead, which only the replica can tell (see storeID).
+	configured string
+	n          int // spawn order
+	cmd        *exec.Cmd
+	pid        int
+	log        string // its event log
+	proxy      *proxy // networked stores
+	control    string // SQLite: the fault control file
+	expected   atomic.Bool
+	exited     chan struct{}
+	busy       bool // a fault is using it; guarded by harness.mu
+	id         atomic.Pointer[string]
 }
 
 func (p *proc) alive() bool {
@@ -36,14 +43,49 @@ func (p *proc) alive() bool {
 	}
 }
 
-// spawn starts a new replica process.
-func (h *harness) spawn() (p *proc, err error) {
+// storeID is the owner id p's supervisor acquires leases as (what the
+// store's List shows), or "" until p has written it: the proc record, the
+// first line of its log. It is read from the replica, never derived from
+// the configured name, which the engine may extend (an incarnation
+// suffix) and two processes may share.
+func (p *proc) storeID() string {
+	if id := p.id.Load(); id != nil {
+		return *id
+	}
+	f, err := os.Open(p.log)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(io.LimitReader(f, 64<<10))
+	sc.Buffer(make([]byte, 0, 4<<10), 64<<10)
+	for sc.Scan() {
+		var e Event
+		if json.Unmarshal(sc.Bytes(), &e) == nil && e.Ev == evProc && e.Owner != "" {
+			p.id.Store(&e.Owner)
+			return e.Owner
+		}
+	}
+	return ""
+}
+
+// spawn starts a new replica process with an owner name of its own.
+func (h *harness) spawn() (*proc, error) { return h.spawnAs("", false) }
+
+// spawnAs starts a replica configured with owner ("" for a name of its
+// own), already marked busy when busy is set, so no other fault can
+// claim it before its own fault is done with it.
+func (h *harness) spawnAs(owner string, busy bool) (p *proc, err error) {
 	h.mu.Lock()
 	h.seq++
 	n := h.seq
 	h.mu.Unlock()
-	p = &proc{name: fmt.Sprintf("r%d", n), n: n, exited: make(chan struct{})}
-	p.owner = "chaos-" + h.runID + "-" + p.name
+	p = &proc{name: fmt.Sprintf("r%d", n), n: n, exited: make(chan struct{}), busy: busy}
+	p.configured = owner
+	if owner == "" {
+		p.configured = "chaos-" + h.runID + "-" + p.name
+	}
+	p.log = filepath.Join(h.dir, p.name+".jsonl")
 	sb := h.backend
 	if sb.networked() {
 		up, err := sb.upstream()
@@ -68,9 +110,12 @@ func (h *harness) spawn() (p *proc, err error) {
 		}
 	}
 	spec := replicaSpec{
-		Name: p.name, Owner: p.owner, Store: sb, Keys: h.hist.Keys, Prefix: "chaos-" + h.runID + "/",
-		Timing: h.opts.Timing, Log: filepath.Join(h.dir, p.name+".jsonl"), Control: p.control,
+		Name: p.name, Owner: p.configured, Store: sb, Keys: h.hist.Keys, Prefix: "chaos-" + h.runID + "/",
+		Timing: h.opts.Timing, Log: p.log, Control: p.control,
 		Resource: h.res, Seed: h.opts.Seed ^ uint64(n)*0x9e3779b97f4a7c15, LateStop: h.opts.lateStop,
+	}
+	if h.opts.uniqueIDs {
+		spec.IDSuffix = fmt.Sprintf("#%s.%d", h.runID, n)
 	}
 	js, err := json.Marshal(spec)
 	if err != nil {
@@ -89,7 +134,7 @@ func (h *harness) spawn() (p *proc, err error) {
 		return nil, fmt.Errorf("chaos: start replica %s: %w", p.name, err)
 	}
 	p.cmd, p.pid = cmd, cmd.Process.Pid
-	h.hl.add(Event{Ev: evSpawn, Target: p.name, PID: p.pid, Owner: p.owner})
+	h.hl.add(Event{Ev: evSpawn, Target: p.name, PID: p.pid, Configured: p.configured})
 	h.mu.Lock()
 	h.procs[p.name] = p
 	h.mu.Unlock()
@@ -177,7 +222,9 @@ func (h *harness) settle(ctx context.Context, limit time.Duration) bool {
 		if held, err := h.holders(ctx); err == nil {
 			owners := map[string]bool{}
 			for _, p := range h.live() {
-				owners[p.owner] = true
+				if id := p.storeID(); id != "" {
+					owners[id] = true
+				}
 			}
 			all := true
 			for _, k := range h.hist.Keys {
@@ -242,6 +289,10 @@ func (h *harness) claim(ctx context.Context, s Step, end time.Time) []*proc {
 
 func (h *harness) tryClaim(s Step, held map[string]string) []*proc {
 	live := h.live()
+	ids := make(map[*proc]string, len(live))
+	for _, p := range live {
+		ids[p] = p.storeID()
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.every || len(live) == 0 {
@@ -264,7 +315,7 @@ func (h *harness) tryClaim(s Step, held map[string]string) []*proc {
 	} else {
 		pick := free[s.Pick%len(free)]
 		for _, p := range free {
-			if p.owner == held[h.hist.Keys[s.Key]] {
+			if ids[p] != "" && ids[p] == held[h.hist.Keys[s.Key]] {
 				pick = p
 			}
 		}
