@@ -26,8 +26,8 @@ const beatEvery = 100 * time.Millisecond
 // replicaSpec is everything a replica process needs, passed in ReplicaEnv.
 type replicaSpec struct {
 	Name string `json:"name"`
-	// Owner is Config.Owner, a name; the store may know the replica by
-	// another id (Supervisor.Owner).
+	// Owner is Config.Owner: unique per replica, except for the extra
+	// replica of a same-owner fault.
 	Owner    string       `json:"owner"`
 	Store    backend      `json:"store"`
 	Keys     []string     `json:"keys"`
@@ -95,7 +95,9 @@ func runReplica(ctx context.Context, spec replicaSpec) error {
 	}
 	defer res.close()
 
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	gate := newLogGate()
+	logger := slog.New(gatedHandler{gate: gate,
+		inner: slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})})
 	t := spec.Timing
 	sup, err := tenure.New(tenure.Config{
 		Store:       &recorder{inner: st, log: log, ctl: control(spec.Control)},
@@ -112,8 +114,11 @@ func runReplica(ctx context.Context, spec replicaSpec) error {
 	if err != nil {
 		return err
 	}
-	// The owner id is the supervisor's, which the store sees; it need not
-	// be the configured name.
+	// The harness signals a replica only once this record is written, so
+	// the gate's signals never meet a process that would die of them. The
+	// owner id is the supervisor's, which the store sees; it need not be
+	// the configured name.
+	defer gate.follow(log)()
 	log.add(Event{Ev: evProc, PID: os.Getpid(), Owner: sup.Owner(), Configured: spec.Owner})
 	w := &workload{log: log, res: res, think: 2 * t.RenewEvery, seed: spec.Seed, lateStop: spec.LateStop}
 	for _, key := range spec.Keys {
