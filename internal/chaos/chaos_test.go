@@ -19,8 +19,10 @@ import (
 //	TENURE_CHAOS_DURATION=10m go test ./internal/chaos -run TestChaosPostgres -v -timeout 30m
 //
 // TENURE_CHAOS_SEED replays a schedule; TENURE_CHAOS_KEYS,
-// TENURE_CHAOS_REPLICAS and TENURE_CHAOS_CONCURRENCY change the shape; TENURE_CHAOS_HISTORY=DIR keeps
-// every run's history (otherwise only a failed run's is kept).
+// TENURE_CHAOS_REPLICAS and TENURE_CHAOS_CONCURRENCY change the shape;
+// TENURE_CHAOS_FAULTS=log-stall,slow-store picks fault kinds;
+// TENURE_CHAOS_HISTORY=DIR keeps every run's history (otherwise only a
+// failed run's is kept).
 
 // TestChaosSQLite runs two faults at a time (the other stores one at a
 // time, which measures each takeover on its own).
@@ -73,6 +75,9 @@ func runChaosWith(t *testing.T, url string, d time.Duration, adjust func(*Option
 			}
 			*field = n
 		}
+	}
+	if v := os.Getenv("TENURE_CHAOS_FAULTS"); v != "" {
+		opts.Faults = strings.Split(v, ",")
 	}
 	if dir := os.Getenv("TENURE_CHAOS_HISTORY"); dir != "" {
 		opts.HistoryDir = filepath.Join(dir, t.Name())

@@ -300,7 +300,9 @@ func (h *harness) tryClaim(s Step, held map[string]string) []*proc {
 	}
 	var free []*proc
 	for _, p := range live {
-		if !p.busy {
+		// A signal reaches a replica safely only once it listens, which its
+		// proc record (its id) tells.
+		if !p.busy && (ids[p] != "" || s.Fault != FaultLogStall) {
 			free = append(free, p)
 		}
 	}
@@ -337,109 +339,15 @@ func (h *harness) unclaim(targets []*proc) {
 
 }
 
-// apply carries out one fault step on the targets claimed for it.
-func (h *harness) apply(ctx context.Context, s Step, targets []*proc) {
-	p := targets[0]
-	h.log.Info("fault", "kind", s.Fault, "target", p.name, "all", s.All, "dur", s.Dur, "latency", s.Latency)
-	switch s.Fault {
-	case FaultKill, FaultRestart:
-		h.stopProc(p, s.Fault)
-		_ = sleepCtx(ctx, s.Respawn)
-		if _, err := h.spawn(); err != nil {
-			h.log.Error("could not start a replacement replica", "err", err)
-		}
-	case FaultPause:
-		h.pause(ctx, p, s.Dur)
-	case FaultStoreRestart:
-		h.hl.add(Event{Ev: evFaultBegin, Fault: s.Fault, Target: "*", Dur: int64(s.Dur)})
-		if err := h.opts.RestartStore(ctx, s.Dur); err != nil {
-			h.log.Error("could not restart the store", "err", err)
-		}
-		h.hl.add(Event{Ev: evFaultEnd, Fault: s.Fault, Target: "*"})
-	default:
-		name := p.name
-		if s.All {
-			name = "*"
-		}
-		h.hl.add(Event{Ev: evFaultBegin, Fault: s.Fault, Target: name, Dur: int64(max(s.Dur, s.Latency))})
-		for _, t := range targets {
-			h.network(t, s, true)
-		}
-		_ = sleepCtx(ctx, s.Dur)
-		for _, t := range targets {
-			h.network(t, s, false)
-		}
-		h.hl.add(Event{Ev: evFaultEnd, Fault: s.Fault, Target: name})
-	}
-}
-
-// stopProc kills (kill) or gracefully stops (restart) a replica and waits
-// for it to be gone.
-func (h *harness) stopProc(p *proc, fault string) {
-	p.expected.Store(true)
-	sig, wait := sigKill, 10*time.Second
-	if fault == FaultRestart {
-		sig, wait = sigTerm, h.opts.Timing.StopTimeout+5*time.Second
-	}
-	h.hl.add(Event{Ev: evFaultBegin, Fault: fault, Target: p.name, PID: p.pid})
-	if err := signalProcess(p.pid, sig); err != nil {
-		h.log.Warn("signal failed", "replica", p.name, "err", err)
-	}
-	select {
-	case <-p.exited:
-	case <-time.After(wait):
-		_ = signalProcess(p.pid, sigKill)
-		<-p.exited
-	}
-	h.hl.add(Event{Ev: evFaultEnd, Fault: fault, Target: p.name})
-	h.retire(p)
-}
-
-// pause freezes a replica for d. The recorded pause lies inside the real
-// one: it begins once every thread is seen stopped and ends before SIGCONT.
-func (h *harness) pause(ctx context.Context, p *proc, d time.Duration) {
-	if err := signalProcess(p.pid, sigStop); err != nil {
-		return
-	}
-	if err := awaitStopped(p.pid, 2*time.Second); err == nil {
-		h.hl.add(Event{Ev: evFaultBegin, Fault: FaultPause, Target: p.name, Dur: int64(d)})
-		_ = sleepCtx(ctx, d)
-		h.hl.add(Event{Ev: evFaultEnd, Fault: FaultPause, Target: p.name})
-	} else {
-		h.log.Warn("pause not confirmed; resuming", "replica", p.name, "err", err)
-	}
-	_ = signalProcess(p.pid, sigCont)
-}
-
-// network starts or ends a network fault for one replica: through its
-// proxy, or its control file for SQLite.
-func (h *harness) network(p *proc, s Step, on bool) {
-	if p.proxy != nil {
-		switch s.Fault {
-		case FaultPartition:
-			p.proxy.setDown(on)
-		case FaultHold:
-			p.proxy.setHold(on)
-		case FaultLatency:
-			p.proxy.setDelay(map[bool]time.Duration{true: s.Latency}[on])
-		}
-		return
-	}
-	cmd := ""
-	if on {
-		cmd = map[string]string{FaultPartition: "down", FaultHold: "hold", FaultLatency: "delay " + s.Latency.String()}[s.Fault]
-	}
-	if err := setControl(p.control, cmd); err != nil {
-		h.log.Warn("could not write a control file", "replica", p.name, "err", err)
-	}
-}
-
 // shutdown stops every replica gracefully (killing those that hang),
 // closes the proxies, and notes panics and data races the replicas printed.
 func (h *harness) shutdown() {
 	for _, p := range h.live() {
 		p.expected.Store(true)
 		_ = signalProcess(p.pid, sigCont) // in case a pause was cut short
+		if p.storeID() != "" {            // it listens: in case a log stall was cut short
+			_ = signalProcess(p.pid, sigResumeLog)
+		}
 		_ = signalProcess(p.pid, sigTerm)
 	}
 	deadline := time.After(h.opts.Timing.StopTimeout + 10*time.Second)
