@@ -21,7 +21,7 @@ const (
 
 // Invariants lists them in report order.
 var Invariants = []string{InvOverlap, InvEpochUnique, InvEpochOrder, InvFence, InvEarly,
-	InvTakeover, InvResume, InvMargin, InvHealth}
+	InvTakeover, InvResume, InvMargin, InvStarved, InvHealth}
 
 // Tolerances of the checks.
 const (
@@ -64,7 +64,7 @@ func (c *checker) violate(inv string, at int64, key, replica string, amount time
 func Check(h *History) *Report {
 	m := buildModel(h)
 	rep := &Report{Store: h.Store, Seed: h.Seed, Timing: h.Timing, Replicas: h.Replicas, Keys: len(h.Keys),
-		Duration: time.Duration(m.end - m.begin), Faults: map[string]int{}, History: h}
+		Duration: time.Duration(m.end - m.begin), Faults: map[string]int{}, Kinds: h.Faults, History: h}
 	c := &checker{m: m, t: h.Timing, rep: rep, results: map[string]*InvariantResult{}}
 	for _, inv := range Invariants {
 		c.results[inv] = &InvariantResult{Name: inv}
@@ -76,6 +76,7 @@ func Check(h *History) *Report {
 	c.crashTakeovers()
 	c.resumes()
 	c.margins()
+	c.slowStores()
 	c.health()
 	c.measure()
 	for _, inv := range Invariants {

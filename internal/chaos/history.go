@@ -20,7 +20,9 @@ type replicaInfo struct {
 	configured string // its Config.Owner
 	exit       int64  // when the harness reaped it; 0 while alive
 	killed     bool
-	pauses     []span // recorded inside the real pauses
+	pauses     []span  // recorded inside the real pauses
+	stalls     []span  // its log sink blocked (its own records)
+	calls      []Event // its store calls that returned, in reply order
 }
 
 // interval is one run of one runner: from its start record to its stop
@@ -50,7 +52,14 @@ type term struct {
 // restart: until the process was gone).
 type faultWindow struct {
 	kind, target string
+	peer         string // same-owner: the extra replica
 	from, to     int64
+	latency      int64 // slow-store: added round trip (ns)
+}
+
+// involves reports whether the fault was aimed at r (or at every replica).
+func (f faultWindow) involves(r *replicaInfo) bool {
+	return f.target == "*" || f.target == r.name || f.peer == r.name
 }
 
 // model is a history digested.
@@ -123,6 +132,13 @@ func buildModel(h *History) *model {
 			if e.Configured != "" {
 				r.configured = e.Configured
 			}
+		case evLogGate:
+			r := replica(e.Replica)
+			if e.Outcome == "closed" {
+				r.stalls = append(r.stalls, span{e.T, -1})
+			} else if n := len(r.stalls); n > 0 && r.stalls[n-1].to < 0 {
+				r.stalls[n-1].to = e.T
+			}
 		case evExited:
 			r := replica(e.Target)
 			r.exit = e.T
@@ -131,6 +147,9 @@ func buildModel(h *History) *model {
 				cause = "killed"
 			}
 			closeAll(r, e.T, cause)
+			if n := len(r.stalls); n > 0 && r.stalls[n-1].to < 0 {
+				r.stalls[n-1].to = e.T
+			}
 			if e.Outcome == "unexpected" {
 				m.crashes = append(m.crashes, e)
 			}
@@ -141,7 +160,8 @@ func buildModel(h *History) *model {
 				replica(e.Target).killed = true
 			}
 			openFault[e.Fault+"/"+e.Target] = len(m.faults)
-			m.faults = append(m.faults, faultWindow{kind: e.Fault, target: e.Target, from: e.T, to: -1})
+			m.faults = append(m.faults, faultWindow{kind: e.Fault, target: e.Target, peer: e.Peer, from: e.T, to: -1,
+				latency: e.Latency})
 		case evFaultEnd:
 			if i, ok := openFault[e.Fault+"/"+e.Target]; ok {
 				m.faults[i].to = e.T
@@ -169,6 +189,7 @@ func buildModel(h *History) *model {
 				delete(open[r], e.Key)
 			}
 		case evAcquire:
+			replica(e.Replica).calls = append(replica(e.Replica).calls, e)
 			if e.Epoch > 0 && (e.Outcome == outOK || e.Outcome == outCommit) {
 				t := getTerm(e.Key, e.Epoch)
 				t.owner, t.replica = replica(e.Replica).owner, e.Replica
@@ -178,7 +199,10 @@ func buildModel(h *History) *model {
 					m.acquires[e.Key] = append(m.acquires[e.Key], e)
 				}
 			}
+		case evList, evRelDone:
+			replica(e.Replica).calls = append(replica(e.Replica).calls, e)
 		case evRenew:
+			replica(e.Replica).calls = append(replica(e.Replica).calls, e)
 			for _, it := range e.Items {
 				if it.OK {
 					t := getTerm(it.Key, it.Epoch)
@@ -199,6 +223,11 @@ func buildModel(h *History) *model {
 	}
 	for r := range open {
 		closeAll(r, max(last, r.exit), "open")
+	}
+	for _, r := range m.replicas {
+		if n := len(r.stalls); n > 0 && r.stalls[n-1].to < 0 {
+			r.stalls[n-1].to = last
+		}
 	}
 	for i := range m.faults {
 		if m.faults[i].to < 0 {
