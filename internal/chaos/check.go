@@ -21,7 +21,7 @@ const (
 
 // Invariants lists them in report order.
 var Invariants = []string{InvOverlap, InvEpochUnique, InvEpochOrder, InvFence, InvEarly,
-	InvTakeover, InvResume, InvMargin, InvHealth}
+	InvTakeover, InvResume, InvMargin, InvStarved, InvHealth}
 
 // Tolerances of the checks.
 const (
@@ -64,7 +64,7 @@ func (c *checker) violate(inv string, at int64, key, replica string, amount time
 func Check(h *History) *Report {
 	m := buildModel(h)
 	rep := &Report{Store: h.Store, Seed: h.Seed, Timing: h.Timing, Replicas: h.Replicas, Keys: len(h.Keys),
-		Duration: time.Duration(m.end - m.begin), Faults: map[string]int{}, History: h}
+		Duration: time.Duration(m.end - m.begin), Faults: map[string]int{}, Kinds: h.Faults, History: h}
 	c := &checker{m: m, t: h.Timing, rep: rep, results: map[string]*InvariantResult{}}
 	for _, inv := range Invariants {
 		c.results[inv] = &InvariantResult{Name: inv}
@@ -76,6 +76,7 @@ func Check(h *History) *Report {
 	c.crashTakeovers()
 	c.resumes()
 	c.margins()
+	c.slowStores()
 	c.health()
 	c.measure()
 	for _, inv := range Invariants {
@@ -165,28 +166,35 @@ func (c *checker) startedFromPause(iv *interval) bool {
 	return false
 }
 
-// epochs: one owner per (key, epoch), and no term starts after a newer
-// one of its key has started or been granted.
+// epochs: one process per (key, epoch), and no term starts after a newer
+// one of its key has started or been granted. Processes, not owner ids,
+// are counted: two processes the store knows by one id must not share a
+// term either, since the fence could not tell their writes apart.
 func (c *checker) epochs() {
 	for key, terms := range c.m.terms {
 		c.checked(InvEpochUnique, len(terms))
-		owners := map[int64]map[string]bool{}
-		add := func(epoch int64, owner string) {
-			if owners[epoch] == nil {
-				owners[epoch] = map[string]bool{}
+		holders := map[int64]map[string]bool{}
+		add := func(epoch int64, r *replicaInfo) {
+			if r == nil {
+				return
 			}
-			owners[epoch][owner] = true
+			if holders[epoch] == nil {
+				holders[epoch] = map[string]bool{}
+			}
+			holders[epoch][fmt.Sprintf("%s (%s)", r.name, r.owner)] = true
 		}
 		for _, t := range terms {
-			add(t.epoch, t.owner)
+			if t.replica != "" {
+				add(t.epoch, c.m.replicas[t.replica])
+			}
 		}
 		for _, iv := range c.m.intervals[key] {
-			add(iv.epoch, iv.r.owner)
+			add(iv.epoch, iv.r)
 		}
 		for _, t := range terms {
-			if n := len(owners[t.epoch]); n > 1 {
-				c.violate(InvEpochUnique, t.granted, key, "", 0, "epoch %d was given to %d owners: %v",
-					t.epoch, n, sortedKeys(owners[t.epoch]))
+			if n := len(holders[t.epoch]); n > 1 {
+				c.violate(InvEpochUnique, t.granted, key, "", 0, "epoch %d was given to %d processes: %v",
+					t.epoch, n, sortedKeys(holders[t.epoch]))
 			}
 		}
 	}
@@ -269,25 +277,20 @@ func (c *checker) earlyTakeovers() {
 		for i := 1; i < len(terms); i++ {
 			a, b := terms[i-1], terms[i]
 			// A grant earlier than its predecessor's is the epoch checks' business.
-			if a.owner == b.owner || a.released || a.lastConfirmed == 0 || b.granted == 0 || b.granted <= a.granted {
+			// A process may renew its own term into a new one; another
+			// process may not, even one the store knows by the same id.
+			if a.replica == b.replica || a.released || a.lastConfirmed == 0 || b.granted == 0 || b.granted <= a.granted {
 				continue
 			}
 			c.checked(InvEarly, 1)
 			bound := a.lastConfirmed + int64(c.t.TTL+c.t.Grace-clockTolerance)
 			if b.granted < bound {
 				early := time.Duration(bound - b.granted)
-				c.violate(InvEarly, b.granted, key, c.name(b.owner), early,
+				c.violate(InvEarly, b.granted, key, b.replica, early,
 					"epoch %d granted %v before epoch %d's last confirmed renewal + TTL + grace", b.epoch, early, a.epoch)
 			}
 		}
 	}
-}
-
-func (c *checker) name(owner string) string {
-	if r := c.m.byOwner[owner]; r != nil {
-		return r.name
-	}
-	return owner
 }
 
 // takeoverBound is how soon a crashed holder's keys must run elsewhere.

@@ -293,7 +293,7 @@ func TestAStepDownWithoutAFaultIsReported(t *testing.T) {
 }
 
 func TestTheSameSeedDrawsTheSameSchedule(t *testing.T) {
-	a, b, c := newPlanner(42, DefaultTiming(), 4), newPlanner(42, DefaultTiming(), 4), newPlanner(43, DefaultTiming(), 4)
+	a, b, c := newPlanner(42, DefaultTiming(), 4, FaultKinds), newPlanner(42, DefaultTiming(), 4, FaultKinds), newPlanner(43, DefaultTiming(), 4, FaultKinds)
 	same, differ := true, false
 	kinds := map[string]bool{}
 	for range 200 {

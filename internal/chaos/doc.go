@@ -20,37 +20,82 @@
 //     between deciding to write and writing: the fence, not the lease
 //     timing, must order those writes.
 //
-// Every store call goes through a recorder that logs its send time and
-// outcome. Each record is one write(2) to an O_APPEND file, so a replica
-// killed with SIGKILL leaves a log complete up to its last record.
+// Every store call (Acquire, Renew, Release, List) goes through a
+// recorder that logs its send time and outcome. Each record is one
+// write(2) to an O_APPEND file, so a replica killed with SIGKILL leaves a
+// log complete up to its last record.
+//
+// A replica's first record names the owner id its supervisor acquires
+// leases as (Supervisor.Owner) next to the name it was configured with
+// (Config.Owner). The two need not be equal, and two processes may share
+// a configured name: the harness finds holders, and the checker tells
+// processes apart, by replica name and that id, never by the configured
+// name.
 //
 // # The faults
 //
-// One at a time, from a schedule drawn from the seed (math/rand/v2): kill
-// -9 of a holder and a replacement started; SIGSTOP/SIGCONT of a holder for
-// 0.5–4×TTL; the store unreachable from one replica or all of them for
-// 1–3×TTL; replies held back while requests still commit; added latency;
-// a graceful restart (SIGTERM). PostgreSQL and Redis are reached through an
-// in-process TCP proxy per replica; SQLite has no network, so the same
-// faults are emulated inside the replica's store recorder, driven by a
-// control file the harness writes. The fault kinds and their parameters
-// replay exactly from a seed; which process holds which key at each moment
-// does not, since it depends on the operating system's scheduling.
+// One at a time (or Options.Concurrency at once, on replicas of their
+// own), from a schedule drawn from the seed (math/rand/v2); the first
+// steps go through every enabled kind once (Options.Faults), then kinds
+// are drawn by weight:
+//
+//   - kill: SIGKILL a holder; a replacement starts within a TTL.
+//   - pause: SIGSTOP a holder for 0.5–4×TTL, then SIGCONT.
+//   - partition: the store unreachable from one replica or all, 1–3×TTL.
+//   - hold-replies: requests commit, their replies are held back.
+//   - latency: added one-way latency, up to 3/4 of the call timeout.
+//   - restart: SIGTERM a holder (graceful handoff); a replacement starts.
+//   - log-stall: a holder's log sink blocks for 1–3×TTL, as stderr does
+//     when it is a full pipe or a log shipper is stuck. The replica's
+//     slog.Handler waits at a gate the harness closes with SIGUSR1 and
+//     opens with SIGUSR2 (the same on every backend; a replica is
+//     signalled only once its first record shows it listens). Three
+//     stalls in four cut the holder off from the store for RenewEvery +
+//     2×CallTimeout early on, so it has a failed renewal to log and its
+//     deadline falls inside the stall: an engine that logs on the path to
+//     its deadline stop, or in its renewal loop, keeps working past it.
+//   - slow-store: every call of one replica, or of all, answers 0.6–0.9
+//     call timeouts late, for 2–4×TTL: half the added round trip each way
+//     through the proxy, half before and half after the call in the
+//     recorder for SQLite. Nothing fails; a holder must keep its keys.
+//   - same-owner: an extra replica starts configured with a live holder's
+//     owner name (a hostname shared by host-networked containers, a copied
+//     unit file), both run for 1.5–3×TTL, and the extra one is stopped
+//     gracefully, so the population returns to its size. An engine whose
+//     store owner id is the configured name lets the two take keys from
+//     each other and run them at once.
+//   - store-restart: the store itself crashes and comes back
+//     (Options.RestartStore; tests only).
+//
+// PostgreSQL and Redis are reached through an in-process TCP proxy per
+// replica; SQLite has no network, so the network faults are emulated
+// inside the replica's store recorder, driven by a control file the
+// harness writes. The fault kinds and their parameters replay exactly
+// from a seed and a set of kinds; which process holds which key at each
+// moment does not, since it depends on the operating system's scheduling.
 //
 // # The checks
 //
 // [Check] reads a [History] (all logs merged on the shared clock) and
-// reports, per invariant: no two replicas' work on a key overlaps (a frozen
-// process's interval is suspended while it is stopped, and it must stop
-// promptly once it resumes; a killed process's work ends at the moment it
-// died); fenced writes are accepted in non-decreasing epoch order and a
-// stale one is always refused; no epoch is issued twice; no term is granted
-// before its predecessor's expiry + grace (measured from its last confirmed
-// renewal); a crashed holder is replaced within TTL + grace + one renewal
-// interval + slack; and a runner stopped for lack of renewals stops at
-// least RenewEvery + Grace before a peer starts. The [Report] adds
-// takeover latencies, time without a holder, and step-downs no fault
-// explains. [WriteTimeline] draws the history as SVG.
+// reports, per invariant: no two processes' work on a key overlaps (a
+// frozen process's interval is suspended while it is stopped, and it must
+// stop promptly once it resumes; a killed process's work ends at the
+// moment it died); fenced writes are accepted in non-decreasing epoch
+// order and a stale one is always refused; no epoch is issued to two
+// processes, even two the store knows by one owner id; no term is granted
+// to another process before its predecessor's expiry + grace (measured
+// from its last confirmed renewal); a crashed holder is replaced within
+// TTL + grace + one renewal interval + slack; a runner stopped for lack of
+// renewals stops at least RenewEvery + Grace before a peer starts; and,
+// during a slow-store window and one TTL after it, no runner of a slowed
+// replica stops at its deadline while every store call that replica made
+// since its last confirmed renewal answered within the call timeout
+// (renewals starved by a slow store). The [Report] adds takeover
+// latencies, time without a holder, the longest gap between renewals
+// under a slow store, whether same-owner pairs shared an owner id, and
+// step-downs no fault explains. [WriteTimeline] draws the history as SVG:
+// frozen stretches hatched, stalled logs dotted, faults on a row of their
+// own.
 //
 // # Using it from a command
 //
@@ -59,9 +104,10 @@
 //	// tenure __chaos-replica (hidden): the process Run starts.
 //	os.Exit(chaos.ReplicaMain())
 //
-//	// tenure verify --store URL --duration 2m --seed N --replicas 3 --keys 4 --timeline FILE
+//	// tenure verify --store URL --duration 2m --seed N --replicas 3 --keys 4 --faults KIND,… --timeline FILE
 //	rep, err := chaos.Run(ctx, chaos.Options{
 //		Store: url, Duration: d, Seed: seed, Replicas: n, Keys: k,
+//		Faults:      kinds,                       // nil: every kind but store-restart
 //		ReplicaArgs: []string{"__chaos-replica"}, // Executable defaults to os.Executable()
 //		Logger:      logger,                      // progress: one line per fault
 //	})
@@ -78,6 +124,7 @@
 //
 //	TENURE_CHAOS_DURATION=10m go test ./internal/chaos -run TestChaosPostgres -v -timeout 30m
 //
-// TENURE_CHAOS_SEED=N replays a seed; a failed run keeps its history
-// directory (logs, schedule, report, timeline) and names it in the report.
+// TENURE_CHAOS_SEED=N replays a seed and TENURE_CHAOS_FAULTS=log-stall,kill
+// picks the kinds; a failed run keeps its history directory (logs,
+// schedule, report, timeline) and names it in the report.
 package chaos

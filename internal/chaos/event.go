@@ -11,15 +11,18 @@ import (
 
 // Event kinds written by replicas.
 const (
-	evProc    = "proc"    // a replica process is up
-	evAcquire = "acquire" // a store Acquire call and its outcome
-	evRenew   = "renew"   // a store Renew call and its per-term outcomes
-	evRelease = "release" // a store Release call
-	evStart   = "start"   // a runner started its work
-	evBeat    = "beat"    // a runner is still working
-	evStop    = "stop"    // a runner saw its context end and stopped working
-	evWrite   = "write"   // a fenced write and whether the fence accepted it
-	evExit    = "exit"    // a replica shut down gracefully
+	evProc    = "proc"         // a replica's supervisor exists: its store owner id is known
+	evAcquire = "acquire"      // a store Acquire call and its outcome
+	evRenew   = "renew"        // a store Renew call and its per-term outcomes
+	evRelease = "release"      // a store Release call, logged before it is sent
+	evRelDone = "release.done" // the outcome of that Release call
+	evList    = "list"         // a store List call and its outcome
+	evLogGate = "loggate"      // the replica's log sink stalled (out "closed") or resumed ("open")
+	evStart   = "start"        // a runner started its work
+	evBeat    = "beat"         // a runner is still working
+	evStop    = "stop"         // a runner saw its context end and stopped working
+	evWrite   = "write"        // a fenced write and whether the fence accepted it
+	evExit    = "exit"         // a replica shut down gracefully
 )
 
 // Event kinds written by the harness.
@@ -52,8 +55,14 @@ type Event struct {
 	Ev      string `json:"ev"`
 	Key     string `json:"key,omitempty"`
 	Epoch   int64  `json:"epoch,omitempty"`
-	Owner   string `json:"owner,omitempty"`
-	PID     int    `json:"pid,omitempty"`
+	// Owner is the owner id the store sees (Supervisor.Owner), which need
+	// not be the configured name: the harness and the checker tell
+	// processes apart by replica name and this id, never by Configured.
+	Owner string `json:"owner,omitempty"`
+	// Configured is the replica's Config.Owner, a human name that two
+	// processes may share (the same-owner fault).
+	Configured string `json:"cfg,omitempty"`
+	PID        int    `json:"pid,omitempty"`
 	// Sent is when a store call or a fenced transaction began.
 	Sent    int64  `json:"sent,omitempty"`
 	Outcome string `json:"out,omitempty"`
@@ -68,9 +77,14 @@ type Event struct {
 	Cur    int64  `json:"cur,omitempty"`
 	Fault  string `json:"fault,omitempty"`
 	Target string `json:"target,omitempty"` // a replica name, or "*"
-	Dur    int64  `json:"dur,omitempty"`    // ns: a fault's planned length or added latency
-	Err    string `json:"err,omitempty"`
-	Items  []Item `json:"items,omitempty"`
+	// Peer is the second process of a two-process fault: the extra
+	// replica started with the target's owner name (same-owner).
+	Peer string `json:"peer,omitempty"`
+	Dur  int64  `json:"dur,omitempty"` // ns: a fault's planned length or added latency
+	// Latency is a slow-store fault's round-trip latency (ns).
+	Latency int64  `json:"latency,omitempty"`
+	Err     string `json:"err,omitempty"`
+	Items   []Item `json:"items,omitempty"`
 }
 
 // Item is one term of a batched Renew or Release.

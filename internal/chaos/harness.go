@@ -85,6 +85,9 @@ type Options struct {
 	// context ends: a broken runner, for the test that proves a run
 	// catches one.
 	lateStop time.Duration
+	// uniqueIDs gives every replica process an owner id of its own beyond
+	// its configured name (see replicaSpec.IDSuffix).
+	uniqueIDs bool
 }
 
 func (o Options) withDefaults() (Options, error) {
@@ -169,9 +172,10 @@ type History struct {
 	Timing   Timing        `json:"timing"`
 	Keys     []string      `json:"keys"`
 	Replicas int           `json:"replicas"`
-	Duration time.Duration `json:"duration"` // planned time of faults
-	Plan     []Step        `json:"plan"`     // the steps that ran, in order
-	Events   []Event       `json:"-"`        // from the *.jsonl logs
+	Duration time.Duration `json:"duration"`         // planned time of faults
+	Faults   []string      `json:"faults,omitempty"` // the kinds the schedule drew from
+	Plan     []Step        `json:"plan"`             // the steps that ran, in order
+	Events   []Event       `json:"-"`                // from the *.jsonl logs
 }
 
 const metaFile = "history.json"
@@ -242,7 +246,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	h := &harness{opts: o, runID: runID, dir: dir, backend: b, procs: map[string]*proc{},
 		log: o.Logger.With("seed", o.Seed)}
 	h.hist = History{Seed: o.Seed, Store: store.RedactURL(o.Store), Kind: b.Kind, Timing: o.Timing,
-		Replicas: o.Replicas, Duration: o.Duration}
+		Replicas: o.Replicas, Duration: o.Duration, Faults: o.Faults}
 	for i := range o.Keys {
 		h.hist.Keys = append(h.hist.Keys, fmt.Sprintf("chaos-%s/k%d", runID, i+1))
 	}
@@ -362,7 +366,7 @@ func (h *harness) writeMeta() error {
 // a new fault starts a gap after the last one started, on replicas no
 // other fault is using.
 func (h *harness) inject(ctx context.Context) {
-	pl := newPlanner(h.opts.Seed, h.opts.Timing, h.opts.Keys)
+	pl := newPlanner(h.opts.Seed, h.opts.Timing, h.opts.Keys, h.opts.Faults)
 	end := time.Now().Add(h.opts.Duration)
 	settleMax := 2*(h.opts.Timing.TTL+h.opts.Timing.Grace) + 2*time.Second
 	slots := make(chan struct{}, h.opts.Concurrency)

@@ -11,12 +11,18 @@ import (
 
 type span struct{ from, to int64 }
 
-// replicaInfo is one replica process.
+// replicaInfo is one replica process. Processes are told apart by name:
+// two may share an owner name (configured), and, on an engine that does
+// not make owner ids unique per process, a store owner id too.
 type replicaInfo struct {
-	name, owner string
-	exit        int64 // when the harness reaped it; 0 while alive
-	killed      bool
-	pauses      []span // recorded inside the real pauses
+	name       string
+	owner      string // the owner id the store saw (Supervisor.Owner)
+	configured string // its Config.Owner
+	exit       int64  // when the harness reaped it; 0 while alive
+	killed     bool
+	pauses     []span  // recorded inside the real pauses
+	stalls     []span  // its log sink blocked (its own records)
+	calls      []Event // its store calls that returned, in reply order
 }
 
 // interval is one run of one runner: from its start record to its stop
@@ -35,17 +41,25 @@ type interval struct {
 type term struct {
 	key           string
 	epoch         int64
-	owner         string
-	granted       int64 // reply time of the Acquire that started it (0: unseen)
-	lastConfirmed int64 // send time of the last confirmed grant or renewal
-	released      bool  // a Release of it was attempted (it may have committed)
+	owner         string // the store's owner id
+	replica       string // the process granted it
+	granted       int64  // reply time of the Acquire that started it (0: unseen)
+	lastConfirmed int64  // send time of the last confirmed grant or renewal
+	released      bool   // a Release of it was attempted (it may have committed)
 }
 
 // faultWindow is a fault from its start to its end (for a kill or a
 // restart: until the process was gone).
 type faultWindow struct {
 	kind, target string
+	peer         string // same-owner: the extra replica
 	from, to     int64
+	latency      int64 // slow-store: added round trip (ns)
+}
+
+// involves reports whether the fault was aimed at r (or at every replica).
+func (f faultWindow) involves(r *replicaInfo) bool {
+	return f.target == "*" || f.target == r.name || f.peer == r.name
 }
 
 // model is a history digested.
@@ -53,7 +67,6 @@ type model struct {
 	h          *History
 	begin, end int64 // run.begin and run.end (or the first and last event)
 	replicas   map[string]*replicaInfo
-	byOwner    map[string]*replicaInfo
 	intervals  map[string][]*interval // by key, ordered by start
 	terms      map[string][]*term     // by key, ordered by epoch
 	faults     []faultWindow
@@ -64,7 +77,7 @@ type model struct {
 }
 
 func buildModel(h *History) *model {
-	m := &model{h: h, replicas: map[string]*replicaInfo{}, byOwner: map[string]*replicaInfo{},
+	m := &model{h: h, replicas: map[string]*replicaInfo{},
 		intervals: map[string][]*interval{}, terms: map[string][]*term{}, writes: map[string][]Event{},
 		acquires: map[string][]Event{}, counts: map[string]int{}}
 	if len(h.Events) > 0 {
@@ -108,12 +121,23 @@ func buildModel(h *History) *model {
 			m.end, sawEnd = e.T, true
 		case evSpawn:
 			r := replica(e.Target)
-			r.owner = e.Owner
-			m.byOwner[e.Owner] = r
-		case evProc:
-			if r := replica(e.Replica); r.owner == "" {
+			r.configured = e.Configured
+			if e.Owner != "" && r.owner == "" { // a history from before proc records carried the id
 				r.owner = e.Owner
-				m.byOwner[e.Owner] = r
+			}
+		case evProc:
+			// The supervisor's own id, whatever it was configured with.
+			r := replica(e.Replica)
+			r.owner = e.Owner
+			if e.Configured != "" {
+				r.configured = e.Configured
+			}
+		case evLogGate:
+			r := replica(e.Replica)
+			if e.Outcome == "closed" {
+				r.stalls = append(r.stalls, span{e.T, -1})
+			} else if n := len(r.stalls); n > 0 && r.stalls[n-1].to < 0 {
+				r.stalls[n-1].to = e.T
 			}
 		case evExited:
 			r := replica(e.Target)
@@ -123,6 +147,9 @@ func buildModel(h *History) *model {
 				cause = "killed"
 			}
 			closeAll(r, e.T, cause)
+			if n := len(r.stalls); n > 0 && r.stalls[n-1].to < 0 {
+				r.stalls[n-1].to = e.T
+			}
 			if e.Outcome == "unexpected" {
 				m.crashes = append(m.crashes, e)
 			}
@@ -133,7 +160,8 @@ func buildModel(h *History) *model {
 				replica(e.Target).killed = true
 			}
 			openFault[e.Fault+"/"+e.Target] = len(m.faults)
-			m.faults = append(m.faults, faultWindow{kind: e.Fault, target: e.Target, from: e.T, to: -1})
+			m.faults = append(m.faults, faultWindow{kind: e.Fault, target: e.Target, peer: e.Peer, from: e.T, to: -1,
+				latency: e.Latency})
 		case evFaultEnd:
 			if i, ok := openFault[e.Fault+"/"+e.Target]; ok {
 				m.faults[i].to = e.T
@@ -161,16 +189,20 @@ func buildModel(h *History) *model {
 				delete(open[r], e.Key)
 			}
 		case evAcquire:
+			replica(e.Replica).calls = append(replica(e.Replica).calls, e)
 			if e.Epoch > 0 && (e.Outcome == outOK || e.Outcome == outCommit) {
 				t := getTerm(e.Key, e.Epoch)
-				t.owner = replica(e.Replica).owner
+				t.owner, t.replica = replica(e.Replica).owner, e.Replica
 				if e.Outcome == outOK {
 					t.granted = e.T
 					t.lastConfirmed = max(t.lastConfirmed, e.Sent)
 					m.acquires[e.Key] = append(m.acquires[e.Key], e)
 				}
 			}
+		case evList, evRelDone:
+			replica(e.Replica).calls = append(replica(e.Replica).calls, e)
 		case evRenew:
+			replica(e.Replica).calls = append(replica(e.Replica).calls, e)
 			for _, it := range e.Items {
 				if it.OK {
 					t := getTerm(it.Key, it.Epoch)
@@ -191,6 +223,11 @@ func buildModel(h *History) *model {
 	}
 	for r := range open {
 		closeAll(r, max(last, r.exit), "open")
+	}
+	for _, r := range m.replicas {
+		if n := len(r.stalls); n > 0 && r.stalls[n-1].to < 0 {
+			r.stalls[n-1].to = last
+		}
 	}
 	for i := range m.faults {
 		if m.faults[i].to < 0 {

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"math/rand/v2"
+	"slices"
 	"time"
 )
 
@@ -13,13 +14,33 @@ const (
 	FaultHold      = "hold-replies" // requests commit, replies are held back
 	FaultLatency   = "latency"      // added one-way latency to the store
 	FaultRestart   = "restart"      // SIGTERM a holder (graceful); start a replacement
+	// FaultLogStall blocks a holder's log sink (its slog handler) for a
+	// while, as a full stderr pipe or a stuck log shipper does; most such
+	// stalls include a short partition, so the holder has an unconfirmed
+	// renewal to log and a deadline to meet while its log is stuck.
+	FaultLogStall = "log-stall"
+	// FaultSlowStore makes every store call of one replica, or of all,
+	// answer just within the call timeout: a store that is slow, not down.
+	FaultSlowStore = "slow-store"
+	// FaultSameOwner starts an extra replica configured with a live
+	// holder's owner name (a shared hostname, a copied unit file), lets
+	// both run, then stops the extra one gracefully.
+	FaultSameOwner = "same-owner"
 	// FaultStoreRestart crashes and restarts the store itself, through
 	// Options.RestartStore; drawn only when that is set.
 	FaultStoreRestart = "store-restart"
 )
 
 // FaultKinds lists every fault kind, in report order.
-var FaultKinds = []string{FaultKill, FaultPause, FaultPartition, FaultHold, FaultLatency, FaultRestart, FaultStoreRestart}
+var FaultKinds = []string{FaultKill, FaultPause, FaultPartition, FaultHold, FaultLatency, FaultRestart,
+	FaultLogStall, FaultSlowStore, FaultSameOwner, FaultStoreRestart}
+
+// faultWeights are the kinds' relative frequencies once every enabled
+// kind has been drawn once.
+var faultWeights = map[string]int{
+	FaultKill: 22, FaultPause: 22, FaultPartition: 16, FaultHold: 10, FaultLatency: 10, FaultRestart: 20,
+	FaultLogStall: 14, FaultSlowStore: 14, FaultSameOwner: 12, FaultStoreRestart: 10,
+}
 
 // Step is one fault of a schedule. Its target is resolved when it runs:
 // the replica then holding key number Key, or, when no replica does, the
@@ -30,30 +51,49 @@ type Step struct {
 	Pick  int    `json:"pick"`
 	// All aims a network fault at every replica instead of one.
 	All bool `json:"all,omitempty"`
-	// Dur is how long a pause, a network fault or a store restart lasts.
+	// Dur is how long a pause, a network fault, a log stall, a slow store,
+	// a same-owner pair or a store restart lasts.
 	Dur time.Duration `json:"dur,omitempty"`
-	// Latency is the added one-way latency of a latency fault.
+	// Latency is the added one-way latency of a latency fault, and the
+	// added round-trip time of every call in a slow-store fault.
 	Latency time.Duration `json:"latency,omitempty"`
+	// Blip is how long the store is unreachable from the target early in a
+	// log stall (zero: a stall alone): long enough for one renewal to go
+	// unconfirmed, which the engine logs, short of its deadline.
+	Blip time.Duration `json:"blip,omitempty"`
 	// Respawn is how long after a kill or restart the replacement starts.
 	Respawn time.Duration `json:"respawn,omitempty"`
 	// Gap is the quiet time after the fault has settled.
 	Gap time.Duration `json:"gap"`
 }
 
-// planner draws steps from a seed. The same seed, timing and shape give
-// the same sequence of steps, however many are drawn.
+// planner draws steps from a seed. The same seed, timing, shape and
+// fault kinds give the same sequence of steps, however many are drawn.
+// The first steps go through every kind once, in an order drawn from the
+// seed, so even a short run meets each class; after that, kinds are drawn
+// by weight.
 type planner struct {
 	rng    *rand.Rand
 	timing Timing
 	keys   int
+	kinds  []string
+	first  []string // kinds not yet drawn in the opening round
 }
 
-func newPlanner(seed uint64, timing Timing, keys int) *planner {
-	return &planner{rng: rand.New(rand.NewPCG(seed, 0x7e9a5eed)), timing: timing, keys: keys}
+func newPlanner(seed uint64, timing Timing, keys int, kinds []string) *planner {
+	p := &planner{rng: rand.New(rand.NewPCG(seed, 0x7e9a5eed)), timing: timing, keys: keys}
+	for _, k := range FaultKinds { // FaultKinds order, whatever order kinds came in
+		if slices.Contains(kinds, k) {
+			p.kinds = append(p.kinds, k)
+		}
+	}
+	if len(p.kinds) == 0 {
+		p.kinds = slices.Clone(FaultKinds)
+	}
+	p.first = slices.Clone(p.kinds)
+	p.rng.Shuffle(len(p.first), func(i, j int) { p.first[i], p.first[j] = p.first[j], p.first[i] })
+	return p
 }
-
-// weights of the fault kinds, in FaultKinds order.
-var faultWeights = []int{22, 22, 16, 10, 10, 20, 10}
 
 func (p *planner) next() Step {
 	ttl := p.timing.TTL
@@ -81,22 +121,46 @@ func (p *planner) next() Step {
 		// round trips, such as a first prepare, then takes 1.5 timeouts).
 		lo, hi := p.timing.CallTimeout/10, 3*p.timing.CallTimeout/4
 		s.Latency = lo + time.Duration(p.rng.Int64N(int64(hi-lo)+1))
+	case FaultLogStall:
+		// Long enough to outlast the holder's deadline and, from 1.5 TTL
+		// on, a peer's takeover: a stall the engine waits on shows as a
+		// short margin or as an overlap.
+		s.Dur = between(1, 3)
+		if p.rng.IntN(4) != 0 {
+			// One renewal sent into it times out (CallTimeout), the next
+			// gets through: the holder logs a failure, nothing more.
+			s.Blip = p.timing.RenewEvery + 2*p.timing.CallTimeout
+		}
+	case FaultSlowStore:
+		s.Dur = between(2, 4)
+		s.All = p.rng.IntN(2) == 0
+		// Every call answers, 0.6 to 0.9 call timeouts after it was sent.
+		lo, hi := 6*p.timing.CallTimeout/10, 9*p.timing.CallTimeout/10
+		s.Latency = lo + time.Duration(p.rng.Int64N(int64(hi-lo)+1))
+	case FaultSameOwner:
+		// The extra replica needs a moment to start before it competes.
+		s.Dur = between(1.5, 3)
 	}
 	s.Gap = between(0.25, 1.5)
 	return s
 }
 
 func (p *planner) kind() string {
+	if len(p.first) > 0 {
+		k := p.first[0]
+		p.first = p.first[1:]
+		return k
+	}
 	total := 0
-	for _, w := range faultWeights {
-		total += w
+	for _, k := range p.kinds {
+		total += faultWeights[k]
 	}
 	n := p.rng.IntN(total)
-	for i, w := range faultWeights {
-		if n < w {
-			return FaultKinds[i]
+	for _, k := range p.kinds {
+		if n < faultWeights[k] {
+			return k
 		}
-		n -= w
+		n -= faultWeights[k]
 	}
-	return FaultKinds[0]
+	return p.kinds[0]
 }

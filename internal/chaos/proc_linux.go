@@ -85,4 +85,8 @@ const (
 	sigTerm = syscall.SIGTERM
 	sigStop = syscall.SIGSTOP
 	sigCont = syscall.SIGCONT
+	// The log-stall fault: a replica's log sink blocks from the first
+	// signal until the second (see logGate).
+	sigStallLog  = syscall.SIGUSR1
+	sigResumeLog = syscall.SIGUSR2
 )

@@ -32,4 +32,7 @@ const (
 	sigTerm = syscall.Signal(15)
 	sigStop = syscall.Signal(19)
 	sigCont = syscall.Signal(18)
+
+	sigStallLog  = syscall.Signal(10)
+	sigResumeLog = syscall.Signal(12)
 )

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,15 +17,21 @@ import (
 
 // proc is one replica process seen from the harness.
 type proc struct {
-	name, owner string
-	n           int // spawn order
-	cmd         *exec.Cmd
-	pid         int
-	proxy       *proxy // networked stores
-	control     string // SQLite: the fault control file
-	expected    atomic.Bool
-	exited      chan struct{}
-	busy        bool // a fault is using it; guarded by harness.mu
+	name string
+	// configured is the Config.Owner it was started with: a name a
+	// same-owner fault gives to a second process. The store knows it by
+	// id instead, which only the replica can tell (see storeID).
+	configured string
+	n          int // spawn order
+	cmd        *exec.Cmd
+	pid        int
+	log        string // its event log
+	proxy      *proxy // networked stores
+	control    string // SQLite: the fault control file
+	expected   atomic.Bool
+	exited     chan struct{}
+	busy       bool // a fault is using it; guarded by harness.mu
+	id         atomic.Pointer[string]
 }
 
 func (p *proc) alive() bool {
@@ -36,14 +43,49 @@ func (p *proc) alive() bool {
 	}
 }
 
-// spawn starts a new replica process.
-func (h *harness) spawn() (p *proc, err error) {
+// storeID is the owner id p's supervisor acquires leases as (what the
+// store's List shows), or "" until p has written it: the proc record, the
+// first line of its log. It is read from the replica, never derived from
+// the configured name, which the engine may extend (an incarnation
+// suffix) and two processes may share.
+func (p *proc) storeID() string {
+	if id := p.id.Load(); id != nil {
+		return *id
+	}
+	f, err := os.Open(p.log)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(io.LimitReader(f, 64<<10))
+	sc.Buffer(make([]byte, 0, 4<<10), 64<<10)
+	for sc.Scan() {
+		var e Event
+		if json.Unmarshal(sc.Bytes(), &e) == nil && e.Ev == evProc && e.Owner != "" {
+			p.id.Store(&e.Owner)
+			return e.Owner
+		}
+	}
+	return ""
+}
+
+// spawn starts a new replica process with an owner name of its own.
+func (h *harness) spawn() (*proc, error) { return h.spawnAs("", false) }
+
+// spawnAs starts a replica configured with owner ("" for a name of its
+// own), already marked busy when busy is set, so no other fault can
+// claim it before its own fault is done with it.
+func (h *harness) spawnAs(owner string, busy bool) (p *proc, err error) {
 	h.mu.Lock()
 	h.seq++
 	n := h.seq
 	h.mu.Unlock()
-	p = &proc{name: fmt.Sprintf("r%d", n), n: n, exited: make(chan struct{})}
-	p.owner = "chaos-" + h.runID + "-" + p.name
+	p = &proc{name: fmt.Sprintf("r%d", n), n: n, exited: make(chan struct{}), busy: busy}
+	p.configured = owner
+	if owner == "" {
+		p.configured = "chaos-" + h.runID + "-" + p.name
+	}
+	p.log = filepath.Join(h.dir, p.name+".jsonl")
 	sb := h.backend
 	if sb.networked() {
 		up, err := sb.upstream()
@@ -68,9 +110,12 @@ func (h *harness) spawn() (p *proc, err error) {
 		}
 	}
 	spec := replicaSpec{
-		Name: p.name, Owner: p.owner, Store: sb, Keys: h.hist.Keys, Prefix: "chaos-" + h.runID + "/",
-		Timing: h.opts.Timing, Log: filepath.Join(h.dir, p.name+".jsonl"), Control: p.control,
+		Name: p.name, Owner: p.configured, Store: sb, Keys: h.hist.Keys, Prefix: "chaos-" + h.runID + "/",
+		Timing: h.opts.Timing, Log: p.log, Control: p.control,
 		Resource: h.res, Seed: h.opts.Seed ^ uint64(n)*0x9e3779b97f4a7c15, LateStop: h.opts.lateStop,
+	}
+	if h.opts.uniqueIDs {
+		spec.IDSuffix = fmt.Sprintf("#%s.%d", h.runID, n)
 	}
 	js, err := json.Marshal(spec)
 	if err != nil {
@@ -89,7 +134,7 @@ func (h *harness) spawn() (p *proc, err error) {
 		return nil, fmt.Errorf("chaos: start replica %s: %w", p.name, err)
 	}
 	p.cmd, p.pid = cmd, cmd.Process.Pid
-	h.hl.add(Event{Ev: evSpawn, Target: p.name, PID: p.pid, Owner: p.owner})
+	h.hl.add(Event{Ev: evSpawn, Target: p.name, PID: p.pid, Configured: p.configured})
 	h.mu.Lock()
 	h.procs[p.name] = p
 	h.mu.Unlock()
@@ -177,7 +222,9 @@ func (h *harness) settle(ctx context.Context, limit time.Duration) bool {
 		if held, err := h.holders(ctx); err == nil {
 			owners := map[string]bool{}
 			for _, p := range h.live() {
-				owners[p.owner] = true
+				if id := p.storeID(); id != "" {
+					owners[id] = true
+				}
 			}
 			all := true
 			for _, k := range h.hist.Keys {
@@ -242,6 +289,10 @@ func (h *harness) claim(ctx context.Context, s Step, end time.Time) []*proc {
 
 func (h *harness) tryClaim(s Step, held map[string]string) []*proc {
 	live := h.live()
+	ids := make(map[*proc]string, len(live))
+	for _, p := range live {
+		ids[p] = p.storeID()
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if h.every || len(live) == 0 {
@@ -249,7 +300,9 @@ func (h *harness) tryClaim(s Step, held map[string]string) []*proc {
 	}
 	var free []*proc
 	for _, p := range live {
-		if !p.busy {
+		// A signal reaches a replica safely only once it listens, which its
+		// proc record (its id) tells.
+		if !p.busy && (ids[p] != "" || s.Fault != FaultLogStall) {
 			free = append(free, p)
 		}
 	}
@@ -264,7 +317,7 @@ func (h *harness) tryClaim(s Step, held map[string]string) []*proc {
 	} else {
 		pick := free[s.Pick%len(free)]
 		for _, p := range free {
-			if p.owner == held[h.hist.Keys[s.Key]] {
+			if ids[p] != "" && ids[p] == held[h.hist.Keys[s.Key]] {
 				pick = p
 			}
 		}
@@ -286,109 +339,15 @@ func (h *harness) unclaim(targets []*proc) {
 
 }
 
-// apply carries out one fault step on the targets claimed for it.
-func (h *harness) apply(ctx context.Context, s Step, targets []*proc) {
-	p := targets[0]
-	h.log.Info("fault", "kind", s.Fault, "target", p.name, "all", s.All, "dur", s.Dur, "latency", s.Latency)
-	switch s.Fault {
-	case FaultKill, FaultRestart:
-		h.stopProc(p, s.Fault)
-		_ = sleepCtx(ctx, s.Respawn)
-		if _, err := h.spawn(); err != nil {
-			h.log.Error("could not start a replacement replica", "err", err)
-		}
-	case FaultPause:
-		h.pause(ctx, p, s.Dur)
-	case FaultStoreRestart:
-		h.hl.add(Event{Ev: evFaultBegin, Fault: s.Fault, Target: "*", Dur: int64(s.Dur)})
-		if err := h.opts.RestartStore(ctx, s.Dur); err != nil {
-			h.log.Error("could not restart the store", "err", err)
-		}
-		h.hl.add(Event{Ev: evFaultEnd, Fault: s.Fault, Target: "*"})
-	default:
-		name := p.name
-		if s.All {
-			name = "*"
-		}
-		h.hl.add(Event{Ev: evFaultBegin, Fault: s.Fault, Target: name, Dur: int64(max(s.Dur, s.Latency))})
-		for _, t := range targets {
-			h.network(t, s, true)
-		}
-		_ = sleepCtx(ctx, s.Dur)
-		for _, t := range targets {
-			h.network(t, s, false)
-		}
-		h.hl.add(Event{Ev: evFaultEnd, Fault: s.Fault, Target: name})
-	}
-}
-
-// stopProc kills (kill) or gracefully stops (restart) a replica and waits
-// for it to be gone.
-func (h *harness) stopProc(p *proc, fault string) {
-	p.expected.Store(true)
-	sig, wait := sigKill, 10*time.Second
-	if fault == FaultRestart {
-		sig, wait = sigTerm, h.opts.Timing.StopTimeout+5*time.Second
-	}
-	h.hl.add(Event{Ev: evFaultBegin, Fault: fault, Target: p.name, PID: p.pid})
-	if err := signalProcess(p.pid, sig); err != nil {
-		h.log.Warn("signal failed", "replica", p.name, "err", err)
-	}
-	select {
-	case <-p.exited:
-	case <-time.After(wait):
-		_ = signalProcess(p.pid, sigKill)
-		<-p.exited
-	}
-	h.hl.add(Event{Ev: evFaultEnd, Fault: fault, Target: p.name})
-	h.retire(p)
-}
-
-// pause freezes a replica for d. The recorded pause lies inside the real
-// one: it begins once every thread is seen stopped and ends before SIGCONT.
-func (h *harness) pause(ctx context.Context, p *proc, d time.Duration) {
-	if err := signalProcess(p.pid, sigStop); err != nil {
-		return
-	}
-	if err := awaitStopped(p.pid, 2*time.Second); err == nil {
-		h.hl.add(Event{Ev: evFaultBegin, Fault: FaultPause, Target: p.name, Dur: int64(d)})
-		_ = sleepCtx(ctx, d)
-		h.hl.add(Event{Ev: evFaultEnd, Fault: FaultPause, Target: p.name})
-	} else {
-		h.log.Warn("pause not confirmed; resuming", "replica", p.name, "err", err)
-	}
-	_ = signalProcess(p.pid, sigCont)
-}
-
-// network starts or ends a network fault for one replica: through its
-// proxy, or its control file for SQLite.
-func (h *harness) network(p *proc, s Step, on bool) {
-	if p.proxy != nil {
-		switch s.Fault {
-		case FaultPartition:
-			p.proxy.setDown(on)
-		case FaultHold:
-			p.proxy.setHold(on)
-		case FaultLatency:
-			p.proxy.setDelay(map[bool]time.Duration{true: s.Latency}[on])
-		}
-		return
-	}
-	cmd := ""
-	if on {
-		cmd = map[string]string{FaultPartition: "down", FaultHold: "hold", FaultLatency: "delay " + s.Latency.String()}[s.Fault]
-	}
-	if err := setControl(p.control, cmd); err != nil {
-		h.log.Warn("could not write a control file", "replica", p.name, "err", err)
-	}
-}
-
 // shutdown stops every replica gracefully (killing those that hang),
 // closes the proxies, and notes panics and data races the replicas printed.
 func (h *harness) shutdown() {
 	for _, p := range h.live() {
 		p.expected.Store(true)
 		_ = signalProcess(p.pid, sigCont) // in case a pause was cut short
+		if p.storeID() != "" {            // it listens: in case a log stall was cut short
+			_ = signalProcess(p.pid, sigResumeLog)
+		}
 		_ = signalProcess(p.pid, sigTerm)
 	}
 	deadline := time.After(h.opts.Timing.StopTimeout + 10*time.Second)

@@ -96,25 +96,45 @@ func (r *recorder) Release(ctx context.Context, owner string, terms []store.Term
 	// Logged before the call: a release that may have committed counts as
 	// one, whatever its reply.
 	r.log.add(Event{Ev: evRelease, Sent: sent, Items: logged})
-	if err := r.ctl.before(ctx); err != nil {
-		return err
+	err := r.ctl.before(ctx)
+	if err == nil {
+		err = r.inner.Release(ctx, owner, terms)
+		if held := r.ctl.after(ctx, err); err == nil && held != nil {
+			err = held
+		}
 	}
-	err := r.inner.Release(ctx, owner, terms)
-	if held := r.ctl.after(ctx, err); err == nil && held != nil {
-		err = held
-	}
+	r.log.add(callEvent(evRelDone, sent, err))
 	return err
 }
 
+// List is recorded too, although no invariant rests on what it returns:
+// a round's List shares the loop with the renewal, and the slow-store
+// check needs every call's send time and outcome.
 func (r *recorder) List(ctx context.Context, prefix string) ([]store.Lease, error) {
-	if err := r.ctl.before(ctx); err != nil {
-		return nil, err
+	sent := Now()
+	err := r.ctl.before(ctx)
+	var ls []store.Lease
+	if err == nil {
+		ls, err = r.inner.List(ctx, prefix)
+		if held := r.ctl.after(ctx, err); err == nil && held != nil {
+			ls, err = nil, held
+		}
 	}
-	ls, err := r.inner.List(ctx, prefix)
-	if held := r.ctl.after(ctx, err); err == nil && held != nil {
-		return nil, held
-	}
+	r.log.add(callEvent(evList, sent, err))
 	return ls, err
+}
+
+// callEvent is the record of a call whose result carries nothing else the
+// checker needs: when it was sent, and whether it was answered.
+func callEvent(ev string, sent int64, err error) Event {
+	e := Event{Ev: ev, Sent: sent, Outcome: outOK}
+	switch {
+	case errors.Is(err, errHeldBack):
+		e.Outcome, e.Err = outCommit, err.Error()
+	case err != nil:
+		e.Outcome, e.Err = outError, err.Error()
+	}
+	return e
 }
 
 func (r *recorder) Watch(ctx context.Context, prefix string) (<-chan store.Event, error) {
@@ -127,13 +147,15 @@ func (r *recorder) Watch(ctx context.Context, prefix string) (<-chan store.Event
 
 // control is a file the harness writes to play a network fault inside a
 // replica: "down" (calls hang until their deadline, nothing reaches the
-// store), "hold" (calls run, their replies are lost), "delay <duration>",
-// or empty. An empty path disables it.
+// store), "hold" (calls run, their replies are lost), "delay <duration>"
+// (that much before each call), "slow <duration>" (each call takes that
+// much longer, half before and half after it: a store that answers
+// slowly), or empty. An empty path disables it.
 type control string
 
 type ctlMode struct {
-	down, hold bool
-	delay      time.Duration
+	down, hold  bool
+	delay, slow time.Duration
 }
 
 func (c control) mode() ctlMode {
@@ -153,15 +175,18 @@ func (c control) mode() ctlMode {
 	case "delay":
 		d, _ := time.ParseDuration(arg)
 		return ctlMode{delay: d}
+	case "slow":
+		d, _ := time.ParseDuration(arg)
+		return ctlMode{slow: d}
 	}
 	return ctlMode{}
 }
 
-// before plays "down" and "delay" ahead of a call.
+// before plays "down", "delay" and the first half of "slow" ahead of a call.
 func (c control) before(ctx context.Context) error {
 	m := c.mode()
-	if m.delay > 0 {
-		if err := sleepCtx(ctx, m.delay); err != nil {
+	if d := m.delay + m.slow/2; d > 0 {
+		if err := sleepCtx(ctx, d); err != nil {
 			return fmt.Errorf("%w (delayed)", err)
 		}
 	}
@@ -174,10 +199,20 @@ func (c control) before(ctx context.Context) error {
 	return nil
 }
 
-// after plays "hold" once a call has run: the reply waits until the fault
-// ends or the caller gives up, and then it is lost.
+// after plays "hold" and the second half of "slow" once a call has run: the
+// reply waits until the fault ends (hold) or its time has passed (slow),
+// and is lost if the caller gives up first.
 func (c control) after(ctx context.Context, callErr error) error {
-	if callErr != nil || !c.mode().hold {
+	if callErr != nil {
+		return nil
+	}
+	m := c.mode()
+	if m.slow > 0 {
+		if err := sleepCtx(ctx, m.slow-m.slow/2); err != nil {
+			return fmt.Errorf("%w (slow reply): %w", errHeldBack, err)
+		}
+	}
+	if !m.hold {
 		return nil
 	}
 	if err := c.waitWhile(ctx, func(m ctlMode) bool { return m.hold }); err != nil {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -80,5 +81,36 @@ func TestALogKeepsItsCompleteLinesWhenTheLastOneIsTorn(t *testing.T) {
 	evs, err := readLog(path)
 	if err != nil || len(evs) != 1 || evs[0].Ev != evStart {
 		t.Fatalf("readLog: %+v, %v", evs, err)
+	}
+}
+
+func TestASlowStoreAnswersEveryCallLate(t *testing.T) {
+	rec, _, dir := newRecorder(t)
+	_ = setControl(string(rec.ctl), "slow 60ms")
+	start := time.Now()
+	if res, err := acquire(rec, "k"); err != nil || !res.Acquired {
+		t.Fatalf("Acquire on a slow store: %+v, %v", res, err)
+	}
+	if took := time.Since(start); took < 60*time.Millisecond {
+		t.Errorf("the call took %v, less than the added round trip", took)
+	}
+	if _, err := rec.List(context.Background(), ""); err != nil {
+		t.Fatal(err)
+	}
+	// A reply later than the caller waits for is lost after the call committed.
+	_ = setControl(string(rec.ctl), "slow 180ms")
+	if _, err := acquire(rec, "k2"); !errors.Is(err, errHeldBack) {
+		t.Fatalf("Acquire slower than its deadline: %v, want errHeldBack", err)
+	}
+	evs, err := readLog(filepath.Join(dir, "r1.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range evs {
+		got = append(got, e.Ev+":"+e.Outcome)
+	}
+	if want := []string{"acquire:ok", "list:ok", "acquire:commit"}; !slices.Equal(got, want) {
+		t.Errorf("recorded %v, want %v", got, want)
 	}
 }

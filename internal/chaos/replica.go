@@ -25,7 +25,9 @@ const beatEvery = 100 * time.Millisecond
 
 // replicaSpec is everything a replica process needs, passed in ReplicaEnv.
 type replicaSpec struct {
-	Name     string       `json:"name"`
+	Name string `json:"name"`
+	// Owner is Config.Owner: unique per replica, except for the extra
+	// replica of a same-owner fault.
 	Owner    string       `json:"owner"`
 	Store    backend      `json:"store"`
 	Keys     []string     `json:"keys"`
@@ -38,6 +40,10 @@ type replicaSpec struct {
 	// LateStop breaks the runner on purpose (tests only): it keeps working
 	// that long after its context ends.
 	LateStop time.Duration `json:"late_stop,omitempty"`
+	// IDSuffix is appended to Config.Owner (tests only): it stands in for
+	// an engine whose owner ids are unique per process start, so a test
+	// shows the harness never takes the configured name for the store's id.
+	IDSuffix string `json:"id_suffix,omitempty"`
 }
 
 // IsReplica reports whether this process was started by the harness as a
@@ -77,7 +83,6 @@ func runReplica(ctx context.Context, spec replicaSpec) error {
 		return err
 	}
 	defer log.close()
-	log.add(Event{Ev: evProc, PID: os.Getpid(), Owner: spec.Owner})
 
 	st, err := openRetrying(ctx, spec.Store)
 	if err != nil {
@@ -90,12 +95,14 @@ func runReplica(ctx context.Context, spec replicaSpec) error {
 	}
 	defer res.close()
 
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	gate := newLogGate()
+	logger := slog.New(gatedHandler{gate: gate,
+		inner: slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})})
 	t := spec.Timing
 	sup, err := tenure.New(tenure.Config{
 		Store:       &recorder{inner: st, log: log, ctl: control(spec.Control)},
 		Leases:      tenure.LeasesOn,
-		Owner:       spec.Owner,
+		Owner:       spec.Owner + spec.IDSuffix,
 		TTL:         t.TTL,
 		Grace:       t.Grace,
 		RenewEvery:  t.RenewEvery,
@@ -107,7 +114,13 @@ func runReplica(ctx context.Context, spec replicaSpec) error {
 	if err != nil {
 		return err
 	}
-	w := &workload{log: log, res: res, owner: spec.Owner, think: 2 * t.RenewEvery, seed: spec.Seed, lateStop: spec.LateStop}
+	// The harness signals a replica only once this record is written, so
+	// the gate's signals never meet a process that would die of them. The
+	// owner id is the supervisor's, which the store sees; it need not be
+	// the configured name.
+	defer gate.follow(log)()
+	log.add(Event{Ev: evProc, PID: os.Getpid(), Owner: sup.Owner(), Configured: spec.Owner})
+	w := &workload{log: log, res: res, think: 2 * t.RenewEvery, seed: spec.Seed, lateStop: spec.LateStop}
 	for _, key := range spec.Keys {
 		if err := sup.Set(key, tenure.Job{Runner: tenure.RunnerFunc(w.run)}); err != nil {
 			return err
@@ -143,7 +156,6 @@ func openRetrying(ctx context.Context, b backend) (closingStore, error) {
 type workload struct {
 	log   *eventLog
 	res   resource
-	owner string
 	think time.Duration
 	seed  uint64
 	// lateStop: see replicaSpec.LateStop.
@@ -202,7 +214,7 @@ func (w *workload) writeLoop(ctx context.Context, l tenure.Lease) {
 		time.Sleep(time.Duration(rng.Int64N(int64(w.think) + 1)))
 		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		began := Now()
-		res, err := w.res.write(wctx, l.Key, l.Epoch, w.owner)
+		res, err := w.res.write(wctx, l.Key, l.Epoch, l.Owner)
 		cancel()
 		e := Event{Ev: evWrite, Key: l.Key, Epoch: l.Epoch, Sent: began}
 		switch {

@@ -23,6 +23,8 @@ type Report struct {
 	Transitions int            `json:"transitions"`
 	Terms       int            `json:"terms"`
 	Faults      map[string]int `json:"faults"`
+	// Kinds are the fault kinds the schedule drew from.
+	Kinds []string `json:"kinds,omitempty"`
 
 	Invariants []InvariantResult `json:"invariants"`
 	Violations []Violation       `json:"violations"`
@@ -52,6 +54,19 @@ type Report struct {
 	// FalseStepDowns are runners that stopped for lack of renewals, or
 	// because the store refused one, with no fault anywhere near.
 	FalseStepDowns []StepDown `json:"false_step_downs"`
+	// SlowStore is what slow-store faults did to the holders they slowed.
+	SlowStore SlowStore `json:"slow_store"`
+	// LogStalls counts log-stall faults, Blips those with a partition
+	// inside, and LongestStall is the longest a replica's log sink was
+	// recorded blocked.
+	LogStalls    int           `json:"log_stalls"`
+	Blips        int           `json:"blips"`
+	LongestStall time.Duration `json:"longest_stall"`
+	// SameOwners counts same-owner faults; SharedIDs those in which the
+	// store saw the two processes as one owner id (an engine whose owner
+	// ids are the configured names).
+	SameOwners int `json:"same_owners"`
+	SharedIDs  int `json:"shared_ids"`
 
 	// HistoryDir holds the history when it was kept (a failed run, or
 	// Options.HistoryDir). Replay with the same seed.
@@ -129,6 +144,25 @@ func (c *checker) measure() {
 	m, rep := c.m, c.rep
 	for _, f := range m.faults {
 		rep.Faults[f.kind]++
+		switch f.kind {
+		case FaultLogStall:
+			rep.LogStalls++
+			if slices.ContainsFunc(m.faults, func(g faultWindow) bool {
+				return g.kind == FaultPartition && g.target == f.target && g.from >= f.from && g.to <= f.to
+			}) {
+				rep.Blips++
+			}
+		case FaultSameOwner:
+			rep.SameOwners++
+			if a, b := m.replicas[f.target], m.replicas[f.peer]; a != nil && b != nil && a.owner != "" && a.owner == b.owner {
+				rep.SharedIDs++
+			}
+		}
+	}
+	for _, r := range m.replicas {
+		for _, st := range r.stalls {
+			rep.LongestStall = max(rep.LongestStall, time.Duration(st.to-st.from))
+		}
 	}
 	for _, e := range m.h.Events {
 		switch e.Ev {
@@ -230,6 +264,9 @@ func (r *Report) WriteText(w io.Writer) error {
 		}
 	}
 	fmt.Fprintf(&b, "faults     %s\n", orNone(strings.Join(faults, ", ")))
+	if len(r.Kinds) > 0 && len(r.Kinds) < len(FaultKinds)-1 { // all but store-restart is the default
+		fmt.Fprintf(&b, "           drawn from %s only\n", strings.Join(r.Kinds, ", "))
+	}
 	fmt.Fprintf(&b, "takeover after kill   %s\n", r.Takeover)
 	fmt.Fprintf(&b, "handoff on restart    %s\n", r.Handoff)
 	fmt.Fprintf(&b, "stop after SIGCONT    %s\n", r.ResumeStop)
@@ -238,6 +275,23 @@ func (r *Report) WriteText(w io.Writer) error {
 	if r.Margin.N > 0 {
 		fmt.Fprintf(&b, "fail-closed margin    min %v over %d deadline stops (promised %v)\n",
 			r.Margin.Min.Round(time.Millisecond), r.Margin.N, r.Margin.Promised)
+	}
+	if r.LogStalls > 0 {
+		fmt.Fprintf(&b, "log stalls            %d (%d with a store blip inside), longest %v\n",
+			r.LogStalls, r.Blips, r.LongestStall.Round(time.Millisecond))
+	}
+	if s := r.SlowStore; r.Faults[FaultSlowStore] > 0 {
+		fmt.Fprintf(&b, "slow store            %d holders through it, %d calls, slowest answer %v (call timeout %v)\n",
+			s.Holders, s.Calls, s.Slowest.Round(time.Millisecond), r.Timing.CallTimeout)
+		fmt.Fprintf(&b, "                      longest between renewals %v (renew every %v); %d deadline stops, %d explained by a failed call or another fault\n",
+			s.RenewalGap.Round(time.Millisecond), r.Timing.RenewEvery, s.DeadlineStops, s.Excused)
+	}
+	if r.SameOwners > 0 {
+		ids := "a distinct owner id each time"
+		if r.SharedIDs > 0 {
+			ids = fmt.Sprintf("one owner id for both processes in %d", r.SharedIDs)
+		}
+		fmt.Fprintf(&b, "same owner            %d extra replicas under a live replica's name; the store saw %s\n", r.SameOwners, ids)
 	}
 	fmt.Fprintf(&b, "false step-downs      %d\n", len(r.FalseStepDowns))
 	for _, s := range r.FalseStepDowns[:min(len(r.FalseStepDowns), 10)] {

@@ -24,11 +24,26 @@ var tlPalette = []string{"#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2", 
 var tlFaultColor = map[string]string{
 	FaultKill: "#d62728", FaultPause: "#7f7f7f", FaultPartition: "#9467bd",
 	FaultHold: "#8c564b", FaultLatency: "#17becf", FaultRestart: "#2ca02c", FaultStoreRestart: "#e377c2",
+	FaultLogStall: "#bcbd22", FaultSlowStore: "#1f77b4", FaultSameOwner: "#ff7f0e",
+}
+
+// faultLabel names a fault in the timeline: its kind and target, the
+// extra replica of a same-owner pair, a slow store's added round trip.
+func faultLabel(f faultWindow) string {
+	s := f.kind + " " + f.target
+	switch {
+	case f.peer != "":
+		s += "=" + f.peer
+	case f.latency > 0:
+		s += " +" + time.Duration(f.latency).Round(time.Millisecond).String()
+	}
+	return s
 }
 
 // WriteTimeline draws a history as SVG: one row per key with a bar per
 // runner interval, coloured by replica (hatched while its process was
-// frozen), a row of faults on top, and violations outlined in red.
+// frozen, dotted while its log sink was stalled), a row of faults on top,
+// and violations outlined in red.
 func WriteTimeline(w io.Writer, h *History) error {
 	if h == nil {
 		return fmt.Errorf("chaos: no history to draw")
@@ -65,7 +80,9 @@ func WriteTimeline(w io.Writer, h *History) error {
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%.0f" height="%d" font-family="sans-serif" font-size="11">`+"\n",
 		tlLabel+tlWidth+20, height)
 	b.WriteString(`<defs><pattern id="frozen" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)">` +
-		`<rect width="3" height="6" fill="white" fill-opacity="0.6"/></pattern></defs>` + "\n")
+		`<rect width="3" height="6" fill="white" fill-opacity="0.6"/></pattern>` +
+		`<pattern id="stalled" width="6" height="6" patternUnits="userSpaceOnUse">` +
+		`<circle cx="3" cy="3" r="1.5" fill="black" fill-opacity="0.5"/></pattern></defs>` + "\n")
 	fmt.Fprintf(&b, `<text x="4" y="16" font-size="13">seed %d · %s · %v · %s</text>`+"\n",
 		h.Seed, html.EscapeString(h.Store), time.Duration(to-from).Round(time.Second), verdictText(rep))
 	// Seconds grid.
@@ -79,10 +96,11 @@ func WriteTimeline(w io.Writer, h *History) error {
 	fmt.Fprintf(&b, `<text x="4" y="%d">faults</text>`+"\n", y+16)
 	for _, f := range m.faults {
 		x0, x1 := x(f.from), x(f.to)
-		fmt.Fprintf(&b, `<rect x="%.1f" y="%d" width="%.1f" height="%d" fill="%s" fill-opacity="0.7"><title>%s %s</title></rect>`+"\n",
-			x0, y+3, max(x1-x0, 2), tlRow-6, tlFaultColor[f.kind], f.kind, html.EscapeString(f.target))
+		label := html.EscapeString(faultLabel(f))
+		fmt.Fprintf(&b, `<rect x="%.1f" y="%d" width="%.1f" height="%d" fill="%s" fill-opacity="0.7"><title>%s</title></rect>`+"\n",
+			x0, y+3, max(x1-x0, 2), tlRow-6, tlFaultColor[f.kind], label)
 		if x1-x0 > 40 {
-			fmt.Fprintf(&b, `<text x="%.1f" y="%d" fill="white">%s %s</text>`+"\n", x0+2, y+17, f.kind, html.EscapeString(f.target))
+			fmt.Fprintf(&b, `<text x="%.1f" y="%d" fill="white">%s</text>`+"\n", x0+2, y+17, label)
 		}
 	}
 	// One row per key.
@@ -94,10 +112,15 @@ func WriteTimeline(w io.Writer, h *History) error {
 			fmt.Fprintf(&b, `<rect x="%.1f" y="%d" width="%.1f" height="%d" fill="%s"><title>%s epoch %d, %v, stop: %s</title></rect>`+"\n",
 				x0, y+3, max(x1-x0, 1), tlRow-6, colors[iv.r.name], iv.r.name, iv.epoch,
 				time.Duration(iv.end-iv.start).Round(time.Millisecond), html.EscapeString(iv.cause))
-			for _, p := range iv.r.pauses {
-				if p.to > iv.start && p.from < iv.end {
-					px0, px1 := x(max(p.from, iv.start)), x(min(p.to, iv.end))
-					fmt.Fprintf(&b, `<rect x="%.1f" y="%d" width="%.1f" height="%d" fill="url(#frozen)"/>`+"\n", px0, y+3, max(px1-px0, 1), tlRow-6)
+			for _, marks := range []struct {
+				spans []span
+				fill  string
+			}{{iv.r.pauses, "url(#frozen)"}, {iv.r.stalls, "url(#stalled)"}} {
+				for _, p := range marks.spans {
+					if p.to > iv.start && p.from < iv.end {
+						px0, px1 := x(max(p.from, iv.start)), x(min(p.to, iv.end))
+						fmt.Fprintf(&b, `<rect x="%.1f" y="%d" width="%.1f" height="%d" fill="%s"/>`+"\n", px0, y+3, max(px1-px0, 1), tlRow-6, marks.fill)
+					}
 				}
 			}
 			if x1-x0 > 60 {

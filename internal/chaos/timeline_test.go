@@ -48,3 +48,20 @@ func TestTheTimelineDrawsEveryRunAndOutlinesViolations(t *testing.T) {
 		t.Errorf("drew %d runs, %d faults, %d outlined violations, %d frozen stretches; want 2, 1, 1, 1", runs, faults, outlined, frozen)
 	}
 }
+
+func TestTheTimelineMarksLogStallsAndNamesSameOwnerPairs(t *testing.T) {
+	s := sharedOwnerStory("name-1", "name-1")
+	s.add(Event{T: s.at(200), Replica: "r1", Ev: evLogGate, Outcome: "closed"})
+	s.add(Event{T: s.at(900), Replica: "r1", Ev: evLogGate, Outcome: "open"})
+	s.add(Event{T: s.at(60_000), Ev: evRunEnd})
+	h := s.h
+	sortEvents(h.Events)
+	var b strings.Builder
+	if err := WriteTimeline(&b, &h); err != nil {
+		t.Fatal(err)
+	}
+	svg := b.String()
+	if !strings.Contains(svg, `fill="url(#stalled)"`) || !strings.Contains(svg, "<title>same-owner r1=r4</title>") {
+		t.Errorf("no stalled stretch or no same-owner pair in:\n%s", svg)
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -25,30 +27,49 @@ func (e *env) verifyCommand() *cobra.Command {
 		seed              uint64
 		replicas, keys    int
 		timeline, history string
+		faults            []string
 	)
 	cmd := &cobra.Command{
-		Use:   "verify [--store URL] [--duration 2m] [--seed N] [--replicas 3] [--keys 4] [--timeline FILE]",
+		Use:   "verify [--store URL] [--duration 2m] [--seed N] [--replicas 3] [--keys 4] [--faults KIND,…] [--timeline FILE]",
 		Short: "Prove the guarantees on your store under injected faults",
 		Long: `verify runs several tenure replicas as separate processes against the store,
 on scratch keys in a table (namespace) of their own that is dropped at the
-end, while it kills holders with SIGKILL, freezes them with SIGSTOP, cuts
-them off from the store, holds replies back and adds latency — one fault at
-a time, on a schedule drawn from the seed. Every replica logs its work and
-its fenced writes; afterwards verify checks that no two replicas' work on a
-key overlapped, that fenced writes were accepted in epoch order and every
-stale one refused, that no epoch was issued twice, that no key was taken
-before the last holder's expiry + grace, and that crashed holders were
-replaced in time. It prints a report with takeover latencies against their
-bound.
+end, while it injects faults one at a time, on a schedule drawn from the
+seed; the first faults go through every kind once. The kinds (--faults):
 
-Supported stores: sqlite:, postgres://, redis://. The same --seed replays
-the same fault schedule. A failed run keeps its history (named in the
-report) so it can be studied and replayed.
+  kill          SIGKILL a key's holder, start a replacement
+  pause         SIGSTOP a holder for 0.5–4 TTL, then SIGCONT
+  partition     cut one replica, or all, off from the store for 1–3 TTL
+  hold-replies  requests reach the store and commit, replies are held back
+  latency       add one-way latency to the store
+  restart       SIGTERM a holder (graceful handoff), start a replacement
+  log-stall     block a holder's log output for 1–3 TTL (a full stderr
+                pipe, a stuck log shipper), mostly with a short partition
+                inside so it has a failed renewal to log
+  slow-store    every call of one replica, or all, answers 0.6–0.9 call
+                timeouts late, for 2–4 TTL
+  same-owner    start an extra replica under a live holder's owner name
+                (a shared hostname, a copied unit file), stop it after 1.5–3 TTL
+
+Every replica logs its work, its store calls and its fenced writes;
+afterwards verify checks that no two replicas' work on a key overlapped,
+that fenced writes were accepted in epoch order and every stale one
+refused, that no epoch was issued twice, that no key was taken before the
+last holder's expiry + grace, that a runner stopped for lack of renewals
+stopped at least renew-every + grace before a successor, that crashed
+holders were replaced in time, and that a slow store which answered every
+call never made a holder stop at its deadline. It prints a report with
+takeover latencies against their bound.
+
+Supported stores: sqlite:, postgres://, redis://. The same --seed and
+--faults replay the same fault schedule. A failed run keeps its history
+(named in the report) so it can be studied and replayed.
 
 Exit codes: 0 every invariant held; 4 an invariant was violated; 1 the run
 could not be carried out; 2 usage error.`,
 		Example: `  tenure verify --store postgres://tenure@db/ops --duration 5m
   tenure verify --store redis://cache:6379/0 --seed 42 --timeline run.svg
+  tenure verify --store redis://cache:6379/0 --faults slow-store,kill --duration 1m
   tenure verify            # the default SQLite file, 2 minutes`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -74,6 +95,12 @@ could not be carried out; 2 usage error.`,
 			case keys < 1 || keys > 64:
 				return withCode(ExitUsage, fmt.Errorf("--keys %d: between 1 and 64", keys))
 			}
+			kinds := verifyFaults()
+			for _, f := range faults {
+				if !slices.Contains(kinds, f) {
+					return withCode(ExitUsage, fmt.Errorf("--faults: unknown fault kind %q (known: %s)", f, strings.Join(kinds, ",")))
+				}
+			}
 			secrets := secretsFor(spec)
 			logger, err := e.logger(cmd, secrets)
 			if err != nil {
@@ -81,7 +108,7 @@ could not be carried out; 2 usage error.`,
 			}
 			fmt.Fprintf(e.stdout, "verifying %s for %v with %d replicas on %d keys…\n", spec.Shown, duration, replicas, keys)
 			rep, err := chaos.Run(cmd.Context(), chaos.Options{
-				Store: raw, Duration: duration, Seed: seed, Replicas: replicas, Keys: keys,
+				Store: raw, Duration: duration, Seed: seed, Replicas: replicas, Keys: keys, Faults: faults,
 				ReplicaArgs: []string{replicaCommand}, HistoryDir: history, Logger: logger,
 			})
 			if err != nil {
@@ -110,7 +137,15 @@ could not be carried out; 2 usage error.`,
 	f.IntVar(&keys, "keys", 4, "keys every replica wants")
 	f.StringVar(&timeline, "timeline", "", "write an SVG timeline of the run to FILE")
 	f.StringVar(&history, "history", "", "keep the run's history (logs, schedule) in DIR")
+	f.StringSliceVar(&faults, "faults", nil, "fault kinds to inject, comma-separated (default all: "+
+		strings.Join(verifyFaults(), ",")+")")
 	return cmd
+}
+
+// verifyFaults are the fault kinds verify can inject: all but restarting
+// the store, which needs a server the harness owns.
+func verifyFaults() []string {
+	return slices.DeleteFunc(slices.Clone(chaos.FaultKinds), func(k string) bool { return k == chaos.FaultStoreRestart })
 }
 
 func writeTimeline(path string, rep *chaos.Report) error {

@@ -1,0 +1,35 @@
+package cli
+
+import (
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestVerifyRefusesAFaultKindItCannotInject(t *testing.T) {
+	store := "sqlite:" + filepath.Join(t.TempDir(), "leases.db")
+	for _, c := range []struct{ faults, want string }{
+		{"kill,log-stal", `unknown fault kind "log-stal"`},
+		// Restarting the store needs a server the harness owns.
+		{"store-restart", `unknown fault kind "store-restart"`},
+	} {
+		e, _, errOut := testEnv(nil)
+		code := e.main(t.Context(), []string{"verify", "--store", store, "--faults", c.faults})
+		if code != ExitUsage || !strings.Contains(errOut.String(), c.want) ||
+			!strings.Contains(errOut.String(), "log-stall,slow-store,same-owner") {
+			t.Errorf("--faults %s: exit %d, stderr %q; want %d naming %s and the known kinds", c.faults, code, errOut.String(), ExitUsage, c.want)
+		}
+	}
+}
+
+func TestVerifyHelpListsEveryFaultKind(t *testing.T) {
+	e, out, _ := testEnv(nil)
+	if code := e.main(t.Context(), []string{"verify", "--help"}); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	for _, k := range verifyFaults() {
+		if !strings.Contains(out.String(), "\n  "+k+" ") {
+			t.Errorf("verify --help does not describe %s:\n%s", k, out.String())
+		}
+	}
+}
