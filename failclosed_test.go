@@ -105,6 +105,9 @@ func TestStopAtFollowsEveryConfirmedRenewal(t *testing.T) {
 		if _, ok := a.running()["telegram"]; ok {
 			t.Fatal("telegram still runs after its StopAt")
 		}
+		if _, _, ok := exclusive.StopAt(); ok {
+			t.Fatal("StopAt of a stopped run still reports a deadline")
+		}
 	})
 }
 

@@ -41,20 +41,22 @@ var errReturned = errors.New("tenure: runner returned")
 // whether this call stopped it.
 func (r *runState) stop(cause error) bool {
 	r.mu.Lock()
-	first := r.cause == nil
-	if first {
-		r.cause = cause
-		if r.watchdog != nil {
-			r.watchdog.Stop()
-		}
-		close(r.changed)
+	defer r.mu.Unlock()
+	if r.cause != nil {
+		return false
 	}
-	r.mu.Unlock()
+	r.cause = cause
+	if r.watchdog != nil {
+		r.watchdog.Stop()
+	}
 	if cause == errReturned {
 		cause = nil // context.Canceled, for anything the runner left behind
 	}
+	// Cancel before signalling StopAt's watchers, so that one woken by
+	// the signal finds the context already done.
 	r.cancel(cause)
-	return first
+	close(r.changed)
+	return true
 }
 
 func (r *runState) stopped() bool {
@@ -70,10 +72,10 @@ func (r *runState) stopCause() error {
 }
 
 // deadline is what Lease.StopAt reports.
-func (r *runState) deadline() (time.Time, <-chan struct{}) {
+func (r *runState) deadline() (time.Time, <-chan struct{}, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.stopAt, r.changed
+	return r.stopAt, r.changed, r.cause == nil
 }
 
 // guard arms (or re-arms) the runner's watchdog from its term as the
@@ -126,8 +128,10 @@ func (s *Supervisor) watchdogFired(r *runState) {
 // StopAt reports when the runner's context will be cancelled unless a
 // renewal is confirmed first, and a channel that is closed when that time
 // moves (a renewal was confirmed) or the run is stopped; then call StopAt
-// again. ok is false for a run that no lease guards (Everywhere,
-// single-instance mode, or a Lease not handed out by a Supervisor).
+// again. ok is false once the run is stopped (its context is then already
+// done), and for a run that no lease guards (Everywhere, single-instance
+// mode, or a Lease not handed out by a Supervisor); while ok is true, at
+// is never zero.
 //
 // A runner that hands the work to something the supervisor cannot cancel
 // — another process, a remote job — passes each StopAt on, so that the
@@ -137,6 +141,5 @@ func (l Lease) StopAt() (at time.Time, changed <-chan struct{}, ok bool) {
 	if l.run == nil {
 		return time.Time{}, nil, false
 	}
-	at, changed = l.run.deadline()
-	return at, changed, true
+	return l.run.deadline()
 }

@@ -94,8 +94,8 @@ func (r *commandRunner) Run(ctx context.Context, lease tenure.Lease) error {
 	}
 	// The guard gets the lease's safety deadline from the start and stops
 	// the command there on its own, should this process be frozen then.
-	stopAt, _, leased := lease.StopAt()
-	if ctx.Err() != nil || (leased && stopAt.IsZero()) {
+	stopAt, _, _ := lease.StopAt() // zero without a lease: no deadline
+	if ctx.Err() != nil {
 		return nil // stopped before it began
 	}
 	p, err := child.Start(child.Command{
@@ -192,16 +192,12 @@ type stopAter interface {
 // guard has) to p's guard, until the run stops or p is gone, and returns
 // the last one the guard got.
 func forwardStopAt(ctx context.Context, lease stopAter, p *child.Process, sent time.Time, log *slog.Logger) time.Time {
-	var last <-chan struct{}
 	for {
 		at, changed, ok := lease.StopAt()
-		if !ok || changed == last {
-			// No lease, or a stopped run, whose channel stays closed: the
-			// runner's ctx ends, and nothing moves the deadline any more.
-			return sent
+		if !ok {
+			return sent // no lease, or the run stopped: nothing moves it any more
 		}
-		last = changed
-		if !at.IsZero() && !at.Equal(sent) {
+		if !at.Equal(sent) {
 			if err := p.SetDeadline(at); err != nil {
 				// The guard keeps the earlier deadline and stops the
 				// command too early, never too late.
@@ -222,18 +218,11 @@ func forwardStopAt(ctx context.Context, lease stopAter, p *child.Process, sent t
 // awaitRenewal waits until a renewal confirmed by the store moves lease's
 // deadline past enforced (true), or the run stops (false).
 func awaitRenewal(ctx context.Context, lease stopAter, enforced time.Time) bool {
-	var last <-chan struct{}
 	for {
 		at, changed, ok := lease.StopAt()
-		switch {
-		case !ok || at.After(enforced):
+		if !ok || at.After(enforced) {
 			return ctx.Err() == nil
-		case changed == last:
-			// A stopped run: its channel stays closed, and its ctx ends.
-			<-ctx.Done()
-			return false
 		}
-		last = changed
 		select {
 		case <-changed:
 		case <-ctx.Done():

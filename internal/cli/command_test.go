@@ -106,6 +106,7 @@ type fakeLease struct {
 	mu      sync.Mutex
 	at      time.Time
 	changed chan struct{}
+	stopped bool
 }
 
 func newFakeLease(at time.Time) *fakeLease { return &fakeLease{at: at, changed: make(chan struct{})} }
@@ -113,7 +114,7 @@ func newFakeLease(at time.Time) *fakeLease { return &fakeLease{at: at, changed: 
 func (l *fakeLease) StopAt() (time.Time, <-chan struct{}, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.at, l.changed, true
+	return l.at, l.changed, !l.stopped
 }
 
 // renew moves the deadline to at.
@@ -125,12 +126,14 @@ func (l *fakeLease) renew(at time.Time) {
 	l.changed = make(chan struct{})
 }
 
-// stop ends the run: the channel is closed for good, then ctx is cancelled.
+// stop ends the run as the engine does: ctx is cancelled, then the
+// channel is closed and StopAt reports ok=false from then on.
 func (l *fakeLease) stop(cancel context.CancelFunc) {
 	l.mu.Lock()
-	close(l.changed)
-	l.mu.Unlock()
+	defer l.mu.Unlock()
 	cancel()
+	l.stopped = true
+	close(l.changed)
 }
 
 func TestEachNewDeadlineOfTheLeaseReachesTheGuard(t *testing.T) {
