@@ -128,8 +128,8 @@ func (p urlParts) strayAt(raw string) bool {
 }
 
 // errStrayAt explains [urlParts.strayAt] without quoting the URL.
-var errStrayAt = fmt.Errorf("an '@' after the host: the password (or user) holds an unencoded '/', '?' or '#' "+
-	"(write them as %%2F, %%3F, %%23), or a database name or parameter name holds an '@' (write %%40): %w", ErrInvalidURL)
+var errStrayAt = fmt.Errorf("an '@' after the host: percent-encode a password's '/', '?' and '#' "+
+	"(%%2F, %%3F, %%23), and an '@' in a database or parameter name (%%40): %w", ErrInvalidURL)
 
 // SplitURLPassword returns raw without its userinfo password, and the
 // password decoded ("" when there is none). The user name is kept,
@@ -175,8 +175,7 @@ func SplitURLPassword(raw string) (rest, password string, err error) {
 // "xxxxx", for errors and logs; the rest stays as written. A string whose
 // password cannot be located is reduced to its scheme.
 func RedactURL(raw string) string {
-	if !strings.Contains(raw, "://") && keywordSecretRE.MatchString(raw) {
-		// A keyword/value connection string (host=h password=p).
+	if keywordString(raw) {
 		return keywordSecretRE.ReplaceAllString(raw, "${1}"+mask)
 	}
 	p, ok := splitAuthority(raw)
@@ -207,6 +206,12 @@ func opaqueUserinfo(raw string) (string, bool) {
 	return raw[i+1 : j], true
 }
 
+// keywordString reports a keyword/value connection string (host=h
+// password=p) rather than a URL.
+func keywordString(raw string) bool {
+	return schemeOf(raw) == "" && keywordSecretRE.MatchString(raw)
+}
+
 // schemeOf is raw's scheme and its ':', or "" when it has none.
 func schemeOf(raw string) string {
 	if i := strings.IndexByte(raw, ':'); i > 0 && schemeRE.MatchString(raw[:i]) {
@@ -220,7 +225,7 @@ func schemeOf(raw string) string {
 // process that brings its own credentials (.pgpass, PGPASSWORD). Errors
 // wrap [ErrInvalidURL] and never quote raw.
 func URLWithoutSecrets(raw string) (string, error) {
-	if !strings.Contains(raw, "://") && keywordSecretRE.MatchString(raw) {
+	if keywordString(raw) {
 		return "", fmt.Errorf("a keyword/value connection string, not a URL: %w", ErrInvalidURL)
 	}
 	rest, _, err := SplitURLPassword(raw)
@@ -307,7 +312,7 @@ func URLSecrets(raw string) []string {
 		add(value, url.QueryUnescape)
 		return "", true
 	})
-	if !strings.Contains(raw, "://") {
+	if keywordString(raw) {
 		for _, m := range keywordSecretRE.FindAllStringSubmatch(raw, -1) {
 			add(strings.Trim(m[2], "'"), func(s string) (string, error) { return s, nil })
 		}

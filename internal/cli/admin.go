@@ -16,8 +16,6 @@ import (
 	"github.com/tenure-dev/tenure/store"
 )
 
-func secretsFor(spec storeurl.Spec) []string { return storeurl.Secrets(spec.URL) }
-
 // withStore parses --store, opens it for one admin command and closes it.
 func withStore(cmd *cobra.Command, fn func(ctx context.Context, spec storeurl.Spec, st storeurl.Store) error) error {
 	raw, _ := cmd.Flags().GetString("store")
@@ -37,7 +35,7 @@ func withStore(cmd *cobra.Command, fn func(ctx context.Context, spec storeurl.Sp
 		if errors.As(err, &ee) {
 			return err
 		}
-		return withCode(ExitFailure, scrubErr(err, secretsFor(spec)))
+		return withCode(ExitFailure, scrubErr(err, spec.Secrets))
 	}
 	return nil
 }

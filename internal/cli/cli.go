@@ -18,6 +18,7 @@ import (
 	"github.com/tenure-dev/tenure/internal/chaos"
 	"github.com/tenure-dev/tenure/internal/child"
 	"github.com/tenure-dev/tenure/internal/storeurl"
+	"github.com/tenure-dev/tenure/store"
 )
 
 // Exit codes shared by every command.
@@ -208,10 +209,10 @@ func (e *env) logger(cmd *cobra.Command, secrets []string) (*slog.Logger, error)
 			}
 			switch a.Value.Kind() {
 			case slog.KindString:
-				a.Value = slog.StringValue(storeurl.Scrub(a.Value.String(), secrets))
+				a.Value = slog.StringValue(store.RedactString(a.Value.String(), secrets...))
 			case slog.KindAny:
 				if err, ok := a.Value.Any().(error); ok {
-					a.Value = slog.StringValue(storeurl.Scrub(err.Error(), secrets))
+					a.Value = slog.StringValue(store.RedactString(err.Error(), secrets...))
 				}
 			}
 			return a
@@ -229,7 +230,7 @@ func openStore(ctx context.Context, spec storeurl.Spec) (storeurl.Store, error) 
 		if storeurl.IsURLError(err) {
 			return nil, withCode(ExitUsage, err)
 		}
-		return nil, withCode(ExitStore, scrubErr(err, storeurl.Secrets(spec.URL)))
+		return nil, withCode(ExitStore, scrubErr(err, spec.Secrets))
 	}
 	return st, nil
 }
@@ -237,7 +238,7 @@ func openStore(ctx context.Context, spec storeurl.Spec) (storeurl.Store, error) 
 func parseStore(raw string) (storeurl.Spec, error) {
 	spec, err := storeurl.Parse(raw)
 	if err != nil {
-		return spec, withCode(ExitUsage, scrubErr(err, storeurl.Secrets(raw)))
+		return spec, withCode(ExitUsage, scrubErr(err, store.URLSecrets(raw)))
 	}
 	return spec, nil
 }
@@ -245,7 +246,7 @@ func parseStore(raw string) (storeurl.Spec, error) {
 // scrubErr keeps err's chain but removes secrets from its text.
 func scrubErr(err error, secrets []string) error {
 	msg := err.Error()
-	if clean := storeurl.Scrub(msg, secrets); clean != msg {
+	if clean := store.RedactString(msg, secrets...); clean != msg {
 		return &scrubbed{msg: clean, err: err}
 	}
 	return err

@@ -109,7 +109,7 @@ func (e *env) prepare(cmd *cobra.Command, f replicaFlags, argv []string, keyed b
 	if err := checkTiming(f); err != nil {
 		return nil, err
 	}
-	log, err := e.logger(cmd, storeurl.Secrets(spec.URL))
+	log, err := e.logger(cmd, spec.Secrets)
 	if err != nil {
 		return nil, err
 	}
@@ -161,7 +161,7 @@ func (e *env) serve(ctx context.Context, stop context.CancelFunc, rep *replica) 
 		return 0, withCode(ExitUsage, flagNames(err))
 	}
 	if rep.flags.http != "" {
-		srv, err := startHTTP(rep.flags.http, sup, st, storeurl.Secrets(rep.spec.URL), metrics, rep.log)
+		srv, err := startHTTP(rep.flags.http, sup, st, rep.spec.Secrets, metrics, rep.log)
 		if err != nil {
 			return 0, withCode(ExitFailure, err)
 		}

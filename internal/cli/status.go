@@ -237,7 +237,7 @@ until interrupted (with --json: one array per line).
 				defer cancel()
 				leases, err := st.List(listCtx, prefix)
 				if err != nil {
-					return withCode(ExitFailure, scrubErr(err, secretsFor(spec)))
+					return withCode(ExitFailure, scrubErr(err, spec.Secrets))
 				}
 				if asJSON {
 					return json.NewEncoder(e.stdout).Encode(viewLeases(leases))

@@ -74,7 +74,7 @@ could not be carried out; 2 usage error.`,
 			case keys < 1 || keys > 64:
 				return withCode(ExitUsage, fmt.Errorf("--keys %d: between 1 and 64", keys))
 			}
-			secrets := secretsFor(spec)
+			secrets := spec.Secrets
 			logger, err := e.logger(cmd, secrets)
 			if err != nil {
 				return err

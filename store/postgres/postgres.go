@@ -88,24 +88,38 @@ var (
 // pool_max_conns or search_path) and checks that it answers. The password
 // never appears in a returned error. Close closes the pool.
 func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
+	shown := store.RedactURL(rawURL)
 	secrets := store.URLSecrets(rawURL)
-	// store.RedactURL knows URLs; the extra pass also catches a password in
-	// a keyword/value string ("host=h password=p") passed by mistake.
-	shown := store.RedactString(store.RedactURL(rawURL), secrets...)
-	u, err := url.Parse(rawURL)
+	// pgx, like libpq, ends the user and password at the first '@', which
+	// would make the tail of a password with an '@' in it a host name;
+	// it gets the URL without the password and the password apart.
+	rest, password, err := store.SplitURLPassword(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %s: %w", shown, err)
+	}
+	u, err := url.Parse(rest)
 	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
 		detail := "scheme must be postgres:// or postgresql://"
 		if err != nil {
-			detail = store.RedactString(err.Error(), secrets...)
+			// url.Parse's message repeats the URL; its cause does not.
+			detail = "does not parse"
+			var ue *url.Error
+			if errors.As(err, &ue) {
+				detail = store.RedactString(ue.Err.Error(), secrets...)
+			}
 		}
 		return nil, fmt.Errorf("postgres: %s: %s: %w", shown, detail, store.ErrInvalidURL)
 	}
-	cfg, err := pgxpool.ParseConfig(rawURL)
+	cfg, err := pgxpool.ParseConfig(rest)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %s: %s: %w", shown, store.RedactString(err.Error(), secrets...), store.ErrInvalidURL)
 	}
+	if password != "" {
+		// The URL's password wins over .pgpass and PGPASSWORD, as in libpq.
+		cfg.ConnConfig.Password = password
+	}
 	if pw := cfg.ConnConfig.Password; pw != "" {
-		secrets = append(secrets, pw)
+		secrets = append(secrets, pw) // from ?password=, .pgpass or PGPASSWORD
 	}
 	s, err := newStore(nil, opts)
 	if err != nil {
