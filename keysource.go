@@ -77,8 +77,17 @@ func (f *fileSource) Keys(ctx context.Context) ([]string, error) {
 // of its standard output as a key. A command that fails or times out
 // (ctx) keeps the previous key set in force.
 func KeysFromCommand(name string, args ...string) KeySource {
+	return KeysFromCmd(func(ctx context.Context) *exec.Cmd { return exec.CommandContext(ctx, name, args...) })
+}
+
+// KeysFromCmd is [KeysFromCommand] for a command the caller prepares, with
+// an environment or a directory of its own. newCmd makes a new command for
+// every refresh (an exec.Cmd runs once), bound to ctx as
+// exec.CommandContext binds it; its Stdout and Stderr are set here.
+func KeysFromCmd(newCmd func(ctx context.Context) *exec.Cmd) KeySource {
 	return KeySourceFunc(func(ctx context.Context) ([]string, error) {
-		cmd := exec.CommandContext(ctx, name, args...)
+		cmd := newCmd(ctx)
+		name := cmd.Args[0]
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
 		out, err := cmd.Output()

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"os/exec"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -103,10 +104,6 @@ func (e *env) pool(cmd *cobra.Command, f poolFlags, args []string) error {
 	if err := checkCommandArgs(cmd, args, "tenure pool --keys a,b,c"); err != nil {
 		return err
 	}
-	src, err := keySource(cmd, f)
-	if err != nil {
-		return err
-	}
 	if err := store.ValidateName("pool name (--name)", f.name); err != nil {
 		return withCode(ExitUsage, err)
 	}
@@ -119,6 +116,10 @@ func (e *env) pool(cmd *cobra.Command, f poolFlags, args []string) error {
 		return usagef("--refresh %v: want a positive duration", f.refresh)
 	}
 	rep, err := e.prepare(cmd, f.replicaFlags, args, true)
+	if err != nil {
+		return err
+	}
+	src, err := keySource(cmd, f, rep.runner.env)
 	if err != nil {
 		return err
 	}
@@ -156,8 +157,8 @@ func (e *env) pool(cmd *cobra.Command, f poolFlags, args []string) error {
 }
 
 // keySource builds the source that exactly one of --keys, --keys-file and
-// --keys-cmd names.
-func keySource(cmd *cobra.Command, f poolFlags) (tenure.KeySource, error) {
+// --keys-cmd names; --keys-cmd runs with env, as the pool's commands do.
+func keySource(cmd *cobra.Command, f poolFlags, env []string) (tenure.KeySource, error) {
 	var given []string
 	for _, name := range []string{"keys", "keys-file", "keys-cmd"} {
 		if cmd.Flags().Changed(name) {
@@ -177,7 +178,11 @@ func keySource(cmd *cobra.Command, f poolFlags) (tenure.KeySource, error) {
 		if strings.TrimSpace(f.keysCmd) == "" {
 			return nil, usagef("--keys-cmd: empty command")
 		}
-		return tenure.KeysFromCommand("sh", "-c", f.keysCmd), nil
+		return tenure.KeysFromCmd(func(ctx context.Context) *exec.Cmd {
+			c := exec.CommandContext(ctx, "sh", "-c", f.keysCmd)
+			c.Env = env
+			return c
+		}), nil
 	}
 	keys, err := splitKeys(f.keys)
 	if err != nil {

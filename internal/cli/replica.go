@@ -117,6 +117,11 @@ func (e *env) prepare(cmd *cobra.Command, f replicaFlags, argv []string, keyed b
 	if err != nil {
 		return nil, err
 	}
+	var dropped []string
+	r.env, dropped = commandEnv(os.Environ(), spec)
+	for _, name := range dropped {
+		log.Warn("not passing "+name+" to the command: it holds a credential", "var", name)
+	}
 	return &replica{flags: f, spec: spec, cfg: cfg, log: log, runner: r}, nil
 }
 

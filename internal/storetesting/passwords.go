@@ -18,6 +18,18 @@ var HardPasswords = []string{
 	"postgres", "redis", "mysql", "etcd", "sql", "tcp", "host", "dial", "lookup", "refused", "s", "a",
 }
 
+// UnreachableURLs are store URLs of every scheme that has passwords, each
+// with the password PW, on a port where nothing listens. Each fails fast.
+var UnreachableURLs = []string{
+	"postgres://app:PW@127.0.0.1:1/db?connect_timeout=2",
+	"postgresql://app:PW@127.0.0.1:1/db?connect_timeout=2&table=t",
+	"mysql://root:PW@127.0.0.1:1/db?timeout=2s",
+	"redis://:PW@127.0.0.1:1/0?dial_timeout=1s&max_retries=-1",
+	"rediss://u:PW@127.0.0.1:1/0?dial_timeout=1s&max_retries=-1&namespace=n",
+	"etcd://u:PW@127.0.0.1:1?dial_timeout=300ms",
+	"etcd+https://u:PW@127.0.0.1:1,127.0.0.1:2?dial_timeout=300ms&prefix=p",
+}
+
 // Writings returns the ways pw goes into a URL's userinfo: as typed, and
 // percent-encoded when that differs.
 func Writings(pw string) []string {

@@ -196,18 +196,6 @@ func TestUnreachableServersFailWithoutShowingThePassword(t *testing.T) {
 	}
 }
 
-// unreachable are store URLs of every scheme that has passwords, each with
-// the password PW, on a port where nothing listens.
-var unreachable = []string{
-	"postgres://app:PW@127.0.0.1:1/db?connect_timeout=2",
-	"postgresql://app:PW@127.0.0.1:1/db?connect_timeout=2&table=t",
-	"mysql://root:PW@127.0.0.1:1/db?timeout=2s",
-	"redis://:PW@127.0.0.1:1/0?dial_timeout=1s&max_retries=-1",
-	"rediss://u:PW@127.0.0.1:1/0?dial_timeout=1s&max_retries=-1&namespace=n",
-	"etcd://u:PW@127.0.0.1:1?dial_timeout=300ms",
-	"etcd+https://u:PW@127.0.0.1:1,127.0.0.1:2?dial_timeout=300ms&prefix=p",
-}
-
 // outcome is what Parse and Open make of a URL, every text they show in
 // one string, and whether the URL was at fault.
 func outcome(ctx context.Context, raw string) (msg string, urlFault bool) {
@@ -230,7 +218,7 @@ func TestPasswordsWithURLCharactersOrCommonWordsNeverShowNorGarbleMessages(t *te
 	}
 	// Every URL is opened at once: most wait for a refused connection.
 	results := map[string]*result{}
-	for _, tmpl := range unreachable {
+	for _, tmpl := range storetesting.UnreachableURLs {
 		for _, pw := range storetesting.HardPasswords {
 			for _, w := range storetesting.Writings(pw) {
 				for _, v := range []string{w, storetesting.Twin(w)} {
@@ -247,7 +235,7 @@ func TestPasswordsWithURLCharactersOrCommonWordsNeverShowNorGarbleMessages(t *te
 	}
 	wg.Wait()
 
-	for _, tmpl := range unreachable {
+	for _, tmpl := range storetesting.UnreachableURLs {
 		scheme, _, _ := strings.Cut(tmpl, ":")
 		for _, pw := range storetesting.HardPasswords {
 			for _, w := range storetesting.Writings(pw) {
