@@ -24,6 +24,11 @@ var (
 	ErrInvalidURL = errors.New("store: invalid URL")
 	// ErrClosed: the store was closed.
 	ErrClosed = errors.New("store: closed")
+	// ErrNotFound: a store opened read-only does not exist — no SQLite
+	// file, no lease table — and a read-only open never creates one.
+	ErrNotFound = errors.New("store: not found")
+	// ErrReadOnly: a write to a store opened read-only.
+	ErrReadOnly = errors.New("store: read-only")
 )
 
 // MaxKeyBytes is the longest key or owner id, in bytes.

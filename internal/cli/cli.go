@@ -36,7 +36,8 @@ const exitCodesHelp = `Exit codes:
   1    failure after start (store error, command that would not stop)
   2    usage error: bad flag, URL, duration, key or timing combination, or
        (pool) keys that cannot be read at start
-  3    store unreachable or unusable at start
+  3    store unreachable or unusable at start; for status and release also
+       no store (SQLite file, lease table) at that URL: they create none
   126  the command cannot be executed (run, pool)
   127  the command was not found (run, pool)
   N    with run --once: the command's own exit status (128+signal if killed)`
@@ -221,11 +222,12 @@ func (e *env) logger(cmd *cobra.Command, secrets []string) (*slog.Logger, error)
 	return slog.New(h), nil
 }
 
-// openStore parses and opens the --store URL, mapping failures to exit
-// codes: the URL's fault is a usage error, anything else means the store
-// is unreachable.
-func openStore(ctx context.Context, spec storeurl.Spec) (storeurl.Store, error) {
-	st, err := storeurl.OpenSpec(ctx, spec)
+// openStore opens the --store URL's store with open (storeurl.OpenSpec,
+// or storeurl.OpenReadOnly for commands that only look), mapping failures
+// to exit codes: the URL's fault is a usage error, anything else — no
+// such store included — means the store is unreachable or unusable.
+func openStore(ctx context.Context, spec storeurl.Spec, open func(context.Context, storeurl.Spec) (storeurl.Store, error)) (storeurl.Store, error) {
+	st, err := open(ctx, spec)
 	if err != nil {
 		if storeurl.IsURLError(err) {
 			return nil, withCode(ExitUsage, err)

@@ -148,7 +148,7 @@ func (e *env) serve(ctx context.Context, stop context.CancelFunc, rep *replica) 
 	defer signal.Stop(sigs)
 
 	openCtx, cancelOpen := context.WithTimeout(ctx, 30*time.Second)
-	st, err := openStore(openCtx, rep.spec)
+	st, err := openStore(openCtx, rep.spec, storeurl.OpenSpec)
 	cancelOpen()
 	if err != nil {
 		return 0, err

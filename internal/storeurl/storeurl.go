@@ -240,22 +240,37 @@ func Open(ctx context.Context, raw string) (Store, error) {
 }
 
 // OpenSpec opens a parsed URL.
-func OpenSpec(ctx context.Context, spec Spec) (Store, error) {
+func OpenSpec(ctx context.Context, spec Spec) (Store, error) { return open(ctx, spec, false) }
+
+// OpenReadOnly opens a parsed URL's store, which must exist, to read it:
+// nothing is created or migrated — no SQLite file, directory or table, no
+// SQL table — and a store or table that does not exist fails with
+// store.ErrNotFound. List works; writes fail with store.ErrReadOnly on
+// SQLite, PostgreSQL and MySQL. Redis and etcd have nothing to create, and
+// their List only reads.
+func OpenReadOnly(ctx context.Context, spec Spec) (Store, error) { return open(ctx, spec, true) }
+
+func open(ctx context.Context, spec Spec, readOnly bool) (Store, error) {
 	switch spec.Kind {
 	case SQLite:
-		s, err := sqlite.OpenURL(ctx, spec.URL)
+		path, opts, err := sqlite.ParseURL(spec.URL)
+		if err != nil {
+			return nil, err
+		}
+		opts.ReadOnly = readOnly
+		s, err := sqlite.Open(ctx, path, opts)
 		if err != nil {
 			return nil, err
 		}
 		return s, nil
 	case Postgres:
-		s, err := postgres.Open(ctx, spec.URL, postgres.Options{Table: spec.Table})
+		s, err := postgres.Open(ctx, spec.URL, postgres.Options{Table: spec.Table, ReadOnly: readOnly})
 		if err != nil {
 			return nil, err
 		}
 		return s, nil
 	case MySQL:
-		s, err := mysql.Open(ctx, spec.URL, mysql.Options{Table: spec.Table})
+		s, err := mysql.Open(ctx, spec.URL, mysql.Options{Table: spec.Table, ReadOnly: readOnly})
 		if err != nil {
 			return nil, err
 		}

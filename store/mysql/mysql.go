@@ -28,16 +28,23 @@ type Options struct {
 	// for deployments whose application user may not run DDL; run
 	// [Store.Migrate] (tenure migrate) as a privileged user instead.
 	NoAutoMigrate bool
+
+	// ReadOnly opens an existing table to read it, for tools that only
+	// look (tenure status): the store never creates or migrates its table,
+	// Open fails with store.ErrNotFound when the table does not exist, and
+	// every call but List fails with store.ErrReadOnly.
+	ReadOnly bool
 }
 
 // Store is a lease store on a MySQL or MariaDB table. It is safe for
 // concurrent use.
 type Store struct {
-	db      *sql.DB
-	ownsDB  bool
-	table   string // validated, unquoted
-	autoMig bool
-	q       queries
+	db       *sql.DB
+	ownsDB   bool
+	table    string // validated, unquoted
+	autoMig  bool
+	readOnly bool
+	q        queries
 
 	closed atomic.Bool
 	schema sqlstore.Migration // creates the table on first use
@@ -92,6 +99,12 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	}
 	s.db = db
 	s.ownsDB = true
+	if opts.ReadOnly {
+		if err := s.checkTable(ctx); err != nil {
+			db.Close()
+			return nil, err
+		}
+	}
 	return s, nil
 }
 
@@ -118,10 +131,11 @@ func newStore(db *sql.DB, opts Options) (*Store, error) {
 		return nil, err
 	}
 	return &Store{
-		db:      db,
-		table:   table,
-		autoMig: !opts.NoAutoMigrate,
-		q:       buildQueries(table),
+		db:       db,
+		table:    table,
+		autoMig:  !opts.NoAutoMigrate && !opts.ReadOnly,
+		readOnly: opts.ReadOnly,
+		q:        buildQueries(table),
 	}, nil
 }
 
@@ -139,8 +153,8 @@ func (s *Store) Close() error {
 
 // Migrate creates the lease table if it does not exist.
 func (s *Store) Migrate(ctx context.Context) error {
-	if s.closed.Load() {
-		return store.ErrClosed
+	if err := s.writable(); err != nil {
+		return err
 	}
 	return s.schema.Run(ctx, s.migrate)
 }
@@ -157,22 +171,66 @@ func (s *Store) ready(ctx context.Context) error {
 	return s.schema.Ensure(ctx, s.migrate)
 }
 
+// readyToWrite is ready for a call that writes, which a read-only Store
+// refuses.
+func (s *Store) readyToWrite(ctx context.Context) error {
+	if err := s.writable(); err != nil {
+		return err
+	}
+	return s.ready(ctx)
+}
+
+// writable fails once the store is closed, and always when it is
+// read-only.
+func (s *Store) writable() error {
+	switch {
+	case s.closed.Load():
+		return store.ErrClosed
+	case s.readOnly:
+		return fmt.Errorf("mysql: table %s: opened read-only: %w", s.table, store.ErrReadOnly)
+	}
+	return nil
+}
+
 // Server error numbers the store reacts to.
 const (
 	errNoSuchTable = 1146 // ER_NO_SUCH_TABLE
 	errDeadlock    = 1213 // ER_LOCK_DEADLOCK
 )
 
+// checkTable fails with store.ErrNotFound when the table does not exist.
+func (s *Store) checkTable(ctx context.Context) error {
+	exists, err := s.tableExists(ctx)
+	if err != nil {
+		return err
+	}
+	if !exists {
+		return fmt.Errorf("mysql: no lease table %s in this database: nothing has run against it "+
+			"(did you mean another ?table= or database?): %w", s.table, store.ErrNotFound)
+	}
+	return nil
+}
+
+// tableExists probes the table, which needs no privilege beyond reading it
+// (CREATE TABLE IF NOT EXISTS checks the CREATE privilege before it looks
+// for the table).
+func (s *Store) tableExists(ctx context.Context) (bool, error) {
+	_, err := s.db.ExecContext(ctx, s.q.probe)
+	switch {
+	case err == nil:
+		return true, nil
+	case isServerError(err, errNoSuchTable):
+		return false, nil
+	}
+	return false, fmt.Errorf("mysql: look up table %s: %w", s.table, err)
+}
+
 func (s *Store) migrate(ctx context.Context) error {
 	// An existing table needs no DDL, and a user without the CREATE
-	// privilege may still use it (CREATE TABLE IF NOT EXISTS checks the
-	// privilege before it looks for the table).
-	_, err := s.db.ExecContext(ctx, s.q.probe)
-	if err == nil {
-		return nil
-	}
-	if !isServerError(err, errNoSuchTable) {
-		return fmt.Errorf("mysql: look up table %s: %w", s.table, err)
+	// privilege may still use it.
+	exists, err := s.tableExists(ctx)
+	if err != nil || exists {
+		return err
 	}
 	// Unlike PostgreSQL's, MySQL's and MariaDB's CREATE TABLE IF NOT EXISTS
 	// is safe against itself: the statement holds an exclusive metadata

@@ -59,6 +59,12 @@ type Options struct {
 	// for deployments whose application role may not run DDL; run
 	// [Store.Migrate] (tenure migrate) with a privileged role instead.
 	NoAutoMigrate bool
+
+	// ReadOnly opens an existing table to read it, for tools that only
+	// look (tenure status): the store never creates or migrates its table,
+	// Open fails with store.ErrNotFound when the table does not exist, and
+	// every call but List and Watch fails with store.ErrReadOnly.
+	ReadOnly bool
 }
 
 // Store is a lease store on a PostgreSQL table. It is safe for concurrent
@@ -69,6 +75,7 @@ type Store struct {
 	table    string // validated, unquoted; also the NOTIFY channel
 	ident    string // quoted table identifier for SQL
 	autoMig  bool
+	readOnly bool
 	sql      statements
 	schema   sqlstore.Migration // creates the table on first use
 	// watches is the closed state and every running Watch, which Close
@@ -137,6 +144,12 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	}
 	s.pool = pool
 	s.ownsPool = true
+	if opts.ReadOnly {
+		if err := s.checkTable(ctx); err != nil {
+			pool.Close()
+			return nil, err
+		}
+	}
 	return s, nil
 }
 
@@ -163,11 +176,12 @@ func newStore(pool *pgxpool.Pool, opts Options) (*Store, error) {
 	}
 	ident := pgx.Identifier{table}.Sanitize()
 	return &Store{
-		pool:    pool,
-		table:   table,
-		ident:   ident,
-		autoMig: !opts.NoAutoMigrate,
-		sql:     buildStatements(ident),
+		pool:     pool,
+		table:    table,
+		ident:    ident,
+		autoMig:  !opts.NoAutoMigrate && !opts.ReadOnly,
+		readOnly: opts.ReadOnly,
+		sql:      buildStatements(ident),
 	}, nil
 }
 
@@ -188,8 +202,8 @@ func (s *Store) Close() error {
 
 // Migrate creates the lease table if it does not exist.
 func (s *Store) Migrate(ctx context.Context) error {
-	if s.watches.Closed() {
-		return store.ErrClosed
+	if err := s.writable(); err != nil {
+		return err
 	}
 	return s.schema.Run(ctx, s.migrate)
 }
@@ -206,21 +220,61 @@ func (s *Store) ready(ctx context.Context) error {
 	return s.schema.Ensure(ctx, s.migrate)
 }
 
+// readyToWrite is ready for a call that writes, which a read-only Store
+// refuses.
+func (s *Store) readyToWrite(ctx context.Context) error {
+	if err := s.writable(); err != nil {
+		return err
+	}
+	return s.ready(ctx)
+}
+
+// writable fails once the store is closed, and always when it is
+// read-only.
+func (s *Store) writable() error {
+	switch {
+	case s.watches.Closed():
+		return store.ErrClosed
+	case s.readOnly:
+		return fmt.Errorf("postgres: table %s: opened read-only: %w", s.table, store.ErrReadOnly)
+	}
+	return nil
+}
+
+// checkTable fails with store.ErrNotFound when the table does not exist.
+func (s *Store) checkTable(ctx context.Context) error {
+	exists, err := s.tableExists(ctx)
+	if err != nil {
+		return err
+	}
+	if !exists {
+		return fmt.Errorf("postgres: no lease table %s in this database: nothing has run against it "+
+			"(did you mean another ?table=, database or search_path?): %w", s.table, store.ErrNotFound)
+	}
+	return nil
+}
+
+// tableExists looks the table up on the connection's search_path.
+func (s *Store) tableExists(ctx context.Context) (bool, error) {
+	var exists bool
+	if err := s.pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, s.ident).Scan(&exists); err != nil {
+		return false, fmt.Errorf("postgres: look up table %s: %w", s.table, err)
+	}
+	return exists, nil
+}
+
 func (s *Store) migrate(ctx context.Context) error {
 	// An existing table needs no DDL, and a role without CREATE on the
 	// schema may still use it.
-	var exists bool
-	if err := s.pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, s.ident).Scan(&exists); err != nil {
-		return fmt.Errorf("postgres: look up table %s: %w", s.table, err)
-	}
-	if exists {
-		return nil
+	exists, err := s.tableExists(ctx)
+	if err != nil || exists {
+		return err
 	}
 	// CREATE TABLE IF NOT EXISTS is not safe against itself: two sessions
 	// creating the same table at once can both pass the check and one then
 	// fails with a unique violation on pg_type. A transaction-scoped
 	// advisory lock per table name serialises them across processes.
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrateLockID(s.table)); err != nil {
 			return err
 		}
