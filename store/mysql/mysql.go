@@ -39,15 +39,15 @@ type Options struct {
 // Store is a lease store on a MySQL or MariaDB table. It is safe for
 // concurrent use.
 type Store struct {
-	db       *sql.DB
-	ownsDB   bool
-	table    string // validated, unquoted
-	autoMig  bool
-	readOnly bool
-	q        queries
+	db     *sql.DB
+	ownsDB bool
+	table  string // validated, unquoted
+	q      queries
 
 	closed atomic.Bool
-	schema sqlstore.Migration // creates the table on first use
+	// access clears each call: none once closed, no write when read-only,
+	// and the table created on first use.
+	access sqlstore.Access
 }
 
 // Compile-time checks of the capabilities the engine and the CLI look for.
@@ -100,7 +100,7 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	s.db = db
 	s.ownsDB = true
 	if opts.ReadOnly {
-		if err := s.checkTable(ctx); err != nil {
+		if err := s.access.CheckTable(ctx, "?table= or database"); err != nil {
 			db.Close()
 			return nil, err
 		}
@@ -130,13 +130,12 @@ func newStore(db *sql.DB, opts Options) (*Store, error) {
 	if err := store.ValidateName("mysql: table", table); err != nil {
 		return nil, err
 	}
-	return &Store{
-		db:       db,
-		table:    table,
-		autoMig:  !opts.NoAutoMigrate && !opts.ReadOnly,
-		readOnly: opts.ReadOnly,
-		q:        buildQueries(table),
-	}, nil
+	s := &Store{db: db, table: table, q: buildQueries(table)}
+	s.access = sqlstore.Access{
+		Backend: "mysql", Table: table, ReadOnly: opts.ReadOnly, AutoMigrate: !opts.NoAutoMigrate,
+		Closed: s.closed.Load, Exists: s.tableExists, Create: s.migrate,
+	}
+	return s, nil
 }
 
 // Table returns the name of the lease table.
@@ -152,64 +151,13 @@ func (s *Store) Close() error {
 }
 
 // Migrate creates the lease table if it does not exist.
-func (s *Store) Migrate(ctx context.Context) error {
-	if err := s.writable(); err != nil {
-		return err
-	}
-	return s.schema.Run(ctx, s.migrate)
-}
-
-// ready fails once the store is closed and, on first use, creates the
-// table.
-func (s *Store) ready(ctx context.Context) error {
-	if s.closed.Load() {
-		return store.ErrClosed
-	}
-	if !s.autoMig {
-		return nil
-	}
-	return s.schema.Ensure(ctx, s.migrate)
-}
-
-// readyToWrite is ready for a call that writes, which a read-only Store
-// refuses.
-func (s *Store) readyToWrite(ctx context.Context) error {
-	if err := s.writable(); err != nil {
-		return err
-	}
-	return s.ready(ctx)
-}
-
-// writable fails once the store is closed, and always when it is
-// read-only.
-func (s *Store) writable() error {
-	switch {
-	case s.closed.Load():
-		return store.ErrClosed
-	case s.readOnly:
-		return fmt.Errorf("mysql: table %s: opened read-only: %w", s.table, store.ErrReadOnly)
-	}
-	return nil
-}
+func (s *Store) Migrate(ctx context.Context) error { return s.access.Migrate(ctx) }
 
 // Server error numbers the store reacts to.
 const (
 	errNoSuchTable = 1146 // ER_NO_SUCH_TABLE
 	errDeadlock    = 1213 // ER_LOCK_DEADLOCK
 )
-
-// checkTable fails with store.ErrNotFound when the table does not exist.
-func (s *Store) checkTable(ctx context.Context) error {
-	exists, err := s.tableExists(ctx)
-	if err != nil {
-		return err
-	}
-	if !exists {
-		return fmt.Errorf("mysql: no lease table %s in this database: nothing has run against it "+
-			"(did you mean another ?table= or database?): %w", s.table, store.ErrNotFound)
-	}
-	return nil
-}
 
 // tableExists probes the table, which needs no privilege beyond reading it
 // (CREATE TABLE IF NOT EXISTS checks the CREATE privilege before it looks

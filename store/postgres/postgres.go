@@ -74,10 +74,10 @@ type Store struct {
 	ownsPool bool
 	table    string // validated, unquoted; also the NOTIFY channel
 	ident    string // quoted table identifier for SQL
-	autoMig  bool
-	readOnly bool
 	sql      statements
-	schema   sqlstore.Migration // creates the table on first use
+	// access clears each call: none once closed, no write when read-only,
+	// and the table created on first use.
+	access sqlstore.Access
 	// watches is the closed state and every running Watch, which Close
 	// ends.
 	watches watchset.Set
@@ -145,7 +145,7 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	s.pool = pool
 	s.ownsPool = true
 	if opts.ReadOnly {
-		if err := s.checkTable(ctx); err != nil {
+		if err := s.access.CheckTable(ctx, "?table=, database or search_path"); err != nil {
 			pool.Close()
 			return nil, err
 		}
@@ -175,14 +175,12 @@ func newStore(pool *pgxpool.Pool, opts Options) (*Store, error) {
 		return nil, err
 	}
 	ident := pgx.Identifier{table}.Sanitize()
-	return &Store{
-		pool:     pool,
-		table:    table,
-		ident:    ident,
-		autoMig:  !opts.NoAutoMigrate && !opts.ReadOnly,
-		readOnly: opts.ReadOnly,
-		sql:      buildStatements(ident),
-	}, nil
+	s := &Store{pool: pool, table: table, ident: ident, sql: buildStatements(ident)}
+	s.access = sqlstore.Access{
+		Backend: "postgres", Table: table, ReadOnly: opts.ReadOnly, AutoMigrate: !opts.NoAutoMigrate,
+		Closed: s.watches.Closed, Exists: s.tableExists, Create: s.migrate,
+	}
+	return s, nil
 }
 
 // Table returns the name of the lease table (and of the NOTIFY channel).
@@ -201,58 +199,7 @@ func (s *Store) Close() error {
 }
 
 // Migrate creates the lease table if it does not exist.
-func (s *Store) Migrate(ctx context.Context) error {
-	if err := s.writable(); err != nil {
-		return err
-	}
-	return s.schema.Run(ctx, s.migrate)
-}
-
-// ready fails once the store is closed and, on first use, creates the
-// table.
-func (s *Store) ready(ctx context.Context) error {
-	if s.watches.Closed() {
-		return store.ErrClosed
-	}
-	if !s.autoMig {
-		return nil
-	}
-	return s.schema.Ensure(ctx, s.migrate)
-}
-
-// readyToWrite is ready for a call that writes, which a read-only Store
-// refuses.
-func (s *Store) readyToWrite(ctx context.Context) error {
-	if err := s.writable(); err != nil {
-		return err
-	}
-	return s.ready(ctx)
-}
-
-// writable fails once the store is closed, and always when it is
-// read-only.
-func (s *Store) writable() error {
-	switch {
-	case s.watches.Closed():
-		return store.ErrClosed
-	case s.readOnly:
-		return fmt.Errorf("postgres: table %s: opened read-only: %w", s.table, store.ErrReadOnly)
-	}
-	return nil
-}
-
-// checkTable fails with store.ErrNotFound when the table does not exist.
-func (s *Store) checkTable(ctx context.Context) error {
-	exists, err := s.tableExists(ctx)
-	if err != nil {
-		return err
-	}
-	if !exists {
-		return fmt.Errorf("postgres: no lease table %s in this database: nothing has run against it "+
-			"(did you mean another ?table=, database or search_path?): %w", s.table, store.ErrNotFound)
-	}
-	return nil
-}
+func (s *Store) Migrate(ctx context.Context) error { return s.access.Migrate(ctx) }
 
 // tableExists looks the table up on the connection's search_path.
 func (s *Store) tableExists(ctx context.Context) (bool, error) {
