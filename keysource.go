@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -125,6 +124,3 @@ func parseKeys(data []byte, from string) ([]string, error) {
 	}
 	return keys, nil
 }
-
-// errNoKeysYet: the pool's source has not answered yet.
-var errNoKeysYet = errors.New("tenure: pool keys not loaded yet")

@@ -196,7 +196,6 @@ func waitStarts(t *testing.T, path string, n int, within time.Duration) []childE
 // proc is a running tenure process.
 type proc struct {
 	cmd    *exec.Cmd
-	name   string
 	out    *syncBuffer
 	done   chan struct{}
 	status int

@@ -135,7 +135,9 @@ Stores are named by URL (--store or TENURE_STORE):
   etcd://[user:pass@]h1:2379,h2     etcd v3 (?prefix=NAME; etcd+https:// for TLS,
                                     with ?ca_file=, ?cert_file=, ?key_file=)
 Without one, an SQLite file in $XDG_STATE_HOME/tenure/ (default
-~/.local/state/tenure/tenure.db). Passwords are never printed.
+~/.local/state/tenure/tenure.db). Passwords are never printed. A password
+runs to the last '@' before the host: write '@' and ':' as they are, and
+'/', '?', '#' and '%' as %2F, %3F, %23 and %25.
 
 Every flag can also be set with an environment variable TENURE_<FLAG>, with
 dashes as underscores (TENURE_STORE, TENURE_TTL, TENURE_STOP_TIMEOUT); a flag

@@ -45,7 +45,9 @@ The keys must be readable at start, or tenure exits with status 2. SIGHUP
 reads them again at once.
 
 Each command runs as with tenure run: in its own process group, with
-TENURE_KEY, TENURE_EPOCH and TENURE_OWNER in its environment, output to
+TENURE_KEY, TENURE_EPOCH and TENURE_OWNER, and TENURE_STORE without its
+credentials, in its environment (--keys-cmd gets the same, without the
+lease's variables), output to
 tenure's, input from /dev/null; SIGTERM to the group when the key is lost or
 handed over, SIGKILL after --stop-timeout; and a guard that kills every
 group at once if tenure itself dies. A command that exits while its key is

@@ -31,7 +31,7 @@ func (e *env) verifyCommand() *cobra.Command {
 		Short: "Prove the guarantees on your store under injected faults",
 		Long: `verify runs several tenure replicas as separate processes against the store,
 on scratch keys in a table (namespace) of their own that is dropped at the
-end, while it kills holders with SIGKILL, freezes them with SIGSTOP, cuts
+end (it writes, like run: an SQLite file that does not exist is created), while it kills holders with SIGKILL, freezes them with SIGSTOP, cuts
 them off from the store, holds replies back and adds latency — one fault at
 a time, on a schedule drawn from the seed. Every replica logs its work and
 its fenced writes; afterwards verify checks that no two replicas' work on a
