@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -77,8 +76,17 @@ func (f *fileSource) Keys(ctx context.Context) ([]string, error) {
 // of its standard output as a key. A command that fails or times out
 // (ctx) keeps the previous key set in force.
 func KeysFromCommand(name string, args ...string) KeySource {
+	return KeysFromCmd(func(ctx context.Context) *exec.Cmd { return exec.CommandContext(ctx, name, args...) })
+}
+
+// KeysFromCmd is [KeysFromCommand] for a command the caller prepares, with
+// an environment or a directory of its own. newCmd makes a new command for
+// every refresh (an exec.Cmd runs once), bound to ctx as
+// exec.CommandContext binds it; its Stdout and Stderr are set here.
+func KeysFromCmd(newCmd func(ctx context.Context) *exec.Cmd) KeySource {
 	return KeySourceFunc(func(ctx context.Context) ([]string, error) {
-		cmd := exec.CommandContext(ctx, name, args...)
+		cmd := newCmd(ctx)
+		name := cmd.Args[0]
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
 		out, err := cmd.Output()
@@ -116,6 +124,3 @@ func parseKeys(data []byte, from string) ([]string, error) {
 	}
 	return keys, nil
 }
-
-// errNoKeysYet: the pool's source has not answered yet.
-var errNoKeysYet = errors.New("tenure: pool keys not loaded yet")

@@ -28,7 +28,12 @@
 //   - implement [Store]; add [Watcher] if the store can push releases;
 //   - validate keys and owners with [ValidateKey] and [ValidateOwner] and any
 //     table or prefix name with [ValidateName];
-//   - never put a credential into an error: use [RedactURL];
+//   - never put a credential into an error: show URLs with [RedactURL],
+//     scrub driver errors with [RedactError] and [URLSecrets], and hand the
+//     driver the URL without its password ([SplitURLPassword]), so that no
+//     driver reads a password by rules of its own;
+//   - with a read-only option, create nothing: fail with [ErrNotFound] when
+//     the store is missing and with [ErrReadOnly] on writes;
 //   - add `var _ store.Store = (*Store)(nil)` and run storetest.Run in a test.
 package store
 

@@ -3,7 +3,6 @@ package store
 import (
 	"errors"
 	"fmt"
-	"net/url"
 	"regexp"
 	"strings"
 	"time"
@@ -25,6 +24,11 @@ var (
 	ErrInvalidURL = errors.New("store: invalid URL")
 	// ErrClosed: the store was closed.
 	ErrClosed = errors.New("store: closed")
+	// ErrNotFound: a store opened read-only does not exist — no SQLite
+	// file, no lease table — and a read-only open never creates one.
+	ErrNotFound = errors.New("store: not found")
+	// ErrReadOnly: a write to a store opened read-only.
+	ErrReadOnly = errors.New("store: read-only")
 )
 
 // MaxKeyBytes is the longest key or owner id, in bytes.
@@ -72,10 +76,6 @@ func quoteShort(s string) string {
 	}
 	return fmt.Sprintf("%q", s)
 }
-
-// keywordSecretRE finds secrets in keyword/value connection strings, quoted
-// or not.
-var keywordSecretRE = regexp.MustCompile(`(?i)\b((?:password|passwd|pwd|secret|token)\s*=\s*)('(?:[^'\\]|\\.)*'|\S+)`)
 
 var nameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}$`)
 
@@ -143,68 +143,3 @@ func ValidateRelease(owner string, terms []Term) error {
 	}
 	return nil
 }
-
-// RedactURL returns raw with any password replaced by "xxxxx", for errors
-// and logs. A string that does not parse is reduced to its scheme, since it
-// may hold a credential in a place the parser could not find.
-func RedactURL(raw string) string {
-	if !strings.Contains(raw, "://") && keywordSecretRE.MatchString(raw) {
-		// A keyword/value connection string (host=h password=p).
-		return keywordSecretRE.ReplaceAllString(raw, "${1}xxxxx")
-	}
-	u, err := url.Parse(raw)
-	if err != nil {
-		if i := strings.Index(raw, ":"); i > 0 && i < 16 {
-			return raw[:i] + ":<unparsable URL>"
-		}
-		return "<unparsable URL>"
-	}
-	if u.User != nil {
-		if _, has := u.User.Password(); has {
-			u.User = url.UserPassword(u.User.Username(), "xxxxx")
-		}
-	}
-	q := u.Query()
-	changed := false
-	for k := range q {
-		lk := strings.ToLower(k)
-		if strings.Contains(lk, "password") || strings.Contains(lk, "secret") || strings.Contains(lk, "token") {
-			q.Set(k, "xxxxx")
-			changed = true
-		}
-	}
-	if changed {
-		u.RawQuery = q.Encode()
-	}
-	return u.Redacted()
-}
-
-// RedactError returns err's message with every occurrence of secret
-// removed, for wrapping driver errors that might echo a connection string.
-func RedactError(err error, secrets ...string) error {
-	if err == nil {
-		return nil
-	}
-	msg := err.Error()
-	redacted := msg
-	for _, s := range secrets {
-		if s != "" {
-			redacted = strings.ReplaceAll(redacted, s, "xxxxx")
-		}
-	}
-	if redacted == msg {
-		return err
-	}
-	return &redactedError{msg: redacted, err: err}
-}
-
-type redactedError struct {
-	msg string
-	err error
-}
-
-func (e *redactedError) Error() string { return e.msg }
-
-// Unwrap keeps errors.Is working for sentinels such as context.Canceled;
-// the wrapped error's own text is never printed through this type.
-func (e *redactedError) Unwrap() error { return e.err }

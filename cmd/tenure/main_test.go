@@ -61,6 +61,7 @@ func TestMain(m *testing.M) {
 //	stubborn  ignore SIGTERM, start a grandchild that ignores it too, append
 //	          the start line, sleep
 //	exit:N    exit with status N at once
+//	env       write the environment, a variable a line, to the log; exit 0
 //	sleep     sleep (a grandchild), dying on SIGTERM
 //	stubborn-sleep  sleep, ignoring SIGTERM
 func child(mode string) int {
@@ -68,6 +69,12 @@ func child(mode string) int {
 	case strings.HasPrefix(mode, "exit:"):
 		n, _ := strconv.Atoi(strings.TrimPrefix(mode, "exit:"))
 		return n
+	case mode == "env":
+		if err := os.WriteFile(os.Getenv(childLogEnv), []byte(strings.Join(os.Environ(), "\n")), 0o600); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		return 0
 	case mode == "sleep" || mode == "stubborn-sleep":
 		if mode == "stubborn-sleep" {
 			signal.Ignore(syscall.SIGTERM)

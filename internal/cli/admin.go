@@ -16,10 +16,11 @@ import (
 	"github.com/tenure-dev/tenure/store"
 )
 
-func secretsFor(spec storeurl.Spec) []string { return storeurl.Secrets(spec.URL) }
-
-// withStore parses --store, opens it for one admin command and closes it.
-func withStore(cmd *cobra.Command, fn func(ctx context.Context, spec storeurl.Spec, st storeurl.Store) error) error {
+// withStore parses --store, opens it with open for one admin command and
+// closes it.
+func withStore(cmd *cobra.Command, open func(context.Context, storeurl.Spec) (storeurl.Store, error),
+	fn func(ctx context.Context, spec storeurl.Spec, st storeurl.Store) error,
+) error {
 	raw, _ := cmd.Flags().GetString("store")
 	spec, err := parseStore(raw)
 	if err != nil {
@@ -27,7 +28,7 @@ func withStore(cmd *cobra.Command, fn func(ctx context.Context, spec storeurl.Sp
 	}
 	ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
 	defer cancel()
-	st, err := openStore(ctx, spec)
+	st, err := openStore(ctx, spec, open)
 	if err != nil {
 		return err
 	}
@@ -37,7 +38,7 @@ func withStore(cmd *cobra.Command, fn func(ctx context.Context, spec storeurl.Sp
 		if errors.As(err, &ee) {
 			return err
 		}
-		return withCode(ExitFailure, scrubErr(err, secretsFor(spec)))
+		return withCode(ExitFailure, scrubErr(err, spec.Secrets))
 	}
 	return nil
 }
@@ -56,7 +57,9 @@ grace has passed, so there is still at most one holder even if the old one
 never hears of the revocation.
 
 On a terminal, tenure asks for confirmation; elsewhere --yes is required.
-A key with no live lease is left alone (exit 0).
+A key with no live lease is left alone (exit 0). release looks before it
+writes, and only writes to revoke a live lease: like status, it never
+creates a store, and a URL that names none is an error (exit 3).
 
 ` + exitCodesHelp,
 		Example: `  tenure release --key nightly-report
@@ -72,9 +75,11 @@ A key with no live lease is left alone (exit 0).
 			if !yes && !isTerminal(e.stdin) {
 				return usagef("refusing to revoke %q without confirmation: stdin is not a terminal; pass --yes", key)
 			}
-			return withStore(cmd, func(ctx context.Context, spec storeurl.Spec, st storeurl.Store) error {
-				rev, ok := st.(store.Revoker)
-				if !ok {
+			// The lease is looked up in the store as it is, read-only, so a
+			// wrong URL creates nothing; the store is opened to write only
+			// to revoke a live lease, when it exists.
+			return withStore(cmd, storeurl.OpenReadOnly, func(ctx context.Context, spec storeurl.Spec, st storeurl.Store) error {
+				if _, ok := st.(store.Revoker); !ok {
 					return withCode(ExitFailure, fmt.Errorf("the %s store cannot revoke leases", spec.Kind))
 				}
 				leases, err := st.List(ctx, key)
@@ -100,7 +105,12 @@ A key with no live lease is left alone (exit 0).
 						return silentExit(ExitFailure)
 					}
 				}
-				revoked, err := rev.Revoke(ctx, key)
+				w, err := openStore(ctx, spec, storeurl.OpenSpec)
+				if err != nil {
+					return err
+				}
+				defer w.Close()
+				revoked, err := w.(store.Revoker).Revoke(ctx, key)
 				if err != nil {
 					return err
 				}
@@ -133,7 +143,7 @@ application's role may not create tables. Redis needs no schema.
   tenure migrate --store sqlite:/var/lib/app/tenure.db`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return withStore(cmd, func(ctx context.Context, spec storeurl.Spec, st storeurl.Store) error {
+			return withStore(cmd, storeurl.OpenSpec, func(ctx context.Context, spec storeurl.Spec, st storeurl.Store) error {
 				m, ok := st.(store.Migrator)
 				if !ok {
 					fmt.Fprintf(e.stdout, "the %s store needs no migration\n", spec.Kind)

@@ -18,6 +18,7 @@ import (
 	"github.com/tenure-dev/tenure/internal/chaos"
 	"github.com/tenure-dev/tenure/internal/child"
 	"github.com/tenure-dev/tenure/internal/storeurl"
+	"github.com/tenure-dev/tenure/store"
 )
 
 // Exit codes shared by every command.
@@ -35,7 +36,8 @@ const exitCodesHelp = `Exit codes:
   1    failure after start (store error, command that would not stop)
   2    usage error: bad flag, URL, duration, key or timing combination, or
        (pool) keys that cannot be read at start
-  3    store unreachable or unusable at start
+  3    store unreachable or unusable at start; for status and release also
+       no store (SQLite file, lease table) at that URL: they create none
   126  the command cannot be executed (run, pool)
   127  the command was not found (run, pool)
   N    with run --once: the command's own exit status (128+signal if killed)`
@@ -133,7 +135,9 @@ Stores are named by URL (--store or TENURE_STORE):
   etcd://[user:pass@]h1:2379,h2     etcd v3 (?prefix=NAME; etcd+https:// for TLS,
                                     with ?ca_file=, ?cert_file=, ?key_file=)
 Without one, an SQLite file in $XDG_STATE_HOME/tenure/ (default
-~/.local/state/tenure/tenure.db). Passwords are never printed.
+~/.local/state/tenure/tenure.db). Passwords are never printed. A password
+runs to the last '@' before the host: write '@' and ':' as they are, and
+'/', '?', '#' and '%' as %2F, %3F, %23 and %25.
 
 Every flag can also be set with an environment variable TENURE_<FLAG>, with
 dashes as underscores (TENURE_STORE, TENURE_TTL, TENURE_STOP_TIMEOUT); a flag
@@ -208,10 +212,10 @@ func (e *env) logger(cmd *cobra.Command, secrets []string) (*slog.Logger, error)
 			}
 			switch a.Value.Kind() {
 			case slog.KindString:
-				a.Value = slog.StringValue(storeurl.Scrub(a.Value.String(), secrets))
+				a.Value = slog.StringValue(store.RedactString(a.Value.String(), secrets...))
 			case slog.KindAny:
 				if err, ok := a.Value.Any().(error); ok {
-					a.Value = slog.StringValue(storeurl.Scrub(err.Error(), secrets))
+					a.Value = slog.StringValue(store.RedactString(err.Error(), secrets...))
 				}
 			}
 			return a
@@ -220,16 +224,17 @@ func (e *env) logger(cmd *cobra.Command, secrets []string) (*slog.Logger, error)
 	return slog.New(h), nil
 }
 
-// openStore parses and opens the --store URL, mapping failures to exit
-// codes: the URL's fault is a usage error, anything else means the store
-// is unreachable.
-func openStore(ctx context.Context, spec storeurl.Spec) (storeurl.Store, error) {
-	st, err := storeurl.OpenSpec(ctx, spec)
+// openStore opens the --store URL's store with open (storeurl.OpenSpec,
+// or storeurl.OpenReadOnly for commands that only look), mapping failures
+// to exit codes: the URL's fault is a usage error, anything else — no
+// such store included — means the store is unreachable or unusable.
+func openStore(ctx context.Context, spec storeurl.Spec, open func(context.Context, storeurl.Spec) (storeurl.Store, error)) (storeurl.Store, error) {
+	st, err := open(ctx, spec)
 	if err != nil {
 		if storeurl.IsURLError(err) {
 			return nil, withCode(ExitUsage, err)
 		}
-		return nil, withCode(ExitStore, scrubErr(err, storeurl.Secrets(spec.URL)))
+		return nil, withCode(ExitStore, scrubErr(err, spec.Secrets))
 	}
 	return st, nil
 }
@@ -237,7 +242,7 @@ func openStore(ctx context.Context, spec storeurl.Spec) (storeurl.Store, error) 
 func parseStore(raw string) (storeurl.Spec, error) {
 	spec, err := storeurl.Parse(raw)
 	if err != nil {
-		return spec, withCode(ExitUsage, scrubErr(err, storeurl.Secrets(raw)))
+		return spec, withCode(ExitUsage, scrubErr(err, store.URLSecrets(raw)))
 	}
 	return spec, nil
 }
@@ -245,7 +250,7 @@ func parseStore(raw string) (storeurl.Spec, error) {
 // scrubErr keeps err's chain but removes secrets from its text.
 func scrubErr(err error, secrets []string) error {
 	msg := err.Error()
-	if clean := storeurl.Scrub(msg, secrets); clean != msg {
+	if clean := store.RedactString(msg, secrets...); clean != msg {
 		return &scrubbed{msg: clean, err: err}
 	}
 	return err

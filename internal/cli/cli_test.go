@@ -15,6 +15,7 @@ import (
 
 	"github.com/tenure-dev/tenure"
 	"github.com/tenure-dev/tenure/internal/child"
+	"github.com/tenure-dev/tenure/internal/storeurl"
 )
 
 func testEnv(vars map[string]string) (*env, *bytes.Buffer, *bytes.Buffer) {
@@ -114,12 +115,27 @@ func TestEngineConfigErrorsNameTheFlag(t *testing.T) {
 	}
 }
 
-func TestChildEnvironmentCarriesTheLeaseAndReplacesAParents(t *testing.T) {
-	env := childEnv([]string{"PATH=/bin", "TENURE_KEY=old", "TENURE_EPOCH=1", "TENURE_STORE=sqlite:x.db"},
-		tenure.Lease{Key: "new", Epoch: 42, Owner: "me"})
-	want := []string{"PATH=/bin", "TENURE_STORE=sqlite:x.db", "TENURE_KEY=new", "TENURE_EPOCH=42", "TENURE_OWNER=me"}
-	if !slices.Equal(env, want) {
-		t.Errorf("childEnv = %q, want %q", env, want)
+func TestChildEnvironmentCarriesTheLeaseAndTheStoreWithoutItsCredentials(t *testing.T) {
+	spec, err := storeurl.Parse("postgres://app:p@ss:w0rd@db/ops?sslmode=disable&sslpassword=k3y&table=jobs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, dropped := commandEnv([]string{
+		"PATH=/bin", "TENURE_KEY=old", "TENURE_EPOCH=1", "TENURE_OWNER=parent",
+		"TENURE_STORE=postgres://app:p@ss:w0rd@db/ops", "TENURE_TTL=9s",
+		"TENURE_KEYS_CMD=psql -Atc 'select id' postgres://app:p@ss:w0rd@db/ops", // the store's password
+		"TENURE_RESOURCE=redis://:other@cache/0",                                // a credential of its own
+		"TENURE_HOOK=PGPASSWORD=x ./hook",
+		"DATABASE_URL=postgres://app:own@db/app", // not tenure's: the user's to pass
+	}, spec)
+	got := childEnv(env, tenure.Lease{Key: "new", Epoch: 42, Owner: "me"})
+	want := []string{"PATH=/bin", "TENURE_TTL=9s", "DATABASE_URL=postgres://app:own@db/app",
+		"TENURE_STORE=postgres://app@db/ops?sslmode=disable&table=jobs", "TENURE_KEY=new", "TENURE_EPOCH=42", "TENURE_OWNER=me"}
+	if !slices.Equal(got, want) {
+		t.Errorf("childEnv = %q, want %q", got, want)
+	}
+	if want := []string{"TENURE_KEYS_CMD", "TENURE_RESOURCE", "TENURE_HOOK"}; !slices.Equal(dropped, want) {
+		t.Errorf("dropped %q, want %q", dropped, want)
 	}
 }
 

@@ -7,6 +7,8 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,6 +16,8 @@ import (
 
 	"github.com/tenure-dev/tenure"
 	"github.com/tenure-dev/tenure/internal/child"
+	"github.com/tenure-dev/tenure/internal/storeurl"
+	"github.com/tenure-dev/tenure/store"
 )
 
 // keyPlaceholder, in a pool's command or its arguments, stands for the key.
@@ -45,8 +49,11 @@ type commandRunner struct {
 	keyed       bool // replace {key} in name and args with the lease's key
 	stopTimeout time.Duration
 	once        bool
-	log         *slog.Logger
-	finished    context.CancelFunc // ends the supervisor's Run (--once)
+	// env is the commands' environment without the lease's variables; see
+	// commandEnv.
+	env      []string
+	log      *slog.Logger
+	finished context.CancelFunc // ends the supervisor's Run (--once)
 
 	hurryOnce sync.Once
 	hurry     chan struct{}
@@ -99,7 +106,7 @@ func (r *commandRunner) Run(ctx context.Context, lease tenure.Lease) error {
 		return nil // stopped before it began
 	}
 	p, err := child.Start(child.Command{
-		Path: path, Args: args, Env: childEnv(os.Environ(), lease),
+		Path: path, Args: args, Env: childEnv(r.env, lease),
 		Stdout: os.Stdout, Stderr: os.Stderr,
 		Deadline: stopAt, StopTimeout: r.stopTimeout,
 	})
@@ -245,18 +252,39 @@ func (r *commandRunner) result() (child.Exit, bool) {
 	return *r.exit, true
 }
 
-// childEnv is environ with the lease's variables, replacing any inherited
-// from a parent tenure.
-func childEnv(environ []string, lease tenure.Lease) []string {
-	out := make([]string, 0, len(environ)+3)
+// credentialRE finds a secret named in a variable's value: password=,
+// PGPASSWORD=, token: and the like.
+var credentialRE = regexp.MustCompile(`(?i)(password|passwd|pwd|secret|token)\s*[=:]`)
+
+// commandEnv is the environment of every command tenure runs for the work
+// (the commands of run and pool, and pool's --keys-cmd): environ with
+// TENURE_STORE naming the store in use without its credentials, so that a
+// tenure status there looks at the same store, never at the default one,
+// and a client of the store brings its own credentials (.pgpass,
+// PGPASSWORD); without TENURE_KEY, TENURE_EPOCH and TENURE_OWNER, which
+// are set per lease; and without any other TENURE_ variable that holds a
+// secret — the store's password, or a credential of its own. dropped
+// names the variables left out for holding one.
+func commandEnv(environ []string, spec storeurl.Spec) (env, dropped []string) {
+	env = make([]string, 0, len(environ)+1)
 	for _, kv := range environ {
-		name, _, _ := strings.Cut(kv, "=")
-		if name == "TENURE_KEY" || name == "TENURE_EPOCH" || name == "TENURE_OWNER" {
+		name, value, _ := strings.Cut(kv, "=")
+		switch {
+		case name == "TENURE_STORE" || name == "TENURE_KEY" || name == "TENURE_EPOCH" || name == "TENURE_OWNER":
+			continue
+		case strings.HasPrefix(name, "TENURE_") && (store.RedactString(value, spec.Secrets...) != value ||
+			len(store.URLSecrets(value)) > 0 || credentialRE.MatchString(value)):
+			dropped = append(dropped, name)
 			continue
 		}
-		out = append(out, kv)
+		env = append(env, kv)
 	}
-	return append(out,
+	return append(env, "TENURE_STORE="+spec.Public), dropped
+}
+
+// childEnv is env with the lease's variables.
+func childEnv(env []string, lease tenure.Lease) []string {
+	return append(slices.Clip(env),
 		"TENURE_KEY="+lease.Key,
 		"TENURE_EPOCH="+strconv.FormatInt(lease.Epoch, 10),
 		"TENURE_OWNER="+lease.Owner)

@@ -15,7 +15,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/tenure-dev/tenure"
-	"github.com/tenure-dev/tenure/internal/storeurl"
 	"github.com/tenure-dev/tenure/store"
 )
 
@@ -78,7 +77,7 @@ func startHTTP(addr string, sup *tenure.Supervisor, st store.Store, secrets []st
 		leases, err := st.List(ctx, sup.Config().Prefix)
 		cancel()
 		if err != nil {
-			doc.LeasesError = storeurl.Scrub(err.Error(), secrets)
+			doc.LeasesError = store.RedactString(err.Error(), secrets...)
 		} else {
 			doc.Leases = viewLeases(leases)
 		}

@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"os/exec"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -44,7 +45,9 @@ The keys must be readable at start, or tenure exits with status 2. SIGHUP
 reads them again at once.
 
 Each command runs as with tenure run: in its own process group, with
-TENURE_KEY, TENURE_EPOCH and TENURE_OWNER in its environment, output to
+TENURE_KEY, TENURE_EPOCH and TENURE_OWNER, and TENURE_STORE without its
+credentials, in its environment (--keys-cmd gets the same, without the
+lease's variables), output to
 tenure's, input from /dev/null; SIGTERM to the group when the key is lost or
 handed over, SIGKILL after --stop-timeout; and a guard that kills every
 group at once if tenure itself dies, and stops each at its lease's safety
@@ -104,10 +107,6 @@ func (e *env) pool(cmd *cobra.Command, f poolFlags, args []string) error {
 	if err := checkCommandArgs(cmd, args, "tenure pool --keys a,b,c"); err != nil {
 		return err
 	}
-	src, err := keySource(cmd, f)
-	if err != nil {
-		return err
-	}
 	if err := store.ValidateName("pool name (--name)", f.name); err != nil {
 		return withCode(ExitUsage, err)
 	}
@@ -120,6 +119,10 @@ func (e *env) pool(cmd *cobra.Command, f poolFlags, args []string) error {
 		return usagef("--refresh %v: want a positive duration", f.refresh)
 	}
 	rep, err := e.prepare(cmd, f.replicaFlags, args, true)
+	if err != nil {
+		return err
+	}
+	src, err := keySource(cmd, f, rep.runner.env)
 	if err != nil {
 		return err
 	}
@@ -154,8 +157,8 @@ func (e *env) pool(cmd *cobra.Command, f poolFlags, args []string) error {
 }
 
 // keySource builds the source that exactly one of --keys, --keys-file and
-// --keys-cmd names.
-func keySource(cmd *cobra.Command, f poolFlags) (tenure.KeySource, error) {
+// --keys-cmd names; --keys-cmd runs with env, as the pool's commands do.
+func keySource(cmd *cobra.Command, f poolFlags, env []string) (tenure.KeySource, error) {
 	var given []string
 	for _, name := range []string{"keys", "keys-file", "keys-cmd"} {
 		if cmd.Flags().Changed(name) {
@@ -175,7 +178,11 @@ func keySource(cmd *cobra.Command, f poolFlags) (tenure.KeySource, error) {
 		if strings.TrimSpace(f.keysCmd) == "" {
 			return nil, usagef("--keys-cmd: empty command")
 		}
-		return tenure.KeysFromCommand("sh", "-c", f.keysCmd), nil
+		return tenure.KeysFromCmd(func(ctx context.Context) *exec.Cmd {
+			c := exec.CommandContext(ctx, "sh", "-c", f.keysCmd)
+			c.Env = env
+			return c
+		}), nil
 	}
 	keys, err := splitKeys(f.keys)
 	if err != nil {

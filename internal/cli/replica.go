@@ -109,13 +109,18 @@ func (e *env) prepare(cmd *cobra.Command, f replicaFlags, argv []string, keyed b
 	if err := checkTiming(f); err != nil {
 		return nil, err
 	}
-	log, err := e.logger(cmd, storeurl.Secrets(spec.URL))
+	log, err := e.logger(cmd, spec.Secrets)
 	if err != nil {
 		return nil, err
 	}
 	r, err := newCommandRunner(argv, keyed, f.stopTimeout, log)
 	if err != nil {
 		return nil, err
+	}
+	var dropped []string
+	r.env, dropped = commandEnv(os.Environ(), spec)
+	for _, name := range dropped {
+		log.Warn("not passing "+name+" to the command: it holds a credential", "var", name)
 	}
 	return &replica{flags: f, spec: spec, cfg: cfg, log: log, runner: r}, nil
 }
@@ -143,7 +148,7 @@ func (e *env) serve(ctx context.Context, stop context.CancelFunc, rep *replica) 
 	defer signal.Stop(sigs)
 
 	openCtx, cancelOpen := context.WithTimeout(ctx, 30*time.Second)
-	st, err := openStore(openCtx, rep.spec)
+	st, err := openStore(openCtx, rep.spec, storeurl.OpenSpec)
 	cancelOpen()
 	if err != nil {
 		return 0, err
@@ -161,7 +166,7 @@ func (e *env) serve(ctx context.Context, stop context.CancelFunc, rep *replica) 
 		return 0, withCode(ExitUsage, flagNames(err))
 	}
 	if rep.flags.http != "" {
-		srv, err := startHTTP(rep.flags.http, sup, st, storeurl.Secrets(rep.spec.URL), metrics, rep.log)
+		srv, err := startHTTP(rep.flags.http, sup, st, rep.spec.Secrets, metrics, rep.log)
 		if err != nil {
 			return 0, withCode(ExitFailure, err)
 		}

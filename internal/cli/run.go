@@ -25,8 +25,12 @@ line on every replica: one runs the command, the others wait and take over
 when it goes.
 
 The command runs in its own process group with TENURE_KEY, TENURE_EPOCH
-(the lease's fencing epoch) and TENURE_OWNER in its environment; its output
-goes to tenure's, its input is /dev/null. When the lease is lost, or tenure is stopped, the whole
+(the lease's fencing epoch) and TENURE_OWNER in its environment, and
+TENURE_STORE naming the store in use (from --store, TENURE_STORE or the
+default) without its password or secret parameters, so that tenure status
+there looks at the same store; other TENURE_ variables that hold a
+credential are not passed on. Its output goes to tenure's, its input is
+/dev/null. When the lease is lost, or tenure is stopped, the whole
 group gets SIGTERM, then SIGKILL after --stop-timeout. If tenure itself dies
 (kill -9, out of memory), a guard process kills the group at once, so a peer
 never starts while an orphan still works. If tenure is frozen (SIGSTOP,

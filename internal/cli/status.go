@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/tenure-dev/tenure/internal/poolkey"
+	"github.com/tenure-dev/tenure/internal/storeurl"
 	"github.com/tenure-dev/tenure/store"
 )
 
@@ -191,6 +192,12 @@ released, expired, or revoked by tenure release), whether the holder reported it
 the time left before it expires (negative after expiry), all on the store's
 clock.
 
+status only reads: it never creates a store. A URL that names no store —
+an SQLite file that does not exist, a database without the lease table —
+is an error (exit 3), not an empty list, so that a mistyped path or table
+is noticed. (SQLite may add its -wal and -shm files next to an existing
+file, as any reader of it does.)
+
 The members of tenure pool pools are listed apart, under POOL and WORKER:
 their weight, state (active, draining — stopping and handing its keys back
 — or, once gone, released, expired or revoked) and KEYS, how many live
@@ -220,7 +227,7 @@ until interrupted (with --json: one array per line).
 				defer stop()
 			}
 			openCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			st, err := openStore(openCtx, spec)
+			st, err := openStore(openCtx, spec, storeurl.OpenReadOnly)
 			cancel()
 			if err != nil {
 				return err
@@ -231,7 +238,7 @@ until interrupted (with --json: one array per line).
 				defer cancel()
 				leases, err := st.List(listCtx, prefix)
 				if err != nil {
-					return withCode(ExitFailure, scrubErr(err, secretsFor(spec)))
+					return withCode(ExitFailure, scrubErr(err, spec.Secrets))
 				}
 				if asJSON {
 					return json.NewEncoder(e.stdout).Encode(viewLeases(leases))

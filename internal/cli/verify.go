@@ -34,7 +34,8 @@ func (e *env) verifyCommand() *cobra.Command {
 		Short: "Prove the guarantees on your store under injected faults",
 		Long: `verify runs several tenure replicas as separate processes against the store,
 on scratch keys in a table (namespace) of their own that is dropped at the
-end, while it injects faults one at a time, on a schedule drawn from the
+end (it writes, like run: an SQLite file that does not exist is created),
+while it injects faults one at a time, on a schedule drawn from the
 seed; the first faults go through every kind once. The kinds (--faults):
 
   kill          SIGKILL a key's holder, start a replacement
@@ -101,7 +102,7 @@ could not be carried out; 2 usage error.`,
 					return withCode(ExitUsage, fmt.Errorf("--faults: unknown fault kind %q (known: %s)", f, strings.Join(kinds, ",")))
 				}
 			}
-			secrets := secretsFor(spec)
+			secrets := spec.Secrets
 			logger, err := e.logger(cmd, secrets)
 			if err != nil {
 				return err

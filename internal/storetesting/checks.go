@@ -1,6 +1,7 @@
 package storetesting
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -81,5 +82,62 @@ func CheckTheLastRunningStateOfARepeatedTermWins(t *testing.T, s store.Store) {
 	}
 	if l := LeaseOf(t, s, "b"); !l.Running {
 		t.Errorf("b: %+v; the last item (running) should win", l)
+	}
+}
+
+// CheckReadOnlyOpenCreatesNothing checks a store opened read-only. While
+// the store does not exist, openRO fails with store.ErrNotFound, and fails
+// again, so the first open created nothing. Once create has made the store
+// (and returned it open), openRO works, List shows a lease acquired through
+// create's store, and every write — Acquire, Renew, Release, Revoke and
+// Migrate where the store has them — fails with store.ErrReadOnly and
+// changes nothing. openRO's stores are closed here.
+func CheckReadOnlyOpenCreatesNothing(t *testing.T, openRO func(context.Context) (store.Store, error), create func() store.Store) {
+	t.Helper()
+	for range 2 {
+		s, err := openRO(Context(t))
+		if err == nil {
+			closeStore(t, s)
+			t.Fatal("a read-only open of a store that does not exist worked")
+		}
+		if !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("read-only open of a store that does not exist: %v, want store.ErrNotFound", err)
+		}
+	}
+	w := create()
+	epoch := MustAcquire(t, w, "k", "owner", time.Minute, time.Second)
+	s, err := openRO(Context(t))
+	if err != nil {
+		t.Fatalf("read-only open of an existing store: %v", err)
+	}
+	defer closeStore(t, s)
+	ctx := Context(t)
+	writes := map[string]error{}
+	_, writes["Acquire"] = s.Acquire(ctx, store.AcquireRequest{Key: "k2", Owner: "owner", TTL: time.Minute})
+	_, writes["Renew"] = s.Renew(ctx, "owner", time.Minute, []store.RenewItem{{Key: "k", Epoch: epoch}})
+	writes["Release"] = s.Release(ctx, "owner", []store.Term{{Key: "k", Epoch: epoch}})
+	if r, ok := s.(store.Revoker); ok {
+		_, writes["Revoke"] = r.Revoke(ctx, "k")
+	}
+	if m, ok := s.(store.Migrator); ok {
+		writes["Migrate"] = m.Migrate(ctx)
+	}
+	for call, err := range writes {
+		if !errors.Is(err, store.ErrReadOnly) {
+			t.Errorf("%s on a read-only store: %v, want store.ErrReadOnly", call, err)
+		}
+	}
+	leases := List(t, s, "")
+	if len(leases) != 1 || leases[0].Key != "k" || !leases[0].Live || leases[0].Epoch != epoch {
+		t.Errorf("read-only List = %+v, want only k, live, at epoch %d, untouched", leases, epoch)
+	}
+}
+
+func closeStore(t testing.TB, s store.Store) {
+	t.Helper()
+	if c, ok := s.(interface{ Close() error }); ok {
+		if err := c.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
 	}
 }

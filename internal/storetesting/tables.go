@@ -107,3 +107,14 @@ func (tb Tables[S]) CheckMigrateCreatesTheTable(t *testing.T) {
 	}
 	MustAcquire(t, s, "job", "a", time.Minute, time.Second)
 }
+
+// CheckReadOnlyOpenCreatesNothing runs [CheckReadOnlyOpenCreatesNothing]
+// on a table no test uses: openRO opens a read-only store on table of the
+// server at url.
+func (tb Tables[S]) CheckReadOnlyOpenCreatesNothing(t *testing.T, openRO func(ctx context.Context, url, table string) (S, error)) {
+	t.Helper()
+	url, table := tb.Server.URL(t), UniqueName("tenure_test_")
+	CheckReadOnlyOpenCreatesNothing(t,
+		func(ctx context.Context) (store.Store, error) { return openRO(ctx, url, table) },
+		func() store.Store { return tb.OpenTable(t, table, true) })
+}

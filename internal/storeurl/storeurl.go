@@ -15,7 +15,6 @@
 package storeurl
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -23,8 +22,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"regexp"
-	"slices"
 	"strings"
 
 	"github.com/tenure-dev/tenure/store"
@@ -68,8 +65,18 @@ type Spec struct {
 	// out of the query so the driver never sees a parameter it does not
 	// know.
 	Table, Namespace, Prefix string
-	// Shown is the URL fit for printing: password replaced.
+	// Shown is the URL fit for printing: password and secret parameters
+	// replaced by xxxxx.
 	Shown string
+	// Public is the URL without its credentials — password and secret
+	// parameters removed, not masked — so that it still names the same
+	// store (table, namespace and prefix included) for a process that
+	// brings credentials of its own (.pgpass, PGPASSWORD). Commands run by
+	// tenure get it as TENURE_STORE.
+	Public string
+	// Secrets are every form of the URL's secrets, longest first, for
+	// store.RedactString to scrub from messages that may quote them.
+	Secrets []string
 }
 
 // Redact returns raw with every password replaced, for errors and logs.
@@ -118,7 +125,11 @@ func Parse(raw string) (Spec, error) {
 		}
 		return Spec{}, fmt.Errorf("store URL %s has no scheme (supported: %s)%s: %w", shown, Supported, hint, store.ErrInvalidURL)
 	}
-	spec := Spec{URL: raw, Shown: shown}
+	public, err := store.URLWithoutSecrets(raw)
+	if err != nil {
+		return Spec{}, fmt.Errorf("store URL %s: %w", shown, err)
+	}
+	spec := Spec{URL: raw, Shown: shown, Public: public, Secrets: store.URLSecrets(raw)}
 	switch strings.ToLower(scheme) {
 	case "sqlite":
 		spec.Kind = SQLite
@@ -137,11 +148,6 @@ func Parse(raw string) (Spec, error) {
 		return takeParam(spec, "namespace", func(s *Spec, v string) { s.Namespace = v })
 	case "etcd", "etcd+https":
 		spec.Kind = Etcd
-		if strings.HasSuffix(shown, "<unparsable URL>") {
-			// A list of endpoints (h1:2379,h2:2379) is no URL to net/url;
-			// hide the password by hand rather than the whole URL.
-			spec.Shown = Scrub(raw, Secrets(raw))
-		}
 		return takeEtcdPrefix(spec)
 	}
 	return Spec{}, fmt.Errorf("store URL %s: unknown scheme %q (supported: %s): %w",
@@ -151,9 +157,16 @@ func Parse(raw string) (Spec, error) {
 // takeParam moves query parameter name out of spec.URL into the field set
 // sets, and validates it as a table or namespace name.
 func takeParam(spec Spec, name string, set func(*Spec, string)) (Spec, error) {
-	u, err := url.Parse(spec.URL)
+	// net/url refuses some passwords that store's reading takes (a space,
+	// a letter beyond ASCII), so the URL is parsed without its password,
+	// which goes back in, encoded, if the URL is rebuilt.
+	rest, password, err := store.SplitURLPassword(spec.URL)
 	if err != nil {
-		// url.Parse's message repeats the whole URL, password included.
+		return Spec{}, fmt.Errorf("store URL %s: %w", spec.Shown, err)
+	}
+	u, err := url.Parse(rest)
+	if err != nil {
+		// url.Parse's message repeats the whole URL.
 		return Spec{}, fmt.Errorf("store URL %s does not parse: %w", spec.Shown, store.ErrInvalidURL)
 	}
 	rawQuery, found, err := takeFromQuery(&spec, u.RawQuery, name, set)
@@ -161,6 +174,9 @@ func takeParam(spec Spec, name string, set func(*Spec, string)) (Spec, error) {
 		return spec, err
 	}
 	u.RawQuery = rawQuery
+	if password != "" {
+		u.User = url.UserPassword(u.User.Username(), password)
+	}
 	spec.URL = u.String()
 	return spec, nil
 }
@@ -224,22 +240,37 @@ func Open(ctx context.Context, raw string) (Store, error) {
 }
 
 // OpenSpec opens a parsed URL.
-func OpenSpec(ctx context.Context, spec Spec) (Store, error) {
+func OpenSpec(ctx context.Context, spec Spec) (Store, error) { return open(ctx, spec, false) }
+
+// OpenReadOnly opens a parsed URL's store, which must exist, to read it:
+// nothing is created or migrated — no SQLite file, directory or table, no
+// SQL table — and a store or table that does not exist fails with
+// store.ErrNotFound. List works; writes fail with store.ErrReadOnly on
+// SQLite, PostgreSQL and MySQL. Redis and etcd have nothing to create, and
+// their List only reads.
+func OpenReadOnly(ctx context.Context, spec Spec) (Store, error) { return open(ctx, spec, true) }
+
+func open(ctx context.Context, spec Spec, readOnly bool) (Store, error) {
 	switch spec.Kind {
 	case SQLite:
-		s, err := sqlite.OpenURL(ctx, spec.URL)
+		path, opts, err := sqlite.ParseURL(spec.URL)
+		if err != nil {
+			return nil, err
+		}
+		opts.ReadOnly = readOnly
+		s, err := sqlite.Open(ctx, path, opts)
 		if err != nil {
 			return nil, err
 		}
 		return s, nil
 	case Postgres:
-		s, err := postgres.Open(ctx, spec.URL, postgres.Options{Table: spec.Table})
+		s, err := postgres.Open(ctx, spec.URL, postgres.Options{Table: spec.Table, ReadOnly: readOnly})
 		if err != nil {
 			return nil, err
 		}
 		return s, nil
 	case MySQL:
-		s, err := mysql.Open(ctx, spec.URL, mysql.Options{Table: spec.Table})
+		s, err := mysql.Open(ctx, spec.URL, mysql.Options{Table: spec.Table, ReadOnly: readOnly})
 		if err != nil {
 			return nil, err
 		}
@@ -265,46 +296,3 @@ func OpenSpec(ctx context.Context, spec Spec) (Store, error) {
 func IsURLError(err error) bool {
 	return errors.Is(err, store.ErrInvalidURL) || errors.Is(err, store.ErrInvalidName)
 }
-
-// Secrets returns every password-looking part of raw, longest first, so a
-// log line that quotes one can be scrubbed: what store.URLSecrets finds
-// (the userinfo password, password=… values, as written and escaped), and
-// besides, since the tool prints what it is given, secret=… and token=…
-// values and the passwd=/pwd= keywords, each decoded too.
-func Secrets(raw string) []string {
-	out := store.URLSecrets(raw)
-	add := func(s string) {
-		if s == "" {
-			return
-		}
-		out = append(out, s)
-		if dec, err := url.QueryUnescape(s); err == nil && dec != s && dec != "" {
-			out = append(out, dec)
-		}
-	}
-	if u, err := url.Parse(raw); err == nil {
-		for k, vs := range u.Query() {
-			if secretParam(k) {
-				for _, v := range vs {
-					add(v)
-					add(url.QueryEscape(v))
-				}
-			}
-		}
-	}
-	for _, m := range keywordRE.FindAllStringSubmatch(raw, -1) {
-		add(strings.Trim(m[2], "'"))
-	}
-	slices.SortFunc(out, func(a, b string) int { return cmp.Or(len(b)-len(a), strings.Compare(a, b)) })
-	return slices.Compact(out)
-}
-
-var keywordRE = regexp.MustCompile(`(?i)(password|passwd|pwd|secret|token)=('(?:[^'\\]|\\.)*'|[^&\s]+)`)
-
-func secretParam(k string) bool {
-	k = strings.ToLower(k)
-	return strings.Contains(k, "password") || strings.Contains(k, "secret") || strings.Contains(k, "token")
-}
-
-// Scrub replaces every secret in s.
-func Scrub(s string, secrets []string) string { return store.RedactString(s, secrets...) }

@@ -33,7 +33,7 @@ func parseURL(raw string) (cfg clientv3.Config, shown string, err error) {
 	if strings.IndexFunc(raw, unicode.IsControl) >= 0 {
 		return bad("control character")
 	}
-	schemeName, rest, found := strings.Cut(raw, "://")
+	schemeName, _, found := strings.Cut(raw, "://")
 	var scheme string
 	switch {
 	case !found:
@@ -45,6 +45,13 @@ func parseURL(raw string) (cfg clientv3.Config, shown string, err error) {
 	default:
 		return bad("scheme must be etcd or etcd+https")
 	}
+	// The password is read by store's rules (it runs to the last '@'); the
+	// rest, user name included, is read here without it.
+	stripped, password, err := store.SplitURLPassword(raw)
+	if err != nil {
+		return clientv3.Config{}, "", fmt.Errorf("etcd: %s: %w", shown, err)
+	}
+	rest := strings.TrimPrefix(stripped, schemeName+"://")
 	authority, tail := rest, ""
 	if i := strings.IndexAny(rest, "/?#"); i >= 0 {
 		authority, tail = rest[:i], rest[i:]
@@ -53,17 +60,14 @@ func parseURL(raw string) (cfg clientv3.Config, shown string, err error) {
 	if i := strings.LastIndexByte(authority, '@'); i >= 0 {
 		user, err := url.Parse("etcd://" + authority[:i+1] + "h")
 		if err != nil || user.User == nil {
-			return bad("cannot parse the user and password")
+			return bad("cannot parse the user name")
 		}
 		cfg.Username = user.User.Username()
-		cfg.Password, _ = user.User.Password()
 		hosts = authority[i+1:]
-		if cfg.Username == "" || cfg.Password == "" {
-			return bad("a user needs a password and a password needs a user")
-		}
-		shown = schemeName + "://" + url.User(cfg.Username).String() + ":xxxxx@" + hosts + tail
-	} else {
-		shown = raw
+	}
+	cfg.Password = password
+	if (cfg.Username == "") != (cfg.Password == "") {
+		return bad("a user needs a password and a password needs a user")
 	}
 	u, err := url.Parse("etcd://h" + tail)
 	if err != nil {

@@ -31,7 +31,7 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 	if err := store.ValidateAcquire(req); err != nil {
 		return store.AcquireResult{}, err
 	}
-	if err := s.ready(ctx); err != nil {
+	if err := s.access.Write(ctx); err != nil {
 		return store.AcquireResult{}, err
 	}
 	res, err := sqlstore.Acquire(ctx, req, s.acquireOnce)
@@ -120,7 +120,7 @@ func (s *Store) Renew(ctx context.Context, owner string, ttl time.Duration, item
 	if len(items) == 0 {
 		return out, nil
 	}
-	if err := s.ready(ctx); err != nil {
+	if err := s.access.Write(ctx); err != nil {
 		return nil, err
 	}
 	batch := make([]batchItem, 0, len(items))
@@ -196,7 +196,7 @@ func (s *Store) Release(ctx context.Context, owner string, terms []store.Term) e
 	if len(terms) == 0 {
 		return nil
 	}
-	if err := s.ready(ctx); err != nil {
+	if err := s.access.Write(ctx); err != nil {
 		return err
 	}
 	batch := make([]batchItem, 0, len(terms))
@@ -216,7 +216,7 @@ func (s *Store) Release(ctx context.Context, owner string, terms []store.Term) e
 // List returns every lease whose key starts with prefix, sorted by key,
 // with one clock reading for all of them.
 func (s *Store) List(ctx context.Context, prefix string) ([]store.Lease, error) {
-	if err := s.ready(ctx); err != nil {
+	if err := s.access.Read(ctx); err != nil {
 		return nil, err
 	}
 	query, args := s.q.listAll, []any{hexString(prefix)}
@@ -249,7 +249,7 @@ func (s *Store) Revoke(ctx context.Context, key string) (bool, error) {
 	if err := store.ValidateKey(key); err != nil {
 		return false, err
 	}
-	if err := s.ready(ctx); err != nil {
+	if err := s.access.Write(ctx); err != nil {
 		return false, err
 	}
 	r, err := s.exec(ctx, s.q.revoke, hexString(key))

@@ -1,6 +1,7 @@
 package mysql
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"slices"
@@ -145,4 +146,10 @@ func TestConcurrentFirstCallsCreateTheTableOnce(t *testing.T) {
 
 func TestWithoutAutoMigrateTheTableComesFromMigrate(t *testing.T) {
 	tables.CheckMigrateCreatesTheTable(t)
+}
+
+func TestReadOnlyNeverCreatesTheTableAndRefusesWrites(t *testing.T) {
+	tables.CheckReadOnlyOpenCreatesNothing(t, func(ctx context.Context, url, table string) (*Store, error) {
+		return Open(ctx, url, Options{Table: table, ReadOnly: true})
+	})
 }

@@ -28,19 +28,26 @@ type Options struct {
 	// for deployments whose application user may not run DDL; run
 	// [Store.Migrate] (tenure migrate) as a privileged user instead.
 	NoAutoMigrate bool
+
+	// ReadOnly opens an existing table to read it, for tools that only
+	// look (tenure status): the store never creates or migrates its table,
+	// Open fails with store.ErrNotFound when the table does not exist, and
+	// every call but List fails with store.ErrReadOnly.
+	ReadOnly bool
 }
 
 // Store is a lease store on a MySQL or MariaDB table. It is safe for
 // concurrent use.
 type Store struct {
-	db      *sql.DB
-	ownsDB  bool
-	table   string // validated, unquoted
-	autoMig bool
-	q       queries
+	db     *sql.DB
+	ownsDB bool
+	table  string // validated, unquoted
+	q      queries
 
 	closed atomic.Bool
-	schema sqlstore.Migration // creates the table on first use
+	// access clears each call: none once closed, no write when read-only,
+	// and the table created on first use.
+	access sqlstore.Access
 }
 
 // Compile-time checks of the capabilities the engine and the CLI look for.
@@ -92,6 +99,12 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	}
 	s.db = db
 	s.ownsDB = true
+	if opts.ReadOnly {
+		if err := s.access.CheckTable(ctx, "?table= or database"); err != nil {
+			db.Close()
+			return nil, err
+		}
+	}
 	return s, nil
 }
 
@@ -117,12 +130,12 @@ func newStore(db *sql.DB, opts Options) (*Store, error) {
 	if err := store.ValidateName("mysql: table", table); err != nil {
 		return nil, err
 	}
-	return &Store{
-		db:      db,
-		table:   table,
-		autoMig: !opts.NoAutoMigrate,
-		q:       buildQueries(table),
-	}, nil
+	s := &Store{db: db, table: table, q: buildQueries(table)}
+	s.access = sqlstore.Access{
+		Backend: "mysql", Table: table, ReadOnly: opts.ReadOnly, AutoMigrate: !opts.NoAutoMigrate,
+		Closed: s.closed.Load, Exists: s.tableExists, Create: s.migrate,
+	}
+	return s, nil
 }
 
 // Table returns the name of the lease table.
@@ -138,24 +151,7 @@ func (s *Store) Close() error {
 }
 
 // Migrate creates the lease table if it does not exist.
-func (s *Store) Migrate(ctx context.Context) error {
-	if s.closed.Load() {
-		return store.ErrClosed
-	}
-	return s.schema.Run(ctx, s.migrate)
-}
-
-// ready fails once the store is closed and, on first use, creates the
-// table.
-func (s *Store) ready(ctx context.Context) error {
-	if s.closed.Load() {
-		return store.ErrClosed
-	}
-	if !s.autoMig {
-		return nil
-	}
-	return s.schema.Ensure(ctx, s.migrate)
-}
+func (s *Store) Migrate(ctx context.Context) error { return s.access.Migrate(ctx) }
 
 // Server error numbers the store reacts to.
 const (
@@ -163,16 +159,26 @@ const (
 	errDeadlock    = 1213 // ER_LOCK_DEADLOCK
 )
 
+// tableExists probes the table, which needs no privilege beyond reading it
+// (CREATE TABLE IF NOT EXISTS checks the CREATE privilege before it looks
+// for the table).
+func (s *Store) tableExists(ctx context.Context) (bool, error) {
+	_, err := s.db.ExecContext(ctx, s.q.probe)
+	switch {
+	case err == nil:
+		return true, nil
+	case isServerError(err, errNoSuchTable):
+		return false, nil
+	}
+	return false, fmt.Errorf("mysql: look up table %s: %w", s.table, err)
+}
+
 func (s *Store) migrate(ctx context.Context) error {
 	// An existing table needs no DDL, and a user without the CREATE
-	// privilege may still use it (CREATE TABLE IF NOT EXISTS checks the
-	// privilege before it looks for the table).
-	_, err := s.db.ExecContext(ctx, s.q.probe)
-	if err == nil {
-		return nil
-	}
-	if !isServerError(err, errNoSuchTable) {
-		return fmt.Errorf("mysql: look up table %s: %w", s.table, err)
+	// privilege may still use it.
+	exists, err := s.tableExists(ctx)
+	if err != nil || exists {
+		return err
 	}
 	// Unlike PostgreSQL's, MySQL's and MariaDB's CREATE TABLE IF NOT EXISTS
 	// is safe against itself: the statement holds an exclusive metadata

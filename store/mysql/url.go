@@ -22,22 +22,29 @@ func parseURL(raw string) (cfg *mysqldrv.Config, table, shown string, secrets []
 		detail := store.RedactString(fmt.Sprintf(format, args...), secrets...)
 		return fmt.Errorf("mysql: %s: %s: %w", shown, detail, store.ErrInvalidURL)
 	}
-
-	u, err := url.Parse(raw)
-	if err != nil || u.Opaque != "" || !strings.Contains(raw, "://") {
+	if !strings.Contains(raw, "://") {
 		// Where the password sits in such a string is anyone's guess (it
 		// may be a go-sql-driver DSN, user:password@tcp(host)/db), so none
 		// of it is shown.
 		shown = "<not a URL>"
+		return nil, "", "", nil, invalid("want mysql://user:password@host:port/database")
+	}
+	shown = store.RedactURL(raw)
+	// The password is read once, by store's rules, and set in the driver's
+	// configuration: the rest of the URL is parsed without it.
+	rest, password, err := store.SplitURLPassword(raw)
+	if err != nil {
+		return nil, "", "", nil, fmt.Errorf("mysql: %s: %w", shown, err)
+	}
+	u, err := url.Parse(rest)
+	if err != nil || u.Opaque != "" {
 		var ue *url.Error
 		if errors.As(err, &ue) {
 			// Its message without the URL it quotes.
-			shown = "<unparsable URL>"
 			return nil, "", "", nil, invalid("%v", ue.Err)
 		}
 		return nil, "", "", nil, invalid("want mysql://user:password@host:port/database")
 	}
-	shown = store.RedactString(store.RedactURL(raw), secrets...)
 	if u.Scheme != "mysql" {
 		return nil, "", "", nil, invalid("scheme must be mysql://")
 	}
@@ -75,8 +82,8 @@ func parseURL(raw string) (cfg *mysqldrv.Config, table, shown string, secrets []
 	}
 	if u.User != nil {
 		cfg.User = u.User.Username()
-		cfg.Passwd, _ = u.User.Password()
 	}
+	cfg.Passwd = password
 	cfg.DBName = database
 	switch {
 	case socket != "":

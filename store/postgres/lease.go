@@ -148,7 +148,7 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 	if err := store.ValidateAcquire(req); err != nil {
 		return store.AcquireResult{}, err
 	}
-	if err := s.ready(ctx); err != nil {
+	if err := s.access.Write(ctx); err != nil {
 		return store.AcquireResult{}, err
 	}
 	// The holder is read by a second statement of the batch, so a refusal
@@ -201,7 +201,7 @@ func (s *Store) Renew(ctx context.Context, owner string, ttl time.Duration, item
 	if len(items) == 0 {
 		return out, nil
 	}
-	if err := s.ready(ctx); err != nil {
+	if err := s.access.Write(ctx); err != nil {
 		return nil, err
 	}
 	keys := make([]string, len(items))
@@ -238,7 +238,7 @@ func (s *Store) Release(ctx context.Context, owner string, terms []store.Term) e
 	if len(terms) == 0 {
 		return nil
 	}
-	if err := s.ready(ctx); err != nil {
+	if err := s.access.Write(ctx); err != nil {
 		return err
 	}
 	keys := make([]string, len(terms))
@@ -254,7 +254,7 @@ func (s *Store) Release(ctx context.Context, owner string, terms []store.Term) e
 
 // List returns every lease whose key starts with prefix, sorted by key.
 func (s *Store) List(ctx context.Context, prefix string) ([]store.Lease, error) {
-	if err := s.ready(ctx); err != nil {
+	if err := s.access.Read(ctx); err != nil {
 		return nil, err
 	}
 	// Keys are valid UTF-8 without NUL, but a prefix may cut a character
@@ -306,7 +306,7 @@ func (s *Store) Revoke(ctx context.Context, key string) (bool, error) {
 	if err := store.ValidateKey(key); err != nil {
 		return false, err
 	}
-	if err := s.ready(ctx); err != nil {
+	if err := s.access.Write(ctx); err != nil {
 		return false, err
 	}
 	var epoch int64

@@ -121,3 +121,9 @@ func TestConcurrentFirstCallsCreateTheTableOnce(t *testing.T) {
 func TestWithoutAutoMigrateTheTableComesFromMigrate(t *testing.T) {
 	tables.CheckMigrateCreatesTheTable(t)
 }
+
+func TestReadOnlyNeverCreatesTheTableAndRefusesWrites(t *testing.T) {
+	tables.CheckReadOnlyOpenCreatesNothing(t, func(ctx context.Context, url, table string) (*Store, error) {
+		return Open(ctx, url, Options{Table: table, ReadOnly: true})
+	})
+}

@@ -59,6 +59,12 @@ type Options struct {
 	// for deployments whose application role may not run DDL; run
 	// [Store.Migrate] (tenure migrate) with a privileged role instead.
 	NoAutoMigrate bool
+
+	// ReadOnly opens an existing table to read it, for tools that only
+	// look (tenure status): the store never creates or migrates its table,
+	// Open fails with store.ErrNotFound when the table does not exist, and
+	// every call but List and Watch fails with store.ErrReadOnly.
+	ReadOnly bool
 }
 
 // Store is a lease store on a PostgreSQL table. It is safe for concurrent
@@ -68,9 +74,10 @@ type Store struct {
 	ownsPool bool
 	table    string // validated, unquoted; also the NOTIFY channel
 	ident    string // quoted table identifier for SQL
-	autoMig  bool
 	sql      statements
-	schema   sqlstore.Migration // creates the table on first use
+	// access clears each call: none once closed, no write when read-only,
+	// and the table created on first use.
+	access sqlstore.Access
 	// watches is the closed state and every running Watch, which Close
 	// ends.
 	watches watchset.Set
@@ -88,24 +95,38 @@ var (
 // pool_max_conns or search_path) and checks that it answers. The password
 // never appears in a returned error. Close closes the pool.
 func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
+	shown := store.RedactURL(rawURL)
 	secrets := store.URLSecrets(rawURL)
-	// store.RedactURL knows URLs; the extra pass also catches a password in
-	// a keyword/value string ("host=h password=p") passed by mistake.
-	shown := store.RedactString(store.RedactURL(rawURL), secrets...)
-	u, err := url.Parse(rawURL)
+	// pgx, like libpq, ends the user and password at the first '@', which
+	// would make the tail of a password with an '@' in it a host name;
+	// it gets the URL without the password and the password apart.
+	rest, password, err := store.SplitURLPassword(rawURL)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %s: %w", shown, err)
+	}
+	u, err := url.Parse(rest)
 	if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
 		detail := "scheme must be postgres:// or postgresql://"
 		if err != nil {
-			detail = store.RedactString(err.Error(), secrets...)
+			// url.Parse's message repeats the URL; its cause does not.
+			detail = "does not parse"
+			var ue *url.Error
+			if errors.As(err, &ue) {
+				detail = store.RedactString(ue.Err.Error(), secrets...)
+			}
 		}
 		return nil, fmt.Errorf("postgres: %s: %s: %w", shown, detail, store.ErrInvalidURL)
 	}
-	cfg, err := pgxpool.ParseConfig(rawURL)
+	cfg, err := pgxpool.ParseConfig(rest)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %s: %s: %w", shown, store.RedactString(err.Error(), secrets...), store.ErrInvalidURL)
 	}
+	if password != "" {
+		// The URL's password wins over .pgpass and PGPASSWORD, as in libpq.
+		cfg.ConnConfig.Password = password
+	}
 	if pw := cfg.ConnConfig.Password; pw != "" {
-		secrets = append(secrets, pw)
+		secrets = append(secrets, pw) // from ?password=, .pgpass or PGPASSWORD
 	}
 	s, err := newStore(nil, opts)
 	if err != nil {
@@ -123,6 +144,12 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	}
 	s.pool = pool
 	s.ownsPool = true
+	if opts.ReadOnly {
+		if err := s.access.CheckTable(ctx, "?table=, database or search_path"); err != nil {
+			pool.Close()
+			return nil, err
+		}
+	}
 	return s, nil
 }
 
@@ -148,13 +175,12 @@ func newStore(pool *pgxpool.Pool, opts Options) (*Store, error) {
 		return nil, err
 	}
 	ident := pgx.Identifier{table}.Sanitize()
-	return &Store{
-		pool:    pool,
-		table:   table,
-		ident:   ident,
-		autoMig: !opts.NoAutoMigrate,
-		sql:     buildStatements(ident),
-	}, nil
+	s := &Store{pool: pool, table: table, ident: ident, sql: buildStatements(ident)}
+	s.access = sqlstore.Access{
+		Backend: "postgres", Table: table, ReadOnly: opts.ReadOnly, AutoMigrate: !opts.NoAutoMigrate,
+		Closed: s.watches.Closed, Exists: s.tableExists, Create: s.migrate,
+	}
+	return s, nil
 }
 
 // Table returns the name of the lease table (and of the NOTIFY channel).
@@ -173,40 +199,29 @@ func (s *Store) Close() error {
 }
 
 // Migrate creates the lease table if it does not exist.
-func (s *Store) Migrate(ctx context.Context) error {
-	if s.watches.Closed() {
-		return store.ErrClosed
-	}
-	return s.schema.Run(ctx, s.migrate)
-}
+func (s *Store) Migrate(ctx context.Context) error { return s.access.Migrate(ctx) }
 
-// ready fails once the store is closed and, on first use, creates the
-// table.
-func (s *Store) ready(ctx context.Context) error {
-	if s.watches.Closed() {
-		return store.ErrClosed
+// tableExists looks the table up on the connection's search_path.
+func (s *Store) tableExists(ctx context.Context) (bool, error) {
+	var exists bool
+	if err := s.pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, s.ident).Scan(&exists); err != nil {
+		return false, fmt.Errorf("postgres: look up table %s: %w", s.table, err)
 	}
-	if !s.autoMig {
-		return nil
-	}
-	return s.schema.Ensure(ctx, s.migrate)
+	return exists, nil
 }
 
 func (s *Store) migrate(ctx context.Context) error {
 	// An existing table needs no DDL, and a role without CREATE on the
 	// schema may still use it.
-	var exists bool
-	if err := s.pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, s.ident).Scan(&exists); err != nil {
-		return fmt.Errorf("postgres: look up table %s: %w", s.table, err)
-	}
-	if exists {
-		return nil
+	exists, err := s.tableExists(ctx)
+	if err != nil || exists {
+		return err
 	}
 	// CREATE TABLE IF NOT EXISTS is not safe against itself: two sessions
 	// creating the same table at once can both pass the check and one then
 	// fails with a unique violation on pg_type. A transaction-scoped
 	// advisory lock per table name serialises them across processes.
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrateLockID(s.table)); err != nil {
 			return err
 		}

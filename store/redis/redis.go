@@ -53,21 +53,27 @@ var (
 // The password never appears in an error.
 func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	shown := store.RedactURL(rawURL)
-	u, err := url.Parse(rawURL)
+	// The password is read once, by store's rules, and handed to go-redis
+	// apart from the URL, which it parses without it.
+	rest, password, err := store.SplitURLPassword(rawURL)
 	if err != nil {
-		// url.Parse's own error repeats the whole URL, password included.
+		return nil, fmt.Errorf("redis: %s: %w", shown, err)
+	}
+	u, err := url.Parse(rest)
+	if err != nil {
+		// url.Parse's own error repeats the whole URL.
 		return nil, fmt.Errorf("redis: cannot parse %s: %w", shown, store.ErrInvalidURL)
 	}
 	if u.Scheme != "redis" && u.Scheme != "rediss" {
 		return nil, fmt.Errorf("redis: %s: scheme must be redis or rediss: %w", shown, store.ErrInvalidURL)
 	}
-	var password string
-	if u.User != nil {
-		password, _ = u.User.Password()
-	}
-	o, err := goredis.ParseURL(rawURL)
+	secrets := store.URLSecrets(rawURL)
+	o, err := goredis.ParseURL(rest)
 	if err != nil {
-		return nil, fmt.Errorf("redis: %s: %w: %w", shown, store.ErrInvalidURL, store.RedactError(err, password))
+		return nil, fmt.Errorf("redis: %s: %w: %w", shown, store.ErrInvalidURL, store.RedactError(err, secrets...))
+	}
+	if password != "" {
+		o.Password = password
 	}
 	// Store calls must end at their context deadline: the engine's
 	// fail-closed timing bounds every call, and go-redis ignores deadlines
@@ -81,7 +87,7 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	}
 	if err := client.Ping(ctx).Err(); err != nil {
 		_ = client.Close()
-		return nil, fmt.Errorf("redis: connect to %s: %w", shown, store.RedactError(err, password))
+		return nil, fmt.Errorf("redis: connect to %s: %w", shown, store.RedactError(err, secrets...))
 	}
 	return s, nil
 }

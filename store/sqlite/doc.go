@@ -38,7 +38,8 @@
 // its changes are not numbered, so other processes' watches miss them.
 //
 // The table is created when a [Store] opens; [Store.Migrate] does it
-// explicitly.
+// explicitly. A Store opened with Options.ReadOnly creates nothing: it
+// reads an existing file and table, or fails with store.ErrNotFound.
 //
 // # Push events
 //

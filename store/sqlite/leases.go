@@ -19,8 +19,8 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 	if err := store.ValidateAcquire(req); err != nil {
 		return store.AcquireResult{}, err
 	}
-	if s.isClosed() {
-		return store.AcquireResult{}, s.fail("acquire", store.ErrClosed)
+	if err := s.writable("acquire"); err != nil {
+		return store.AcquireResult{}, err
 	}
 	res, err := s.acquire(ctx, req)
 	if err == nil {
@@ -84,8 +84,8 @@ func (s *Store) Renew(ctx context.Context, owner string, ttl time.Duration, item
 	if err := store.ValidateRenew(owner, ttl, items); err != nil {
 		return nil, err
 	}
-	if s.isClosed() {
-		return nil, s.fail("renew", store.ErrClosed)
+	if err := s.writable("renew"); err != nil {
+		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, s.fail("renew", err)
@@ -135,8 +135,8 @@ func (s *Store) Release(ctx context.Context, owner string, terms []store.Term) e
 	if err := store.ValidateRelease(owner, terms); err != nil {
 		return err
 	}
-	if s.isClosed() {
-		return s.fail("release", store.ErrClosed)
+	if err := s.writable("release"); err != nil {
+		return err
 	}
 	if err := ctx.Err(); err != nil {
 		return s.fail("release", err)
@@ -232,8 +232,8 @@ func (s *Store) Revoke(ctx context.Context, key string) (bool, error) {
 	if err := store.ValidateKey(key); err != nil {
 		return false, err
 	}
-	if s.isClosed() {
-		return false, s.fail("revoke", store.ErrClosed)
+	if err := s.writable("revoke"); err != nil {
+		return false, err
 	}
 	if err := s.gate.enter(ctx); err != nil {
 		return false, s.fail(fmt.Sprintf("revoke %q", key), err)

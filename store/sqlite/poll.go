@@ -38,7 +38,7 @@ type pollState struct {
 // then it polls every interval (re-read from the hub each time, since
 // watchers come and go) until stopped.
 func (s *Store) startPoller(ctx context.Context, first time.Duration) (*poller, error) {
-	db, err := sql.Open("sqlite", dsn(s.path, s.busy))
+	db, err := sql.Open("sqlite", dsn(s.path, s.busy, false))
 	if err != nil {
 		return nil, err
 	}

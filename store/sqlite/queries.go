@@ -12,6 +12,7 @@ const nowUS = `(CAST(ROUND(unixepoch('subsec') * 1000.0) AS INTEGER) * 1000)`
 // validated as a plain identifier, so it is spliced in without quoting.
 type queries struct {
 	create  string
+	exists  string
 	columns string
 	index   string
 	acquire string
@@ -51,6 +52,8 @@ func buildQueries(table string) queries {
 	change_seq    INTEGER NOT NULL DEFAULT 0,
 	change_origin INTEGER NOT NULL DEFAULT 0
 ) WITHOUT ROWID`),
+		// A read-only Store finds its table or fails; ?1 is the table name.
+		exists: `SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = ?1`,
 		// Tables made before change_seq existed get the columns by ALTER
 		// TABLE (see Migrate); ?1 is the table name.
 		columns: `SELECT name FROM pragma_table_info(?1)`,

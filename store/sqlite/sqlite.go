@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -34,6 +35,13 @@ type Options struct {
 	// write lock before failing. A context that ends sooner ends the wait
 	// sooner. Zero means DefaultBusyTimeout.
 	BusyTimeout time.Duration
+
+	// ReadOnly opens an existing store to read it, for tools that only
+	// look (tenure status): Open never creates a file, a directory or a
+	// table, never migrates, and fails with store.ErrNotFound when the file
+	// or its lease table is missing. List works; every other call fails
+	// with store.ErrReadOnly.
+	ReadOnly bool
 
 	// WatchPoll is how often, while a Watch is active, this process looks
 	// for acquisitions and releases committed by other processes, so that
@@ -77,6 +85,8 @@ type Store struct {
 	gate  gate // shared by every Store of this file in the process
 	busy  time.Duration
 	poll  time.Duration // < 0: this Store's watches start no poller
+	// readOnly: see Options.ReadOnly.
+	readOnly bool
 
 	closeOnce sync.Once
 	closeMu   sync.Mutex    // orders Close against Watch's watchers.Add
@@ -95,7 +105,8 @@ var (
 
 // Open opens (creating if needed) the SQLite file at path, and the lease
 // table in it. A missing parent directory is created with mode 0700, since
-// the file says who runs what. The returned Store must be closed.
+// the file says who runs what. With Options.ReadOnly nothing is created:
+// the file and its table must exist. The returned Store must be closed.
 func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	opts, err := opts.withDefaults()
 	if err != nil {
@@ -108,32 +119,47 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sqlite %s: %w", path, err)
 	}
-	if fi, err := os.Stat(abs); err == nil && fi.IsDir() {
+	fi, err := os.Stat(abs)
+	switch {
+	case err == nil && fi.IsDir():
 		return nil, fmt.Errorf("sqlite %s: is a directory, not a database file", abs)
-	}
-	if err := os.MkdirAll(filepath.Dir(abs), 0o700); err != nil {
-		return nil, fmt.Errorf("sqlite %s: create parent directory: %w", abs, err)
+	case opts.ReadOnly && errors.Is(err, fs.ErrNotExist):
+		return nil, fmt.Errorf("sqlite: no store at %s: nothing has run against it (did you mean another path?): %w", abs, store.ErrNotFound)
+	case opts.ReadOnly && err != nil:
+		return nil, fmt.Errorf("sqlite %s: %w", abs, err)
+	case !opts.ReadOnly:
+		if err := os.MkdirAll(filepath.Dir(abs), 0o700); err != nil {
+			return nil, fmt.Errorf("sqlite %s: create parent directory: %w", abs, err)
+		}
 	}
 
 	canon := canonical(abs)
-	db, err := sql.Open("sqlite", dsn(abs, opts.BusyTimeout))
+	db, err := sql.Open("sqlite", dsn(abs, opts.BusyTimeout, opts.ReadOnly))
 	if err != nil {
 		return nil, fmt.Errorf("sqlite %s: %w", abs, err)
 	}
 	s := &Store{
-		db:      db,
-		path:    abs,
-		table:   opts.Table,
-		q:       buildQueries(opts.Table),
-		hub:     hubFor(canon, opts.Table),
-		gate:    gateFor(canon),
-		busy:    opts.BusyTimeout,
-		poll:    opts.WatchPoll,
-		closing: make(chan struct{}),
+		db:       db,
+		path:     abs,
+		table:    opts.Table,
+		q:        buildQueries(opts.Table),
+		hub:      hubFor(canon, opts.Table),
+		gate:     gateFor(canon),
+		busy:     opts.BusyTimeout,
+		poll:     opts.WatchPoll,
+		readOnly: opts.ReadOnly,
+		closing:  make(chan struct{}),
 	}
-	if err := s.checkJournal(ctx); err != nil {
+	check := s.checkJournal
+	if opts.ReadOnly {
+		check = s.checkTable
+	}
+	if err := check(ctx); err != nil {
 		db.Close()
 		return nil, err
+	}
+	if opts.ReadOnly {
+		return s, nil
 	}
 	if err := s.Migrate(ctx); err != nil {
 		db.Close()
@@ -220,10 +246,14 @@ func ParseURL(rawURL string) (path string, opts Options, err error) {
 // busy_timeout first, so that switching to WAL waits for a lock instead of
 // failing; and _txlock=immediate makes every transaction take the write lock
 // at BEGIN, so two processes queue instead of deadlocking on a lock upgrade.
-func dsn(absPath string, busy time.Duration) string {
+func dsn(absPath string, busy time.Duration, readOnly bool) string {
 	esc := strings.NewReplacer("%", "%25", "?", "%3F", "#", "%23").Replace(filepath.ToSlash(absPath))
 	if !strings.HasPrefix(esc, "/") { // a Windows drive path: file:/C:/…
 		esc = "/" + esc
+	}
+	if readOnly {
+		// mode=ro: SQLite itself refuses to create the file or write to it.
+		return fmt.Sprintf("file:%s?mode=ro&_pragma=busy_timeout(%d)", esc, busy.Milliseconds())
 	}
 	return fmt.Sprintf("file:%s?_pragma=busy_timeout(%d)&_pragma=journal_mode(WAL)&_txlock=immediate",
 		esc, busy.Milliseconds())
@@ -255,11 +285,27 @@ func (s *Store) checkJournal(ctx context.Context) error {
 	return nil
 }
 
+// checkTable confirms, for a read-only Store, that its table exists.
+func (s *Store) checkTable(ctx context.Context) error {
+	var n int
+	if err := s.db.QueryRowContext(ctx, s.q.exists, s.table).Scan(&n); err != nil {
+		return s.fail("open", err)
+	}
+	if n == 0 {
+		return fmt.Errorf("sqlite %s: no lease table %s in this file: nothing has run against it (did you mean another ?table=?): %w",
+			s.path, s.table, store.ErrNotFound)
+	}
+	return nil
+}
+
 // Migrate creates the lease table if it does not exist, and adds the
 // columns and index of change numbering (see Watch) to a table made by an
 // older version. It is one transaction under the write lock, so processes
 // opening one file together do not both add a column.
 func (s *Store) Migrate(ctx context.Context) error {
+	if err := s.writable("migrate table " + s.table); err != nil {
+		return err
+	}
 	if err := s.migrate(ctx); err != nil {
 		return s.fail("migrate table "+s.table, err)
 	}
@@ -334,6 +380,18 @@ func (s *Store) isClosed() bool {
 	default:
 		return false
 	}
+}
+
+// writable fails, as operation op, once the store is closed, and always
+// for a read-only Store.
+func (s *Store) writable(op string) error {
+	switch {
+	case s.isClosed():
+		return s.fail(op, store.ErrClosed)
+	case s.readOnly:
+		return fmt.Errorf("sqlite %s: %s: opened read-only: %w", s.path, op, store.ErrReadOnly)
+	}
+	return nil
 }
 
 // fail wraps an error of operation op with the file's path, reporting a

@@ -159,6 +159,24 @@ func TestOpenCreatesAPrivateParentDirectory(t *testing.T) {
 	}
 }
 
+func TestReadOnlyNeverCreatesTheFileOrTheTableAndRefusesWrites(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "typo", "leases.db")
+	storetesting.CheckReadOnlyOpenCreatesNothing(t,
+		func(ctx context.Context) (store.Store, error) { return Open(ctx, path, Options{ReadOnly: true}) },
+		func() store.Store {
+			if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+				t.Fatalf("read-only opens left %v behind", entries)
+			}
+			return openAt(t, path, Options{})
+		})
+	// A file that holds no lease table is no store either.
+	_, err := Open(t.Context(), path, Options{ReadOnly: true, Table: "other"})
+	if !errors.Is(err, store.ErrNotFound) || !strings.Contains(err.Error(), "no lease table other") {
+		t.Errorf("read-only open of a missing table: %v", err)
+	}
+}
+
 func TestTwoHandlesOnOneFileNeverBothWin(t *testing.T) {
 	t.Run("same process", func(t *testing.T) { raceTwoHandles(t, false) })
 	// With private gates the two handles meet only at SQLite's write lock,

@@ -154,8 +154,10 @@ func (s *Store) Watch(ctx context.Context, prefix string) (<-chan store.Event, e
 	// this call sees the store closed.
 	s.closeMu.Lock()
 	defer s.closeMu.Unlock()
-	if s.isClosed() {
-		return nil, s.fail("watch", store.ErrClosed)
+	if err := s.writable("watch"); err != nil {
+		// Its poller's connection would write (WAL checkpoints), and a
+		// read-only Store serves List alone.
+		return nil, err
 	}
 	w := &watcher{prefix: prefix, ch: make(chan store.Event, watchBuffer), poll: s.poll}
 	if err := s.hub.add(ctx, w, s.startPoller); err != nil {

@@ -323,7 +323,7 @@ const oldSchema = `CREATE TABLE tenure_leases (
 
 func TestOpeningATableOfAnOlderVersionAddsChangeNumbering(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "leases.db")
-	raw, err := sql.Open("sqlite", dsn(path, time.Second))
+	raw, err := sql.Open("sqlite", dsn(path, time.Second, false))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,7 +1,8 @@
 // Package sqlstore holds what the SQL lease stores (mysql, postgres,
 // sqlite) share beyond their dialects: creating the table once on first
-// use, the byte-order end of a key prefix, and the retry of an acquisition
-// refused by a term that ended meanwhile.
+// use, which calls a closed or read-only store may serve (Access), the
+// byte-order end of a key prefix, and the retry of an acquisition refused
+// by a term that ended meanwhile.
 package sqlstore
 
 import (
