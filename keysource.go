@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -74,7 +75,10 @@ func (f *fileSource) Keys(ctx context.Context) ([]string, error) {
 
 // KeysFromCommand runs name with args on every refresh and takes each line
 // of its standard output as a key. A command that fails or times out
-// (ctx) keeps the previous key set in force.
+// (ctx) keeps the previous key set in force. The command runs in a
+// process group of its own, killed whole when the read times out or once
+// the command has exited: a read never outlives its context by more than
+// a moment, even when the command left a process in the background.
 func KeysFromCommand(name string, args ...string) KeySource {
 	return KeysFromCmd(func(ctx context.Context) *exec.Cmd { return exec.CommandContext(ctx, name, args...) })
 }
@@ -89,17 +93,36 @@ func KeysFromCmd(newCmd func(ctx context.Context) *exec.Cmd) KeySource {
 		name := cmd.Args[0]
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
+		// Its own process group, killed whole when ctx ends; and no wait
+		// past a moment for output pipes that a process it left in the
+		// background still holds: either would let a read outlive ctx.
+		inOwnGroup(cmd)
+		cmd.WaitDelay = commandWaitDelay
 		out, err := cmd.Output()
+		killGroup(cmd) // whatever it left behind must not run on
+		switch {
+		case err == nil:
+		case ctx.Err() != nil:
+			err = fmt.Errorf("no answer in time: %w", context.Cause(ctx))
+		case errors.Is(err, exec.ErrWaitDelay):
+			err = errors.New("it left a process holding its output")
+		}
 		if err != nil {
-			msg := strings.TrimSpace(stderr.String())
-			if len(msg) > 200 {
-				msg = msg[:200] + "…"
+			if msg := strings.TrimSpace(stderr.String()); msg != "" {
+				if len(msg) > 200 {
+					msg = msg[:200] + "…"
+				}
+				err = fmt.Errorf("%w: %s", err, msg)
 			}
-			return nil, fmt.Errorf("key command %q: %w: %s", name, err, msg)
+			return nil, fmt.Errorf("key command %q: %w", name, err)
 		}
 		return parseKeys(out, "key command "+name)
 	})
 }
+
+// commandWaitDelay is how long a key command's output pipes may stay open
+// after it exited or its context ended.
+const commandWaitDelay = 500 * time.Millisecond
 
 // parseKeys splits lines into keys, skipping blanks and # comments, and
 // validates each.

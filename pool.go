@@ -48,6 +48,11 @@ type Pool struct {
 	// RefreshEvery is how often Source is read. Default 30s. Call
 	// Supervisor.RefreshPool to read it at once.
 	RefreshEvery time.Duration
+	// SourceTimeout bounds each read of Source; a read that fails or times
+	// out is logged and the last good key set stays in force. Default
+	// RefreshEvery. A Source must return once its context is done: Run
+	// waits for a read in flight (after releasing every lease).
+	SourceTimeout time.Duration
 	// Weight scales this replica's share: a finite positive number,
 	// default 1.
 	Weight float64
@@ -100,14 +105,17 @@ func (s *Supervisor) AddPool(p Pool) error {
 		return fmt.Errorf("pool %s: Epsilon %v must be a finite number, not negative: %w", p.Name, p.Epsilon, ErrConfig)
 	case !finite(p.HandoffRate) || p.HandoffRate < 0 || p.HandoffRate > 1:
 		return fmt.Errorf("pool %s: HandoffRate %v must be between 0 and 1: %w", p.Name, p.HandoffRate, ErrConfig)
-	case p.MaxKeys < 0 || p.MinHold < 0 || p.OrphanDelay < 0 || p.RefreshEvery < 0:
-		return fmt.Errorf("pool %s: MaxKeys, MinHold, OrphanDelay and RefreshEvery must not be negative: %w", p.Name, ErrConfig)
+	case p.MaxKeys < 0 || p.MinHold < 0 || p.OrphanDelay < 0 || p.RefreshEvery < 0 || p.SourceTimeout < 0:
+		return fmt.Errorf("pool %s: MaxKeys, MinHold, OrphanDelay, RefreshEvery and SourceTimeout must not be negative: %w", p.Name, ErrConfig)
 	}
 	if p.Weight == 0 {
 		p.Weight = 1
 	}
 	if p.RefreshEvery <= 0 {
 		p.RefreshEvery = 30 * time.Second
+	}
+	if p.SourceTimeout <= 0 {
+		p.SourceTimeout = p.RefreshEvery
 	}
 	if p.OrphanDelay <= 0 {
 		p.OrphanDelay = s.cfg.RenewEvery * 3 / 2
@@ -164,7 +172,7 @@ func (s *Supervisor) RefreshPool(name string) error {
 // outside the supervision loop so a slow source never delays a renewal.
 func (s *Supervisor) refreshPool(ctx context.Context, ps *poolState) {
 	for {
-		rctx, cancel := context.WithTimeout(ctx, ps.cfg.RefreshEvery)
+		rctx, cancel := context.WithTimeout(ctx, ps.cfg.SourceTimeout)
 		keys, err := ps.cfg.Source.Keys(rctx)
 		cancel()
 		var keySet map[string]bool

@@ -1,11 +1,14 @@
 package tenure_test
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"math"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/tenure-dev/tenure"
@@ -170,6 +173,42 @@ func TestDuplicateKeysFromASourceRunOnceEach(t *testing.T) {
 			if n := l.starts[k]; n > 2 {
 				t.Errorf("%s started %d times in 60 rounds", k, n)
 			}
+		}
+	})
+}
+
+// Shutdown stops the runners and releases their leases first, and only
+// then waits for a key source still being read: a source that ignores its
+// context must not hold the handoff up.
+func TestShutdownReleasesBeforeWaitingForAKeySource(t *testing.T) {
+	bubble(t, func(t *testing.T, st *memstore.Store) {
+		block := make(chan struct{})
+		var reads atomic.Int32
+		src := tenure.KeySourceFunc(func(context.Context) ([]string, error) {
+			if reads.Add(1) > 1 {
+				<-block // a second read that ignores its context
+			}
+			return []string{"a"}, nil
+		})
+		l := newLedger(t)
+		w := newReplica(t, st, "w0")
+		if err := w.AddPool(tenure.Pool{Name: "mail", Source: src, Runner: l.runner(), RefreshEvery: renew}); err != nil {
+			t.Fatal(err)
+		}
+		w.start()
+		advance(3 * renew)
+		if reads.Load() < 2 || l.total() != 1 {
+			t.Fatalf("%d reads, %d keys run; want the second read hanging and a running", reads.Load(), l.total())
+		}
+		stopped := make(chan error, 1)
+		go func() { stopped <- w.stop() }()
+		synctest.Wait()
+		if le := lease(t, st, tenure.PoolPrefix+"mail/a"); !le.Released {
+			t.Errorf("while the source hangs, a's lease is %+v, want released", le)
+		}
+		close(block)
+		if err := <-stopped; err != nil {
+			t.Fatal(err)
 		}
 	})
 }

@@ -154,9 +154,12 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	s.loop(ctx)
 	renewals.Wait()
 
+	// Hand over first: stop the runners and release their leases. Only
+	// then wait for the watch and the key sources, one of which may be in
+	// the middle of a slow read that must not delay the release.
+	err := s.shutdown()
 	stopWatch()
 	watchers.Wait()
-	err := s.shutdown()
 	s.mu.Lock()
 	s.active, s.runCtx = false, nil
 	s.unlock()

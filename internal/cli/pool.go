@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"fmt"
+	"math"
 	"os/exec"
 	"strings"
 	"sync/atomic"
@@ -20,7 +21,7 @@ type poolFlags struct {
 	keys, keysFile, keysCmd string
 	max                     int
 	weight                  float64
-	refresh                 time.Duration
+	refresh, keysTimeout    time.Duration
 }
 
 func (e *env) poolCommand() *cobra.Command {
@@ -39,7 +40,10 @@ The keys come from exactly one of:
   --keys-file FILE      one key per line (blank lines and # comments skipped);
                         read again when it changes, checked every --refresh
   --keys-cmd 'CMD'      run with sh -c every --refresh; one key per line of
-                        its output. A failing run keeps the previous keys.
+                        its output. A run that fails, or has not finished
+                        within --keys-timeout (its whole process group is
+                        then killed), is logged and keeps the previous keys.
+A key listed twice counts once.
 A key that leaves the set has its command stopped and its lease released.
 The keys must be readable at start, or tenure exits with status 2. SIGHUP
 reads them again at once.
@@ -54,6 +58,8 @@ group at once if tenure itself dies, and stops each at its lease's safety
 deadline if tenure is frozen. A command that exits while its key is
 held is restarted with exponential backoff (from ttl/3 up to 16×ttl/3).
 
+Key K of the pool is leased as ~pool/NAME/K, so pools with other names, and
+tenure run, may use the same key names without sharing a lease.
 Each replica holds a membership lease, ~workers/NAME/OWNER@WEIGHT, which
 tenure status lists under POOL and WORKER. Each key prefers one replica (by
 hashing). A replica waits one renewal round (ttl/3) after joining, so that
@@ -99,6 +105,7 @@ at most; --stop-timeout must be shorter than ttl/3 + grace.
 	fl.IntVar(&f.max, "max", 0, "hold at most this many keys (0: no limit beyond the fair share)")
 	fl.Float64Var(&f.weight, "weight", 1, "this replica's share relative to the others'")
 	fl.DurationVar(&f.refresh, "refresh", 30*time.Second, "how often the keys are read again from --keys-file or --keys-cmd")
+	fl.DurationVar(&f.keysTimeout, "keys-timeout", 10*time.Second, "how long one read of the keys may take (--keys-cmd is killed then)")
 	addReplicaFlags(cmd, &f.replicaFlags)
 	return cmd
 }
@@ -113,10 +120,12 @@ func (e *env) pool(cmd *cobra.Command, f poolFlags, args []string) error {
 	switch {
 	case f.max < 0:
 		return usagef("--max %d: want 0 (no limit) or more", f.max)
-	case !(f.weight > 0):
-		return usagef("--weight %v: want a positive number", f.weight)
+	case !(f.weight > 0) || math.IsInf(f.weight, 1):
+		return usagef("--weight %v: want a finite positive number", f.weight)
 	case f.refresh <= 0:
 		return usagef("--refresh %v: want a positive duration", f.refresh)
+	case f.keysTimeout <= 0:
+		return usagef("--keys-timeout %v: want a positive duration", f.keysTimeout)
 	}
 	rep, err := e.prepare(cmd, f.replicaFlags, args, true)
 	if err != nil {
@@ -128,7 +137,7 @@ func (e *env) pool(cmd *cobra.Command, f poolFlags, args []string) error {
 	}
 	// Read the keys once now: a source that does not work at start is a
 	// mistake to report, not to retry quietly every --refresh.
-	readCtx, cancel := context.WithTimeout(cmd.Context(), f.refresh)
+	readCtx, cancel := context.WithTimeoutCause(cmd.Context(), f.keysTimeout, fmt.Errorf("--keys-timeout %v passed", f.keysTimeout))
 	keys, err := src.Keys(readCtx)
 	cancel()
 	if err != nil {
@@ -139,7 +148,7 @@ func (e *env) pool(cmd *cobra.Command, f poolFlags, args []string) error {
 	}
 	pool := tenure.Pool{
 		Name: f.name, Source: primed(src, keys), Runner: rep.runner,
-		RefreshEvery: f.refresh, Weight: f.weight, MaxKeys: f.max,
+		RefreshEvery: f.refresh, SourceTimeout: f.keysTimeout, Weight: f.weight, MaxKeys: f.max,
 	}
 	rep.setup = func(sup *tenure.Supervisor) error { return sup.AddPool(pool) }
 	rep.hangup = func(sup *tenure.Supervisor) {
