@@ -275,7 +275,7 @@ func (s *Supervisor) planPool(ps *poolState) {
 				malformed = append(malformed, key)
 				return
 			}
-			w := balance.Worker{ID: owner, Weight: m.Weight, Draining: !running}
+			w := balance.Worker{ID: owner, Name: OwnerName(owner), Weight: m.Weight, Draining: !running}
 			if owner == s.owner {
 				w.Draining = !member
 			}

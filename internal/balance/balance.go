@@ -8,7 +8,12 @@ import (
 
 // Worker is a live member of the pool.
 type Worker struct {
-	ID     string
+	ID string
+	// Name is what the worker's key preferences are hashed from: its
+	// configured name, stable across restarts, so a restarted worker is
+	// preferred for the same keys as before. Default ID. Workers sharing a
+	// name prefer the same keys; the lower ID wins each tie.
+	Name   string
 	Weight float64 // > 0; 1 is the norm
 	// Draining workers are stopping: they get no keys and hand theirs back.
 	Draining bool

@@ -157,3 +157,32 @@ func BenchmarkPlan100kKeys50Workers(b *testing.B) {
 		pol.Plan(v)
 	}
 }
+
+// Preferences follow a worker's name, not its per-start id: a restarted
+// worker is preferred for the same keys as before, and two workers given
+// one name settle every tie the same way on every worker, whatever order
+// they are listed in.
+func TestPreferencesFollowTheNameAndTiesGoToTheLowerID(t *testing.T) {
+	keys := keysN(2000)
+	before := []Worker{{ID: "a#00000001", Name: "a", Weight: 1}, {ID: "b#00000002", Name: "b", Weight: 1}}
+	restarted := []Worker{{ID: "a#ffffffff", Name: "a", Weight: 1}, {ID: "b#00000002", Name: "b", Weight: 1}}
+	r1, r2 := newRanker(before), newRanker(restarted)
+	for _, k := range keys {
+		h := hashString(k)
+		if r1.top(h) != r2.top(h) {
+			t.Fatalf("key %s changed hands when a restarted", k)
+		}
+	}
+	for _, weight := range []float64{1, 2} {
+		twins := []Worker{{ID: "x#2", Name: "x", Weight: weight}, {ID: "x#1", Name: "x", Weight: weight}, {ID: "y#3", Name: "y", Weight: 1}}
+		swapped := []Worker{twins[1], twins[0], twins[2]}
+		ra, rb := newRanker(twins), newRanker(swapped)
+		for _, k := range keys {
+			h := hashString(k)
+			a, b := ra.ids[ra.top(h)], rb.ids[rb.top(h)]
+			if a != b || a == "x#2" {
+				t.Fatalf("key %s goes to %s or %s depending on order; a tie goes to x#1", k, a, b)
+			}
+		}
+	}
+}

@@ -58,7 +58,11 @@ func newRanker(workers []Worker) *ranker {
 	r := &ranker{uniform: true}
 	for i, w := range workers {
 		r.ids = append(r.ids, w.ID)
-		r.hashes = append(r.hashes, hashString(w.ID))
+		name := w.Name
+		if name == "" {
+			name = w.ID
+		}
+		r.hashes = append(r.hashes, hashString(name))
 		r.weights = append(r.weights, w.Weight)
 		if i > 0 && w.Weight != workers[0].Weight {
 			r.uniform = false
@@ -83,7 +87,7 @@ func (r *ranker) top(keyHash uint64) int {
 		// Equal weights: the largest raw hash wins, no logarithms.
 		best, bestH := -1, uint64(0)
 		for i, wh := range r.hashes {
-			if h := pairHash(keyHash, wh); best < 0 || h > bestH {
+			if h := pairHash(keyHash, wh); best < 0 || h > bestH || h == bestH && r.ids[i] < r.ids[best] {
 				best, bestH = i, h
 			}
 		}
@@ -91,7 +95,7 @@ func (r *ranker) top(keyHash uint64) int {
 	}
 	best, bestV := -1, math.Inf(-1)
 	for i := range r.ids {
-		if v := r.value(keyHash, i); v > bestV {
+		if v := r.value(keyHash, i); best < 0 || v > bestV || v == bestV && r.ids[i] < r.ids[best] {
 			best, bestV = i, v
 		}
 	}
