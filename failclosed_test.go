@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -184,6 +185,35 @@ func TestOneUnconfirmedRenewalIsRetriedBeforeItCostsTheRunner(t *testing.T) {
 		advance(5 * renew)
 		if got := runs.of("telegram"); len(got) != 1 || !got[0].ended.IsZero() {
 			t.Fatalf("runs of telegram %+v: one timed-out renewal stopped the runner", got)
+		}
+	})
+}
+
+// A host suspend (a closed laptop lid, a paused VM) stops no clock on the
+// store's host: the lease expired there while this one slept. On resume,
+// a runner whose deadline passed meanwhile stops at once, not a whole
+// timer later, since deadlines are measured on a clock that counts sleep.
+func TestAHostSuspendStopsRunnersAtOnceOnResume(t *testing.T) {
+	bubble(t, func(t *testing.T, st *memstore.Store) {
+		var slept atomic.Int64
+		runs := &runLog{}
+		a := newReplica(t, st, "A")
+		tenure.StageSuspend(a.Supervisor, func() time.Duration { return time.Duration(slept.Load()) })
+		a.Set("telegram", tenure.Job{Runner: runs.runner("A")})
+		a.start()
+		defer a.stop()
+		advance(renew + time.Second)
+		slept.Store(int64(time.Hour)) // the host slept an hour and resumes now
+		resumed := time.Now()
+		advance(time.Second)
+		got := runs.of("telegram")
+		if len(got) == 0 || got[0].ended.IsZero() {
+			t.Fatalf("runs %+v: the runner outlived a deadline that passed while the host slept", got)
+		}
+		// (A new term may follow at once: this store, on the same fake
+		// clock, still shows A's lease, and A may start a new term of it.)
+		if d := got[0].ended.Sub(resumed); d > 250*time.Millisecond || !errors.Is(got[0].cause, tenure.ErrDeadline) {
+			t.Fatalf("the runner stopped %v after the resume with %v, want within 250ms with ErrDeadline", d, got[0].cause)
 		}
 	})
 }

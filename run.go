@@ -22,7 +22,7 @@ type runState struct {
 	mu       sync.Mutex
 	cause    error // why it was stopped, nil while running normally
 	watchdog *time.Timer
-	stopAt   time.Time     // keeper clock: when the watchdog cancels the runner
+	stopAt   time.Time     // when the watchdog cancels the runner, on time.Now's clock
 	changed  chan struct{} // closed when stopAt changes or the run stops
 }
 
@@ -90,17 +90,20 @@ func (s *Supervisor) guard(r *runState) {
 		return
 	}
 	at := t.StopAt(s.keeper.Timing())
+	wait := at.Sub(s.keeper.Now())
+	// The keeper's clock runs ahead of time.Now by the time the host has
+	// slept; runners compare StopAt with time.Now.
+	local := at.Add(-s.suspended())
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.cause != nil {
 		return
 	}
-	if !at.Equal(r.stopAt) {
-		r.stopAt = at
+	if !local.Equal(r.stopAt) {
+		r.stopAt = local
 		close(r.changed)
 		r.changed = make(chan struct{})
 	}
-	wait := at.Sub(s.keeper.Now())
 	if r.watchdog == nil {
 		r.watchdog = time.AfterFunc(wait, func() { s.watchdogFired(r) })
 		return

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tenure-dev/tenure/internal/clock"
 	"github.com/tenure-dev/tenure/internal/hold"
 	"github.com/tenure-dev/tenure/internal/poolkey"
 	"github.com/tenure-dev/tenure/store"
@@ -63,6 +64,9 @@ type Supervisor struct {
 	runCtx    context.Context
 	actions   sync.WaitGroup // start actions and runner goroutines
 	lastRound time.Time
+	// suspended is how long the host has slept since the process started
+	// (clock.Suspended; a test may stage a suspend).
+	suspended func() time.Duration
 	lost      map[string]bool // keys lost since the last table read: say to whom
 	// pendingLogs are written once s.mu is released (see unlock).
 	pendingLogs []pendingLog
@@ -90,11 +94,17 @@ func New(cfg Config) (*Supervisor, error) {
 		metrics: cfg.Metrics,
 		wake:    make(chan struct{}, 1),
 		keys:    make(map[string]*keyState),
+
+		suspended: clock.Suspended,
 	}
 	if leased {
+		// Deadlines are measured on a clock that counts the time the host
+		// spends suspended: a VM resumed after a pause must find its
+		// deadlines passed, not still ahead.
+		now := func() time.Time { return time.Now().Add(s.suspended()) }
 		s.keeper = hold.New(cfg.Store, owner, hold.Timing{
 			TTL: cfg.TTL, Grace: cfg.Grace, RenewEvery: cfg.RenewEvery, CallTimeout: cfg.CallTimeout,
-		}, nil)
+		}, now)
 	}
 	return s, nil
 }
@@ -150,6 +160,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	var renewals sync.WaitGroup
 	if s.leased {
 		renewals.Go(func() { s.renewLoop(ctx) })
+		renewals.Go(func() { s.watchSuspend(ctx) })
 	}
 	s.loop(ctx)
 	renewals.Wait()
@@ -198,6 +209,45 @@ func (s *Supervisor) renewLoop(ctx context.Context) {
 		// bounded by CallTimeout ≤ RenewEvery/2), and one call that ran
 		// over CallTimeout should not cost the runners their lease.
 		retry = !confirmed && !retry
+	}
+}
+
+// suspendCheckEvery is how often the host is checked for having slept:
+// timers run on a clock that stops during a suspend, so after one the
+// watchdogs are re-armed on the clock that did not.
+const suspendCheckEvery = 250 * time.Millisecond
+
+// watchSuspend re-checks every runner's deadline, within suspendCheckEvery
+// of the host resuming from a suspend, so that runners whose deadline
+// passed while it slept stop at once rather than a whole timer later.
+func (s *Supervisor) watchSuspend(ctx context.Context) {
+	last := s.suspended()
+	t := time.NewTicker(suspendCheckEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		slept := s.suspended()
+		if slept <= last {
+			continue
+		}
+		s.log.Warn("the host was suspended; checking every lease's deadline", "slept", slept-last)
+		last = slept
+		s.mu.Lock()
+		var runs []*runState
+		for _, ks := range s.keys {
+			if ks.run != nil && ks.run.leased {
+				runs = append(runs, ks.run)
+			}
+		}
+		s.unlock()
+		for _, r := range runs {
+			s.guard(r)
+		}
+		s.poke()
 	}
 }
 
