@@ -18,6 +18,18 @@
 //     package so a downstream database rejects writes from a stale term.
 //   - Fail closed: a runner's context is cancelled before any peer may take
 //     its key, whether or not the store answers (the timing rule below).
+//     The cancellation comes from a timer per runner that takes no lock of
+//     the supervisor, writes no log and waits for no store call and no
+//     supervision round first: a blocked log handler (a full stderr pipe, a
+//     stuck shipper), a slow store or a busy loop cannot delay it. Work the
+//     supervisor cannot cancel itself (a child process) gets the deadline
+//     through [Lease.StopAt]; `tenure run` hands it to a guard process that
+//     stops the command on its own when tenure is frozen.
+//   - One owner id per start: the store sees Config.Owner plus an
+//     incarnation drawn by [New], so replicas given one name (a hostname
+//     shared by containers, a copied unit file) never take a key from each
+//     other. A lease lost to a process of the same name is logged as an
+//     error.
 //   - Three renewal outcomes: renewed; lost (the store refused: the runner
 //     stops at once and the lease is never released by this replica);
 //     unconfirmed (an error or timeout: the deadline keeps running).
@@ -35,9 +47,22 @@
 // may take it no earlier than expiry + Grace on the store's clock. The
 // holder treats the lease as held only while now + RenewEvery < t + TTL, so
 // its runner is cancelled at least RenewEvery + Grace before a peer can
-// start. Only the local monotonic clock is read; clocks of different hosts
-// are never compared. Every store call is bounded by CallTimeout
-// (≤ RenewEvery/2), and a call that times out is unconfirmed.
+// start. Only the local monotonic clock is read — one that counts the time
+// the host spends suspended (CLOCK_BOOTTIME on Linux), so a machine or VM
+// resumed after its deadline passed stops its runners at once — and clocks
+// of different hosts are never compared. Every store call is bounded by
+// CallTimeout (≤ RenewEvery/2), and a call that times out is unconfirmed.
+// Renewals run on a schedule of their own, never queued behind
+// acquisitions or reads of the lease table; an unconfirmed renewal is
+// retried once at once.
+//
+// # Pools and namespaces
+//
+// A [Pool]'s key K is leased as Config.Prefix + "~pool/" + name + "/" + K,
+// and each worker holds a membership lease under Config.Prefix +
+// "~workers/" + name, so pools with other names, and singletons, may use
+// the same key names without ever sharing a lease. Config.Prefix is the
+// supervisor's namespace: Set refuses keys outside it.
 //
 // # State of a key on one replica
 //
@@ -60,4 +85,15 @@
 //   - A store that loses acknowledged writes (asynchronous replication
 //     failover) can hand a key to two holders; fencing epochs still order
 //     their writes where the store derives epochs from its clock (Redis).
+//   - A step of the store host's wall clock. PostgreSQL, MySQL, Redis and
+//     SQLite stamp expiries with the wall clock of the host they run on
+//     (the holder measures its own deadline on its monotonic clock). A step
+//     forward by D makes every live lease expire D early, so a peer may
+//     start D sooner than the holder expects: steps up to the margin
+//     RenewEvery + Grace (10 s with the defaults) are absorbed, larger ones
+//     are caught only by fencing. A step backward makes leases live longer:
+//     a crashed holder's keys are taken over later, nothing overlaps. etcd
+//     times leases on its leader's monotonic clock and is not affected.
+//     Keep NTP slewing, not stepping, on store hosts; SAFETY.md has the
+//     arithmetic.
 package tenure
