@@ -135,7 +135,8 @@ func logLine(what string, grandPid int) {
 // nanos key".
 type childEvent struct {
 	what       string
-	owner      string
+	owner      string // the --owner name
+	id         string // TENURE_OWNER: the name and the process's incarnation
 	epoch      int64
 	pid, grand int
 	at         time.Time
@@ -159,7 +160,7 @@ func readChildLog(t *testing.T, path string) []childEvent {
 			t.Fatalf("bad child log line %q: %v", line, err)
 		}
 		ev.at = time.Unix(0, nanos)
-		ev.owner = tenure.OwnerName(ev.owner) // the --owner name, as the tests start them
+		ev.id, ev.owner = ev.owner, tenure.OwnerName(ev.owner)
 		if ev.what == "grand" {
 			for i := range out {
 				if out[i].what == "start" && out[i].pid == ev.pid {
