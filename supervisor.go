@@ -412,7 +412,11 @@ func (s *Supervisor) acquirePass(ctx context.Context) {
 		_, had := s.keeper.Term(key)
 		res, err := s.keeper.Acquire(ctx, key, member)
 		if err == nil && !res.OK && had {
-			s.lostTo(key, res.Holder) // our term ended while we could not renew it
+			// Our term ended while it could not be renewed, and the store
+			// says so here first.
+			s.metrics.loss()
+			s.log.Warn("lease lost: another owner or a newer term holds the key", "key", key, "holder", res.Holder.Owner, "holder_epoch", res.Holder.Epoch)
+			s.lostTo(key, res.Holder)
 		}
 		s.mu.Lock()
 		ks := s.keys[key]
