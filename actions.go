@@ -171,7 +171,7 @@ func (s *Supervisor) reload(job Job, key string) (Runner, error) {
 	defer cancel()
 	r, err := job.Reload(ctx, key)
 	if err == nil && r == nil {
-		err = fmt.Errorf("Reload returned no runner: %w", ErrConfig)
+		err = fmt.Errorf("the Reload hook returned no runner: %w", ErrConfig)
 	}
 	return r, err
 }

@@ -97,7 +97,7 @@ func TestStopAtFollowsEveryConfirmedRenewal(t *testing.T) {
 		}
 		st.SetFault(func(string) error { return errors.New("unreachable") })
 		at, changed, _ = exclusive.StopAt()
-		advance(at.Sub(time.Now()))
+		advance(time.Until(at))
 		select {
 		case <-changed:
 		default:

@@ -43,10 +43,6 @@ type start struct {
 	at     time.Time
 }
 
-type stop struct {
-	cause error
-}
-
 func newRecorder() *recorder {
 	return &recorder{running: map[string]int{}, unstick: make(chan struct{})}
 }

@@ -315,7 +315,11 @@ func (s *Supervisor) round(ctx context.Context) {
 // renew renews every held lease in one call and stops the runners of the
 // leases the store refused. It reports whether the call was confirmed.
 func (s *Supervisor) renew(ctx context.Context) bool {
+	began := time.Now()
 	outcomes, err := s.keeper.RenewAll(ctx, s.isRunning)
+	if len(outcomes) > 0 || err != nil {
+		s.metrics.observeRenewal(time.Since(began))
+	}
 	if err != nil {
 		s.log.Warn("could not confirm lease renewals; their deadlines keep running", "keys", len(outcomes), "err", err)
 	}

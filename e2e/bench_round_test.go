@@ -83,10 +83,11 @@ func BenchmarkRoundWith10000Keys(b *testing.B) {
 			}
 
 			// Wait for the round under way to end, then count from there.
-			count, sum := roundHistogram(b, reg)
+			count, _ := roundHistogram(b, reg)
 			pollUntil(b, time.Minute, 25*time.Millisecond, "a round", func() bool { c, _ := roundHistogram(b, reg); return c > count })
 			w.st.Record(true)
 			var rounds, rawRenew, rawList samples
+			var sum float64
 			for b.Loop() {
 				count, sum = roundHistogram(b, reg)
 				pollUntil(b, time.Minute, 25*time.Millisecond, "a round", func() bool { c, _ := roundHistogram(b, reg); return c > count })

@@ -157,7 +157,7 @@ func TestARenewalThatCommitsAfterItsTimeoutLeavesTheKeyNotHeld(t *testing.T) {
 		synctest.Wait()
 		// Had the late commit counted, the deadline would be 10s + TTL and
 		// the key still held at 20s.
-		time.Sleep(granted.Add(2 * timing.RenewEvery).Sub(time.Now()))
+		time.Sleep(time.Until(granted.Add(2 * timing.RenewEvery)))
 		if k.Holds("job") {
 			t.Fatal("a renewal committed after its timeout must not count: the key is held only on confirmed renewals")
 		}
@@ -209,13 +209,13 @@ func TestARefusedAcquisitionReportsTheHolderAndRetriesAtExpiryPlusGrace(t *testi
 			t.Fatalf("holder %+v, want A live", res.Holder)
 		}
 		if want := time.Now().Add(timing.TTL - 7*time.Second + timing.Grace); !res.RetryAt.Equal(want) {
-			t.Fatalf("retry at +%v, want +%v (expiry + grace)", res.RetryAt.Sub(time.Now()), want.Sub(time.Now()))
+			t.Fatalf("retry at +%v, want +%v (expiry + grace)", time.Until(res.RetryAt), time.Until(want))
 		}
 		if b.LeaderOf("job") != "A" || !b.PeerLeads("job") {
 			t.Fatalf("B should see A leading: leader %q", b.LeaderOf("job"))
 		}
 
-		time.Sleep(res.RetryAt.Sub(time.Now()))
+		time.Sleep(time.Until(res.RetryAt))
 		got, err := b.Acquire(context.Background(), "job", false)
 		if err != nil || !got.OK || !got.New {
 			t.Fatalf("acquisition at expiry + grace: %+v, %v", got, err)
@@ -277,7 +277,7 @@ func TestAPeerRefusedWithinGraceRetriesAtExpiryPlusGraceNotAGraceLater(t *testin
 		if err != nil || res.OK {
 			t.Fatalf("acquisition within grace: %+v, %v", res, err)
 		}
-		if got, want := res.RetryAt.Sub(time.Now()), timing.Grace-3*time.Second; got != want {
+		if got, want := time.Until(res.RetryAt), timing.Grace-3*time.Second; got != want {
 			t.Fatalf("retry in %v, want %v (expiry + grace)", got, want)
 		}
 	})

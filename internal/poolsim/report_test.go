@@ -4,14 +4,17 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"log/slog"
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/tenure-dev/tenure"
 	"github.com/tenure-dev/tenure/internal/balance"
-	"github.com/tenure-dev/tenure/store"
+	"github.com/tenure-dev/tenure/store/memstore"
 )
 
 // The configurations the report compares. "grace-aware" is a change to
@@ -137,115 +140,60 @@ func TestReport(t *testing.T) {
 	}
 	fmt.Fprintf(&out, "### 1,000 keys, 10 workers, one joins (seed 1)\n\n%s\n%s\n", Table(small), seeds.String())
 
-	m := heldKeyMemory(100_000)
-	fmt.Fprintf(&out, "### Memory per held key (100,000 keys)\n\n"+
+	m := heldKeyMemory(t, 100_000)
+	fmt.Fprintf(&out, "### Memory per held key (100,000 keys, the real engine on memstore)\n\n"+
 		"| what | bytes per key |\n|---|---:|\n"+
-		"| bookkeeping: key record, keeper term, observed lease, map slots, key string | %.0f |\n"+
+		"| heap: key record, keeper term, run record, context, watchdog timer, map slots, key string | %.0f |\n"+
 		"| runner: goroutine stack | %.0f |\n"+
-		"| runner: context, done channel, watchdog timer, run record | %.0f |\n"+
-		"| total | %.0f |\n", m.bookkeeping, m.stack, m.runnerHeap, m.bookkeeping+m.stack+m.runnerHeap)
+		"| total | %.0f |\n", m.heap, m.stack, m.heap+m.stack)
 	t.Logf("\n%s", out.String())
 }
 
-// The engine's per-key records as of this writing (tenure.keyState,
-// runState, hold.Term and the keeper's observation of the lease table),
-// copied field for field so their size can be measured from here.
-type (
-	memKeyState struct {
-		key         string
-		job         struct{ runner, reload any }
-		configured  bool
-		run         *memRunState
-		starting    bool
-		newTerm     bool
-		acquiredAt  time.Time
-		failures    int
-		retryAt     time.Time
-		nextAcquire time.Time
-		restart     bool
-		releasing   bool
-		lastErr     error
-		removed     chan struct{}
-		pool        *int
-		claim       bool
-		heldSince   time.Time
-	}
-	memRunState struct {
-		lease struct {
-			key, owner string
-			epoch      int64
-		}
-		leased   bool
-		cancel   context.CancelCauseFunc
-		done     chan struct{}
-		started  time.Time
-		cause    error
-		watchdog *time.Timer
-	}
-	memTerm struct {
-		key      string
-		epoch    int64
-		deadline time.Time
-	}
-	memObservation struct {
-		lease store.Lease
-		at    time.Time
-	}
-)
-
 // keyMemory is the memory per held key, in bytes.
-type keyMemory struct{ bookkeeping, stack, runnerHeap float64 }
+type keyMemory struct{ heap, stack float64 }
 
-// heldKeyMemory measures, with runtime.MemStats after a GC, the heap a
-// supervisor-like set of maps takes for n held keys (key record, keeper
-// term, observation), then the stack and heap added by one parked runner
-// goroutine per key with its context, done channel and watchdog timer.
-// Per key and approximate: map growth is amortized, and the runner's
-// stack is the smallest a parked goroutine has.
-func heldKeyMemory(n int) keyMemory {
-	var m0, m1, m2 runtime.MemStats
+// heldKeyMemory measures, with runtime.MemStats after a GC, what the real
+// engine takes per held key: a supervisor on the in-memory store holding n
+// keys, each with its runner parked on its context. Heap counts the key
+// record, the keeper's term, the run record with its context, timer and
+// done channel, and the map slots; stack is the runner goroutine's (plus
+// nothing else per key). Per key and approximate: map growth is amortized.
+func heldKeyMemory(t *testing.T, n int) keyMemory {
+	var m0, m1 runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&m0)
-	keys := make(map[string]*memKeyState, n)
-	held := make(map[string]memTerm, n)
-	observed := make(map[string]memObservation, n)
+	sup, err := tenure.New(tenure.Config{
+		Store: memstore.New(memstore.Options{}), Leases: tenure.LeasesOn, TTL: time.Hour,
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var running atomic.Int64
+	runner := tenure.RunnerFunc(func(ctx context.Context, _ tenure.Lease) error {
+		running.Add(1)
+		<-ctx.Done()
+		return nil
+	})
 	for i := range n {
-		k := fmt.Sprintf("acct-%06d", i)
-		keys[k] = &memKeyState{key: k, configured: true, claim: true}
-		held[k] = memTerm{key: k, epoch: int64(i)}
-		observed[k] = memObservation{lease: store.Lease{Key: k, Owner: "w00", Epoch: int64(i), Live: true}}
+		if err := sup.Set(fmt.Sprintf("acct-%06d", i), tenure.Job{Runner: runner}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- sup.Run(ctx) }()
+	for running.Load() < int64(n) {
+		time.Sleep(10 * time.Millisecond)
 	}
 	runtime.GC()
 	runtime.ReadMemStats(&m1)
-
-	parent, stop := context.WithCancel(context.Background())
-	defer stop()
-	var wg sync.WaitGroup
-	for _, ks := range keys {
-		ctx, cancel := context.WithCancelCause(parent)
-		rs := &memRunState{leased: true, cancel: cancel, done: make(chan struct{}), watchdog: time.AfterFunc(time.Hour, func() {})}
-		ks.run = rs
-		wg.Go(func() {
-			<-ctx.Done()
-			close(rs.done)
-		})
-	}
-	runtime.GC()
-	runtime.ReadMemStats(&m2)
-	per := func(a, b uint64) float64 { return (float64(a) - float64(b)) / float64(n) }
-	m := keyMemory{
-		bookkeeping: per(m1.HeapAlloc, m0.HeapAlloc),
-		stack:       per(m2.StackInuse, m1.StackInuse),
-		runnerHeap:  per(m2.HeapAlloc, m1.HeapAlloc),
-	}
-	for _, ks := range keys {
-		ks.run.watchdog.Stop()
-	}
 	stop()
-	wg.Wait()
-	runtime.KeepAlive(held)
-	runtime.KeepAlive(observed)
-	return m
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	per := func(a, b uint64) float64 { return (float64(a) - float64(b)) / float64(n) }
+	return keyMemory{heap: per(m1.HeapAlloc, m0.HeapAlloc), stack: per(m1.StackInuse, m0.StackInuse)}
 }
 
 // BenchmarkReferencePlan100kKeys50Workers is the reference policy's
@@ -269,4 +217,15 @@ func BenchmarkReferencePlan100kKeys50Workers(b *testing.B) {
 	for b.Loop() {
 		pol.Plan(v)
 	}
+}
+
+// TestMemoryPerHeldKey prints the memory rows of BENCHMARKS.md alone:
+//
+//	go test ./internal/poolsim -run TestMemoryPerHeldKey -v
+func TestMemoryPerHeldKey(t *testing.T) {
+	if !strings.Contains(flag.Lookup("test.run").Value.String(), "TestMemoryPerHeldKey") {
+		t.Skip("runs only with -run TestMemoryPerHeldKey")
+	}
+	m := heldKeyMemory(t, 100_000)
+	t.Logf("heap %.0f B, stack %.0f B, total %.0f B per held key", m.heap, m.stack, m.heap+m.stack)
 }
