@@ -31,14 +31,7 @@ func TestOneOfThreeReplicasRunsTheCommandAndAPeerTakesOverAfterAKill9OnSQLite(t 
 }
 
 func TestOneOfThreeReplicasRunsTheCommandAndAPeerTakesOverAfterAKill9OnPostgres(t *testing.T) {
-	base := testenv.Postgres.URL(t)
-	table := fmt.Sprintf("cli_test_%d", time.Now().UnixNano())
-	sep := "?"
-	if strings.Contains(base, "?") {
-		sep = "&"
-	}
-	t.Cleanup(func() { dropTable(t, base, table) })
-	testFailover(t, base+sep+"table="+table, t.TempDir(), true)
+	testFailover(t, postgresTable(t, "cli_test"), t.TempDir(), true)
 }
 
 // testFailover runs three tenure processes on one key and checks, from the
@@ -196,7 +189,7 @@ func TestCommandIgnoringSigtermIsKilledAfterTheStopTimeoutWithItsGrandchildren(t
 	// Both ignore SIGTERM: they must still be alive just before the stop
 	// timeout, and gone soon after it.
 	time.Sleep(stopTimeout - 200*time.Millisecond)
-	if !alive(ev.pid) || !alive(ev.grand) {
+	if !testenv.Alive(ev.pid) || !testenv.Alive(ev.grand) {
 		t.Fatalf("the command or its grandchild died before the stop timeout")
 	}
 	gone := waitGone(t, stopTimeout+time.Second, ev.pid, ev.grand)
@@ -262,6 +255,20 @@ func TestExitedCommandIsRestartedUnderTheSameLease(t *testing.T) {
 }
 
 // dropTable removes a test's lease table from PostgreSQL.
+// postgresTable is the test PostgreSQL server's URL with a lease table of
+// its own, named prefix_N and dropped when the test ends.
+func postgresTable(t *testing.T, prefix string) string {
+	t.Helper()
+	base := testenv.Postgres.URL(t)
+	table := fmt.Sprintf("%s_%d", prefix, time.Now().UnixNano())
+	t.Cleanup(func() { dropTable(t, base, table) })
+	sep := "?"
+	if strings.Contains(base, "?") {
+		sep = "&"
+	}
+	return base + sep + "table=" + table
+}
+
 func dropTable(t *testing.T, url, table string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -302,7 +309,7 @@ func TestSecondSignalKillsAStubbornCommandAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(1100 * time.Millisecond) // a repeat within a second would be ignored
-	if !alive(ev.pid) {
+	if !testenv.Alive(ev.pid) {
 		t.Fatal("the stubborn command died on SIGTERM")
 	}
 	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {

@@ -2,9 +2,7 @@ package main_test
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -24,14 +22,7 @@ func TestFrozenHoldersCommandIsStoppedByItsGuardBeforeAPeerStartsOnSQLite(t *tes
 }
 
 func TestFrozenHoldersCommandIsStoppedByItsGuardBeforeAPeerStartsOnPostgres(t *testing.T) {
-	base := testenv.Postgres.URL(t)
-	table := fmt.Sprintf("cli_frozen_%d", time.Now().UnixNano())
-	sep := "?"
-	if strings.Contains(base, "?") {
-		sep = "&"
-	}
-	t.Cleanup(func() { dropTable(t, base, table) })
-	testFrozenHolder(t, base+sep+"table="+table, t.TempDir())
+	testFrozenHolder(t, postgresTable(t, "cli_frozen"), t.TempDir())
 }
 
 func testFrozenHolder(t *testing.T, url, dir string) {
@@ -45,8 +36,8 @@ func testFrozenHolder(t *testing.T, url, dir string) {
 	first := waitStarts(t, log, 1, 10*time.Second)[0]
 	// The command's parent is its guard, whose parent is tenure: freeze
 	// tenure alone, as a stall would, and leave the guard running.
-	guard := parentPid(t, first.pid)
-	holder := byPid[parentPid(t, guard)]
+	guard := testenv.ParentPid(t, first.pid)
+	holder := byPid[testenv.ParentPid(t, guard)]
 	if holder == nil {
 		t.Fatalf("the command's grandparent is not one of the tenure processes")
 	}
@@ -72,7 +63,7 @@ func testFrozenHolder(t *testing.T, url, dir string) {
 	t.Cleanup(resume)
 
 	evs := waitStarts(t, log, 2, ttl+grace+5*time.Second)
-	if state := procState(holder.cmd.Process.Pid); state != 'T' {
+	if state := testenv.ProcState(holder.cmd.Process.Pid); state != 'T' {
 		t.Fatalf("the holder's tenure is in state %q, not stopped, when the peer started", state)
 	}
 	// One append-only file orders the events: the holder's command must
@@ -118,40 +109,10 @@ func testFrozenHolder(t *testing.T, url, dir string) {
 			starts++
 		}
 	}
-	if starts != 2 || !alive(peer.pid) {
-		t.Fatalf("after SIGCONT: %d starts, peer's command alive %v; want 2 and true: %+v", starts, alive(peer.pid), evs)
+	if starts != 2 || !testenv.Alive(peer.pid) {
+		t.Fatalf("after SIGCONT: %d starts, peer's command alive %v; want 2 and true: %+v", starts, testenv.Alive(peer.pid), evs)
 	}
 	checkNoOverlap(t, evs, nil)
-}
-
-// parentPid reads pid's parent from /proc.
-func parentPid(t *testing.T, pid int) int {
-	t.Helper()
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := string(data)
-	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	ppid, err := strconv.Atoi(fields[1])
-	if err != nil {
-		t.Fatalf("/proc/%d/stat: %q", pid, s)
-	}
-	return ppid
-}
-
-// procState is pid's state letter ('T' when stopped), or 0 when it is gone.
-func procState(pid int) byte {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	s := string(data)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 || i+2 >= len(s) {
-		return 0
-	}
-	return s[i+2]
 }
 
 // waitOutput waits until p has written want.

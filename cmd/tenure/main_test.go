@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/tenure-dev/tenure"
+	"github.com/tenure-dev/tenure/internal/testenv"
 )
 
 // tenureBin is the binary under test, built by TestMain.
@@ -274,23 +275,12 @@ func runTenure(t *testing.T, env []string, args ...string) (stdout, stderr strin
 	return o.String(), e.String(), cmd.ProcessState.ExitCode()
 }
 
-// alive reports whether pid runs; a zombie counts as gone.
-func alive(pid int) bool {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	s := string(data)
-	i := strings.LastIndexByte(s, ')')
-	return i < 0 || i+2 >= len(s) || (s[i+2] != 'Z' && s[i+2] != 'X')
-}
-
 // waitGone waits until every pid is gone and returns when the last went.
 func waitGone(t *testing.T, within time.Duration, pids ...int) time.Time {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for _, pid := range pids {
-		for alive(pid) {
+		for testenv.Alive(pid) {
 			if time.Now().After(deadline) {
 				t.Fatalf("pid %d still alive %v later", pid, within)
 			}

@@ -1,7 +1,6 @@
 package main_test
 
 import (
-	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -17,14 +16,7 @@ func TestTwoReplicasGivenOneOwnerNameRunTheCommandOneAtATimeOnSQLite(t *testing.
 }
 
 func TestTwoReplicasGivenOneOwnerNameRunTheCommandOneAtATimeOnPostgres(t *testing.T) {
-	base := testenv.Postgres.URL(t)
-	table := fmt.Sprintf("cli_owner_%d", time.Now().UnixNano())
-	sep := "?"
-	if strings.Contains(base, "?") {
-		sep = "&"
-	}
-	t.Cleanup(func() { dropTable(t, base, table) })
-	testSameOwner(t, base+sep+"table="+table, t.TempDir())
+	testSameOwner(t, postgresTable(t, "cli_owner"), t.TempDir())
 }
 
 // testSameOwner starts two `tenure run --owner same` on one key, as a copied
@@ -54,7 +46,7 @@ func testSameOwner(t *testing.T, url, dir string) {
 	}
 	// The holder dies; its twin takes over, under an id of its own. The
 	// command's parent is the guard, whose parent is the holder.
-	holderPid := parentPid(t, parentPid(t, first.pid))
+	holderPid := testenv.ParentPid(t, testenv.ParentPid(t, first.pid))
 	killed := false
 	for _, p := range procs {
 		if p.cmd.Process.Pid == holderPid {

@@ -172,14 +172,7 @@ func TestPoolRunsEveryKeyOnceAcrossJoinCrashAndDrainOnSQLite(t *testing.T) {
 
 func TestPoolRunsEveryKeyOnceAcrossJoinCrashAndDrainOnPostgres(t *testing.T) {
 	t.Parallel()
-	base := testenv.Postgres.URL(t)
-	table := fmt.Sprintf("cli_pool_%d", time.Now().UnixNano())
-	t.Cleanup(func() { dropTable(t, base, table) })
-	sep := "?"
-	if strings.Contains(base, "?") {
-		sep = "&"
-	}
-	testPool(t, newPoolRun(t, base+sep+"table="+table, t.TempDir(), poolKeys))
+	testPool(t, newPoolRun(t, postgresTable(t, "cli_pool"), t.TempDir(), poolKeys))
 }
 
 // testPool starts three workers and checks that every key runs exactly

@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tenure-dev/tenure/internal/testenv"
 )
 
 // The test binary plays every part: the guard (RunGuardIfRequested), the
@@ -161,23 +163,11 @@ func waitPids(t *testing.T, file string, n int) []int {
 	}
 }
 
-// alive reports whether pid runs; a zombie (dead, not yet reaped by
-// whoever inherited it) counts as gone.
-func alive(pid int) bool {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
-	}
-	s := string(data)
-	i := strings.LastIndexByte(s, ')')
-	return i < 0 || i+2 >= len(s) || (s[i+2] != 'Z' && s[i+2] != 'X')
-}
-
 func waitGone(t *testing.T, within time.Duration, pids ...int) {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for _, pid := range pids {
-		for alive(pid) {
+		for testenv.Alive(pid) {
 			if time.Now().After(deadline) {
 				t.Fatalf("pid %d still alive %v later", pid, within)
 			}
@@ -345,7 +335,7 @@ func TestKillingTheSupervisorAndTheGuardAtOnceStillKillsTheCommand(t *testing.T)
 	// The command's grandchild is out of reach once both are dead (see the
 	// package doc); do not leave it behind.
 	t.Cleanup(func() { _ = syscall.Kill(-command, syscall.SIGKILL) })
-	guard := parentPid(t, command)
+	guard := testenv.ParentPid(t, command)
 	if guard == sup.Process.Pid || guard <= 1 {
 		t.Fatalf("the command's parent %d is not a guard", guard)
 	}
@@ -368,23 +358,7 @@ func TestKillingTheSupervisorAndTheGuardAtOnceStillKillsTheCommand(t *testing.T)
 	}
 	_ = sup.Wait()
 	waitGone(t, time.Second, command)
-	t.Logf("the command was gone %v after kill -9 of its supervisor and guard; its grandchild alive: %v", time.Since(killedAt), alive(grandchild))
-}
-
-// parentPid reads pid's parent from /proc.
-func parentPid(t *testing.T, pid int) int {
-	t.Helper()
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s := string(data)
-	fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	ppid, err := strconv.Atoi(fields[1])
-	if err != nil {
-		t.Fatalf("/proc/%d/stat: %q", pid, s)
-	}
-	return ppid
+	t.Logf("the command was gone %v after kill -9 of its supervisor and guard; its grandchild alive: %v", time.Since(killedAt), testenv.Alive(grandchild))
 }
 
 // waitState waits until every pid is in state (as /proc shows it: 'T' for
@@ -393,25 +367,11 @@ func waitState(t *testing.T, state byte, pids ...int) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for _, pid := range pids {
-		for procState(pid) != state {
+		for testenv.ProcState(pid) != state {
 			if time.Now().After(deadline) {
-				t.Fatalf("pid %d is in state %q, not %q", pid, procState(pid), state)
+				t.Fatalf("pid %d is in state %q, not %q", pid, testenv.ProcState(pid), state)
 			}
 			time.Sleep(time.Millisecond)
 		}
 	}
-}
-
-// procState is pid's state letter, or 0 when it is gone.
-func procState(pid int) byte {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	s := string(data)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 || i+2 >= len(s) {
-		return 0
-	}
-	return s[i+2]
 }

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"testing/iotest"
 	"time"
+
+	"github.com/tenure-dev/tenure/internal/testenv"
 )
 
 func mustBootNow() int64 {
@@ -182,7 +184,7 @@ func TestAFrozenSupervisorsCommandIsStoppedAtItsDeadline(t *testing.T) {
 		t.Fatalf("the supervisor was frozen only %v after its deadline: the machine is too slow for this test's %v lead", -left, lead)
 	}
 	for _, pid := range pids {
-		if !alive(pid) {
+		if !testenv.Alive(pid) {
 			t.Fatalf("pid %d ended before the deadline", pid)
 		}
 	}
@@ -192,7 +194,7 @@ func TestAFrozenSupervisorsCommandIsStoppedAtItsDeadline(t *testing.T) {
 	if late < 0 {
 		t.Fatalf("the command was stopped %v before its deadline", -late)
 	}
-	if state := procState(sup.Process.Pid); state != 'T' {
+	if state := testenv.ProcState(sup.Process.Pid); state != 'T' {
 		t.Fatalf("the supervisor is in state %q: it was not frozen throughout", state)
 	}
 	t.Logf("with its supervisor frozen, the command and its grandchild were gone %v after the deadline", late)
