@@ -4,6 +4,8 @@ package tenure_test
 // behaviour doc.go promises and the code did not keep.
 
 import (
+	"errors"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -40,6 +42,38 @@ func TestAReplicaWhoseHostOnceSleptTakesOverAtExpiryPlusGrace(t *testing.T) {
 		}
 		if took := got[0].at.Sub(lastRenewal); took != ttl+grace {
 			t.Fatalf("B took over %v after A's last renewal, want TTL + grace = %v", took, ttl+grace)
+		}
+	})
+}
+
+// The suspend path is a deadline path: on resume, runners whose deadline
+// passed while the host slept stop at once, and — like the watchdog — it
+// must not wait on a log handler first (doc.go: a blocked log handler
+// cannot delay the cancellation).
+func TestAStalledLogSinkNeverDelaysTheStopAfterAHostSuspend(t *testing.T) {
+	bubble(t, func(t *testing.T, st *memstore.Store) {
+		var g gate
+		var slept atomic.Int64
+		runs := &runLog{}
+		a := newReplica(t, st, "A", withLogger(g.logger()))
+		tenure.StageSuspend(a.Supervisor, func() time.Duration { return time.Duration(slept.Load()) })
+		a.Set("telegram", tenure.Job{Runner: runs.runner("A")})
+		a.start()
+		defer func() {
+			g.open()
+			a.stop()
+		}()
+		advance(renew + time.Second)
+		g.stall()
+		slept.Store(int64(time.Hour)) // the host slept an hour and resumes now
+		resumed := time.Now()
+		advance(time.Second)
+		got := runs.of("telegram")
+		if len(got) == 0 || got[0].ended.IsZero() {
+			t.Fatalf("runs %+v: with the log sink stalled, the runner outlived a deadline that passed while the host slept", got)
+		}
+		if d := got[0].ended.Sub(resumed); d > 250*time.Millisecond || !errors.Is(got[0].cause, tenure.ErrDeadline) {
+			t.Fatalf("the runner stopped %v after the resume with %v, want within 250ms with ErrDeadline", d, got[0].cause)
 		}
 	})
 }
