@@ -234,8 +234,6 @@ func (s *Supervisor) watchSuspend(ctx context.Context) {
 		if slept <= last {
 			continue
 		}
-		s.log.Warn("the host was suspended; checking every lease's deadline", "slept", slept-last)
-		last = slept
 		s.mu.Lock()
 		var runs []*runState
 		for _, ks := range s.keys {
@@ -248,6 +246,9 @@ func (s *Supervisor) watchSuspend(ctx context.Context) {
 			s.guard(r)
 		}
 		s.poke()
+		// Only now log: a log call may block, and the deadlines above must not wait on it.
+		s.log.Warn("the host was suspended; checked every lease's deadline", "slept", slept-last)
+		last = slept
 	}
 }
 
