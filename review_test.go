@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tenure-dev/tenure"
+	"github.com/tenure-dev/tenure/store"
 	"github.com/tenure-dev/tenure/store/memstore"
 )
 
@@ -74,6 +75,48 @@ func TestAStalledLogSinkNeverDelaysTheStopAfterAHostSuspend(t *testing.T) {
 		}
 		if d := got[0].ended.Sub(resumed); d > 250*time.Millisecond || !errors.Is(got[0].cause, tenure.ErrDeadline) {
 			t.Fatalf("the runner stopped %v after the resume with %v, want within 250ms with ErrDeadline", d, got[0].cause)
+		}
+	})
+}
+
+// A renewal the store refuses stops the runner at once (doc.go: "lost ...
+// the runner stops at once") — every refused key's runner, not only the
+// first: one key's "lease lost" log line, written to a stalled sink, must
+// not keep the next lost key's runner going until its deadline while the
+// peer that took it already runs.
+func TestEveryLeaseLostInOneRenewalStopsAtOnceWhateverTheLogSinkDoes(t *testing.T) {
+	bubble(t, func(t *testing.T, st *memstore.Store) {
+		var g gate
+		runs := &runLog{}
+		a := newReplica(t, st, "A", withLogger(g.logger()))
+		a.Set("telegram", tenure.Job{Runner: runs.runner("A")})
+		a.Set("discord", tenure.Job{Runner: runs.runner("A")})
+		a.start()
+		defer func() {
+			g.open()
+			a.stop()
+		}()
+		advance(renew / 2)
+		g.stall()
+		// The table cannot be read (so the supervision loop, which logs
+		// that, is no help), and both keys now belong to B: the store lost
+		// A's terms and B took them.
+		for _, key := range []string{"telegram", "discord"} {
+			old := lease(t, st, key)
+			st.Put(store.Lease{Key: key, Owner: "B", Epoch: old.Epoch + 1, TimeLeft: ttl})
+		}
+		st.SetFault(func(op string) error {
+			if op == memstore.OpList {
+				return errors.New("connection reset")
+			}
+			return nil
+		})
+		advance(renew/2 + time.Second) // A's renewal at RenewEvery is refused for both
+		for _, key := range []string{"telegram", "discord"} {
+			got := runs.of(key)
+			if len(got) != 1 || got[0].ended.IsZero() || !errors.Is(got[0].cause, tenure.ErrLeaseLost) {
+				t.Errorf("%s: runs %+v; want its one run stopped with ErrLeaseLost at the refused renewal", key, got)
+			}
 		}
 	})
 }
