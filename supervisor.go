@@ -324,30 +324,34 @@ func (s *Supervisor) renew(ctx context.Context) bool {
 	if err != nil {
 		s.log.Warn("could not confirm lease renewals; their deadlines keep running", "keys", len(outcomes), "err", err)
 	}
+	// Stop every lost key's runner before anything is logged: a log call
+	// may block, and the next lost key must not wait on it.
+	var lost []string
+	s.mu.Lock()
 	for key, o := range outcomes {
-		s.metrics.renewal(o)
 		switch o {
 		case hold.Lost:
-			s.mu.Lock()
 			if ks := s.keys[key]; ks != nil && ks.run != nil {
 				ks.run.stop(ErrLeaseLost)
 			}
-			s.unlock()
-			s.metrics.loss()
-			s.log.Warn("lease lost: another owner or a newer term holds the key", "key", key)
-			s.mu.Lock()
 			if s.lost == nil {
 				s.lost = make(map[string]bool)
 			}
 			s.lost[key] = true
-			s.unlock()
+			lost = append(lost, key)
 		case hold.Renewed:
-			s.mu.Lock()
 			if ks := s.keys[key]; ks != nil && ks.run != nil && ks.run.leased {
 				s.guard(ks.run)
 			}
-			s.unlock()
 		}
+	}
+	s.unlock()
+	for _, o := range outcomes {
+		s.metrics.renewal(o)
+	}
+	for _, key := range lost {
+		s.metrics.loss()
+		s.log.Warn("lease lost: another owner or a newer term holds the key", "key", key)
 	}
 	s.metrics.setHeld(s.keeper.HeldCount())
 	if len(outcomes) > 0 {
