@@ -4,9 +4,11 @@ package tenure_test
 // behaviour doc.go promises and the code did not keep.
 
 import (
+	"context"
 	"errors"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/tenure-dev/tenure"
@@ -117,6 +119,45 @@ func TestEveryLeaseLostInOneRenewalStopsAtOnceWhateverTheLogSinkDoes(t *testing.
 			if len(got) != 1 || got[0].ended.IsZero() || !errors.Is(got[0].cause, tenure.ErrLeaseLost) {
 				t.Errorf("%s: runs %+v; want its one run stopped with ErrLeaseLost at the refused renewal", key, got)
 			}
+		}
+	})
+}
+
+// Graceful handoff on shutdown: every lease is released so a peer takes
+// it at once. EnsureRunning (or Restart) called while Run is shutting down
+// — an HTTP "ensure ready" probe racing a deploy — must not start a new
+// term that nobody releases, leaving the peer to wait for TTL + grace.
+func TestEnsureRunningDuringShutdownLeavesNoLeaseBehind(t *testing.T) {
+	bubble(t, func(t *testing.T, st *memstore.Store) {
+		a := newReplica(t, st, "A")
+		a.Set("telegram", tenure.Job{Runner: a.rec.runner("t")})
+		a.start()
+		b := newReplica(t, st, "B")
+		b.Set("telegram", tenure.Job{Runner: b.rec.runner("t")})
+		b.start()
+		defer b.stop()
+		advance(time.Second)
+		st.SetFault(func(op string) error {
+			if op == memstore.OpRelease {
+				time.Sleep(time.Second) // a store round trip on shutdown
+			}
+			return nil
+		})
+		a.cancel() // shutdown: the runner stops, the release is on its way
+		synctest.Wait()
+		running, err := a.EnsureRunning(context.Background(), "telegram")
+		t.Logf("EnsureRunning during shutdown: %v, %v", running, err)
+		if err := <-a.done; err != nil {
+			t.Fatal(err)
+		}
+		st.SetFault(nil)
+		stopped := time.Now()
+		advance(time.Second)
+		if l := lease(t, st, "telegram"); l.Live && l.Owner == a.Owner() {
+			t.Errorf("after A's Run returned the store shows A's live term %d: %+v", l.Epoch, l)
+		}
+		if got := b.rec.startsOf("telegram"); len(got) != 1 || got[0].at.Sub(stopped) > time.Second {
+			t.Fatalf("B started telegram %v after A shut down, want at once", got)
 		}
 	})
 }
