@@ -161,3 +161,58 @@ func TestEnsureRunningDuringShutdownLeavesNoLeaseBehind(t *testing.T) {
 		}
 	})
 }
+
+// heldReply delays the reply to the first acquisition until release is
+// closed, after the store has granted it: a reply slow on the wire.
+type heldReply struct {
+	store.Store
+	n       atomic.Int32
+	granted chan struct{}
+	release chan struct{}
+}
+
+func (h *heldReply) Acquire(ctx context.Context, req store.AcquireRequest) (store.AcquireResult, error) {
+	res, err := h.Store.Acquire(ctx, req)
+	if h.n.Add(1) == 1 {
+		close(h.granted)
+		<-h.release
+	}
+	return res, err
+}
+
+// At most one replica runs a key. A reply to the loop's acquisition that
+// arrives late — after EnsureRunning took a newer term, the key was
+// disabled (its term released) and a peer took it — must not make this
+// replica run the key again on the superseded term while the peer runs it.
+func TestALateAcquireReplyNeverStartsARunnerBesideThePeerThatTookTheKey(t *testing.T) {
+	bubble(t, func(t *testing.T, st *memstore.Store) {
+		runs := &runLog{}
+		slow := &heldReply{Store: st, granted: make(chan struct{}), release: make(chan struct{})}
+		a := newReplica(t, slow, "A")
+		a.Set("telegram", tenure.Job{Runner: runs.runner("A")})
+		a.start() // the loop's acquisition is granted; its reply is on its way
+		<-slow.granted
+		b := newReplica(t, st, "B")
+		b.Set("telegram", tenure.Job{Runner: runs.runner("B")})
+		b.start()
+		defer b.stop()
+
+		if ok, err := a.EnsureRunning(context.Background(), "telegram"); !ok || err != nil {
+			t.Fatalf("EnsureRunning: %v, %v", ok, err)
+		}
+		synctest.Wait()
+		a.SetEnabled("telegram", false) // stopped, and its term released: B takes it
+		synctest.Wait()
+		a.SetEnabled("telegram", true)
+		synctest.Wait()
+		close(slow.release) // the first reply lands, within CallTimeout
+		synctest.Wait()
+		advance(time.Second)
+		defer a.stop()
+
+		for _, r := range runs.of("telegram") {
+			t.Logf("%s ran epoch %d; still running: %v", r.replica, r.epoch, r.ended.IsZero())
+		}
+		wantNoOverlap(t, runs)
+	})
+}
