@@ -216,3 +216,34 @@ func TestALateAcquireReplyNeverStartsARunnerBesideThePeerThatTookTheKey(t *testi
 		wantNoOverlap(t, runs)
 	})
 }
+
+// A store whose List fails at once (connection refused, permission
+// denied) must not turn a pending orphan recheck into a busy loop: the
+// supervision loop waits for replanAt, finds the table unreadable, and
+// must not try again at once, over and over, until the next round.
+func TestAnUnreadableTableNeverMakesAPendingRecheckSpin(t *testing.T) {
+	bubble(t, func(t *testing.T, st *memstore.Store) {
+		// A live peer that claims nothing: the keys it is preferred for
+		// are orphans, claimed after OrphanDelay (a recheck is pending).
+		st.Put(store.Lease{Key: "~workers/mail/Z#00000000@1", Owner: "Z#00000000", Epoch: 1, Running: true, TimeLeft: time.Hour})
+		a := poolWorker(t, st, "A", tenure.StaticKeys(poolKeys(40)...), newLedger(t))
+		a.start()
+		defer a.stop()
+		advance(renew + time.Second) // A's first settled plan: orphans due at RenewEvery + OrphanDelay
+		var lists atomic.Int64
+		const healAfter = 5000
+		st.SetFault(func(op string) error {
+			if op != memstore.OpList {
+				return nil
+			}
+			if lists.Add(1) >= healAfter {
+				st.SetFault(nil) // end the spin so the test can report it
+			}
+			return errors.New("connection refused")
+		})
+		advance(renew)
+		if n := lists.Load(); n > 10 {
+			t.Fatalf("%d reads of the lease table in one RenewEvery while it could not be read: a busy loop", n)
+		}
+	})
+}
