@@ -269,6 +269,12 @@ func (s *Supervisor) loop(ctx context.Context) {
 			if replan && s.leased {
 				if err := s.keeper.ObserveAll(ctx, s.cfg.Prefix); err == nil {
 					s.planPools()
+				} else {
+					// The next round plans (and reads) again; retrying a
+					// recheck now would spin while the table fails fast.
+					s.mu.Lock()
+					s.replanAt = time.Time{}
+					s.unlock()
 				}
 			}
 			s.acquirePass(ctx)
