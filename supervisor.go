@@ -452,7 +452,9 @@ func (s *Supervisor) acquirePass(ctx context.Context) {
 		case !res.OK:
 			// Never sooner than a moment from now, so a refusal at the
 			// boundary of grace cannot turn into a busy loop.
-			ks.nextAcquire = later(res.RetryAt, time.Now().Add(minRetry))
+			// RetryAt is on the keeper's clock, which runs ahead of
+			// time.Now by the time the host has slept.
+			ks.nextAcquire = later(res.RetryAt.Add(-s.suspended()), time.Now().Add(minRetry))
 		}
 		s.unlock()
 	}
