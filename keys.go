@@ -158,7 +158,7 @@ func (s *Supervisor) EnsureRunning(ctx context.Context, key string) (bool, error
 		s.unlock()
 		return false, fmt.Errorf("key %q: %w", key, ErrUnknownKey)
 	}
-	if !s.active {
+	if !s.active || s.stopping {
 		s.unlock()
 		return false, ErrNotRunning
 	}
@@ -172,11 +172,24 @@ func (s *Supervisor) EnsureRunning(ctx context.Context, key string) (bool, error
 		if !res.OK {
 			return false, nil
 		}
-		if res.New {
-			s.mu.Lock()
-			ks.newTerm = true
+		s.mu.Lock()
+		if s.stopping || !s.active {
+			// Shutdown began while the acquisition was out, and may have
+			// released what it held already: hand this new term back too.
 			s.unlock()
+			if t, ok := s.keeper.Term(key); ok && res.New && t.Epoch == res.Epoch {
+				rctx, cancel := context.WithTimeout(context.Background(), s.cfg.CallTimeout)
+				defer cancel()
+				if err := s.keeper.Release(rctx, t); err != nil {
+					s.log.Warn("could not release lease; it expires on its own", "key", key, "epoch", t.Epoch, "err", err)
+				}
+			}
+			return false, ErrNotRunning
 		}
+		if res.New {
+			ks.newTerm = true
+		}
+		s.unlock()
 	}
 	s.mu.Lock()
 	if ks.run != nil {

@@ -234,8 +234,6 @@ func (s *Supervisor) watchSuspend(ctx context.Context) {
 		if slept <= last {
 			continue
 		}
-		s.log.Warn("the host was suspended; checking every lease's deadline", "slept", slept-last)
-		last = slept
 		s.mu.Lock()
 		var runs []*runState
 		for _, ks := range s.keys {
@@ -248,6 +246,9 @@ func (s *Supervisor) watchSuspend(ctx context.Context) {
 			s.guard(r)
 		}
 		s.poke()
+		// Only now log: a log call may block, and the deadlines above must not wait on it.
+		s.log.Warn("the host was suspended; checked every lease's deadline", "slept", slept-last)
+		last = slept
 	}
 }
 
@@ -268,6 +269,12 @@ func (s *Supervisor) loop(ctx context.Context) {
 			if replan && s.leased {
 				if err := s.keeper.ObserveAll(ctx, s.cfg.Prefix); err == nil {
 					s.planPools()
+				} else {
+					// The next round plans (and reads) again; retrying a
+					// recheck now would spin while the table fails fast.
+					s.mu.Lock()
+					s.replanAt = time.Time{}
+					s.unlock()
 				}
 			}
 			s.acquirePass(ctx)
@@ -323,30 +330,34 @@ func (s *Supervisor) renew(ctx context.Context) bool {
 	if err != nil {
 		s.log.Warn("could not confirm lease renewals; their deadlines keep running", "keys", len(outcomes), "err", err)
 	}
+	// Stop every lost key's runner before anything is logged: a log call
+	// may block, and the next lost key must not wait on it.
+	var lost []string
+	s.mu.Lock()
 	for key, o := range outcomes {
-		s.metrics.renewal(o)
 		switch o {
 		case hold.Lost:
-			s.mu.Lock()
 			if ks := s.keys[key]; ks != nil && ks.run != nil {
 				ks.run.stop(ErrLeaseLost)
 			}
-			s.unlock()
-			s.metrics.loss()
-			s.log.Warn("lease lost: another owner or a newer term holds the key", "key", key)
-			s.mu.Lock()
 			if s.lost == nil {
 				s.lost = make(map[string]bool)
 			}
 			s.lost[key] = true
-			s.unlock()
+			lost = append(lost, key)
 		case hold.Renewed:
-			s.mu.Lock()
 			if ks := s.keys[key]; ks != nil && ks.run != nil && ks.run.leased {
 				s.guard(ks.run)
 			}
-			s.unlock()
 		}
+	}
+	s.unlock()
+	for _, o := range outcomes {
+		s.metrics.renewal(o)
+	}
+	for _, key := range lost {
+		s.metrics.loss()
+		s.log.Warn("lease lost: another owner or a newer term holds the key", "key", key)
 	}
 	s.metrics.setHeld(s.keeper.HeldCount())
 	if len(outcomes) > 0 {
@@ -441,7 +452,9 @@ func (s *Supervisor) acquirePass(ctx context.Context) {
 		case !res.OK:
 			// Never sooner than a moment from now, so a refusal at the
 			// boundary of grace cannot turn into a busy loop.
-			ks.nextAcquire = later(res.RetryAt, time.Now().Add(minRetry))
+			// RetryAt is on the keeper's clock, which runs ahead of
+			// time.Now by the time the host has slept.
+			ks.nextAcquire = later(res.RetryAt.Add(-s.suspended()), time.Now().Add(minRetry))
 		}
 		s.unlock()
 	}
