@@ -78,6 +78,27 @@ type Keeper struct {
 	mu       sync.Mutex
 	held     map[string]Term
 	observed map[string]observation
+	// acquiring tracks the acquisitions of a key in flight, so that a late
+	// reply about a term that was superseded meanwhile is recognised even
+	// when the newer term is no longer held here.
+	acquiring map[string]*inFlight
+}
+
+// inFlight is the acquisitions of one key under way and floor, the
+// highest epoch of the key known, since the first of them was sent, to
+// have ended or been passed by a newer term: any term at or below it is
+// stale.
+type inFlight struct {
+	n     int
+	floor int64
+}
+
+// superseded notes that key's terms up to epoch are over, for the replies
+// of acquisitions still in flight. k.mu is held.
+func (k *Keeper) superseded(key string, epoch int64) {
+	if a := k.acquiring[key]; a != nil && epoch > a.floor {
+		a.floor = epoch
+	}
 }
 
 // observation is a peer's lease as last read, with the local time of the
@@ -95,8 +116,9 @@ func New(st store.Store, owner string, timing Timing, now func() time.Time) *Kee
 	}
 	return &Keeper{
 		st: st, owner: owner, timing: timing, now: now,
-		held:     make(map[string]Term),
-		observed: make(map[string]observation),
+		held:      make(map[string]Term),
+		observed:  make(map[string]observation),
+		acquiring: make(map[string]*inFlight),
 	}
 }
 
@@ -173,6 +195,7 @@ func (k *Keeper) Forget(key string, epoch int64) {
 	if t, ok := k.held[key]; ok && t.Epoch == epoch {
 		delete(k.held, key)
 		delete(k.observed, key)
+		k.superseded(key, epoch)
 	}
 }
 
@@ -200,7 +223,20 @@ func (k *Keeper) Acquire(ctx context.Context, key string, running bool) (Acquire
 		k.mu.Unlock()
 		return Acquired{OK: true, Epoch: t.Epoch}, nil
 	}
+	a := k.acquiring[key]
+	if a == nil {
+		a = &inFlight{}
+		k.acquiring[key] = a
+	}
+	a.n++
 	k.mu.Unlock()
+	defer func() {
+		k.mu.Lock()
+		if a.n--; a.n == 0 {
+			delete(k.acquiring, key)
+		}
+		k.mu.Unlock()
+	}()
 
 	sent := k.now()
 	res, err := bounded(ctx, k.timing.CallTimeout, func(ctx context.Context) (store.AcquireResult, error) {
@@ -215,11 +251,22 @@ func (k *Keeper) Acquire(ctx context.Context, key string, running bool) (Acquire
 	defer k.mu.Unlock()
 	// Replies may arrive out of order (two attempts in flight): a reply
 	// about an older term than the one installed meanwhile is stale and
-	// must neither replace nor drop it.
-	if cur, ok := k.held[key]; ok && (res.Acquired && res.Epoch < cur.Epoch || !res.Acquired && res.Holder.Epoch < cur.Epoch) {
+	// must neither replace nor drop it; nor may it be installed once that
+	// newer term has ended too (released, lost, or passed by a peer's).
+	replyEpoch := res.Epoch
+	if !res.Acquired {
+		replyEpoch = res.Holder.Epoch
+	}
+	if cur, ok := k.held[key]; ok && replyEpoch < cur.Epoch {
 		return Acquired{OK: k.holdsLocked(key), Epoch: cur.Epoch}, nil
 	}
+	if replyEpoch <= a.floor && (res.Acquired || replyEpoch < a.floor) {
+		// Stale, and nothing newer is held: say nothing about the key and
+		// let the caller ask again.
+		return Acquired{RetryAt: k.now()}, nil
+	}
 	if !res.Acquired {
+		k.superseded(key, res.Holder.Epoch)
 		// A peer holds the row, so any local record of ours is stale.
 		delete(k.held, key)
 		k.observed[key] = observation{lease: res.Holder, at: sent}
@@ -227,6 +274,9 @@ func (k *Keeper) Acquire(ctx context.Context, key string, running bool) (Acquire
 		// term has expired, so this is exact within grace too. The store
 		// read its clock after we sent, so this errs early, never late.
 		return Acquired{Holder: res.Holder, RetryAt: sent.Add(max(res.Holder.TimeLeft+k.timing.Grace, 0))}, nil
+	}
+	if cur, ok := k.held[key]; ok {
+		k.superseded(key, cur.Epoch)
 	}
 	k.held[key] = Term{Key: key, Epoch: res.Epoch, Deadline: sent.Add(k.timing.TTL)}
 	delete(k.observed, key)
@@ -274,6 +324,7 @@ func (k *Keeper) RenewAll(ctx context.Context, running func(key string) bool) (m
 		default:
 			delete(k.held, t.Key)
 			delete(k.observed, t.Key) // it showed us: stale now
+			k.superseded(t.Key, t.Epoch)
 			out[t.Key] = Lost
 		}
 	}
@@ -289,6 +340,7 @@ func (k *Keeper) Release(ctx context.Context, terms ...Term) error {
 		if cur, ok := k.held[t.Key]; ok && cur.Epoch == t.Epoch {
 			delete(k.held, t.Key)
 			delete(k.observed, t.Key) // it showed us: stale now
+			k.superseded(t.Key, t.Epoch)
 			toRelease = append(toRelease, store.Term{Key: t.Key, Epoch: t.Epoch})
 		}
 	}
