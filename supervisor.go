@@ -337,7 +337,9 @@ func (s *Supervisor) renew(ctx context.Context) bool {
 	for key, o := range outcomes {
 		switch o {
 		case hold.Lost:
-			if ks := s.keys[key]; ks != nil && ks.run != nil {
+			// Only a run of the lost term: one of a term acquired since the
+			// renewal was answered, or one without a lease, goes on.
+			if ks := s.keys[key]; ks != nil && ks.run != nil && ks.run.leased && !s.keeper.HoldsTerm(ks.key, ks.run.lease.Epoch) {
 				ks.run.stop(ErrLeaseLost)
 			}
 			if s.lost == nil {
@@ -644,7 +646,10 @@ func (s *Supervisor) drainPools() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.CallTimeout)
 	defer cancel()
-	_, _ = s.keeper.RenewAll(ctx, func(key string) bool { return !members[key] && s.isRunning(key) })
+	if _, err := s.keeper.RenewAll(ctx, func(key string) bool { return !members[key] && s.isRunning(key) }); err != nil {
+		// Peers then learn of the drain from the releases that follow.
+		s.log.Debug("could not mark the pool memberships draining", "err", err)
+	}
 }
 
 // minRetry is the shortest wait before acquiring a refused key again.
