@@ -24,13 +24,17 @@ const (
 type LeaseMode int
 
 const (
-	// LeasesAuto (the zero value) uses leases when Config.MultiInstance is
-	// set and runs every key locally otherwise.
+	// LeasesAuto (the zero value) uses leases whenever a Store is
+	// configured: a replica given a store never runs a key without its
+	// lease, even if the application forgot to say it runs several
+	// replicas. Without a Store every key runs locally, unless
+	// Config.MultiInstance says several replicas run, which is then an
+	// error (they would all run every key).
 	LeasesAuto LeaseMode = iota
 	// LeasesOn always uses leases; a Config without a Store is refused.
 	LeasesOn
 	// LeasesOff runs every key locally (single-instance mode), even with a
-	// Store configured.
+	// Store configured: the explicit way to run without leases.
 	LeasesOff
 )
 
@@ -49,15 +53,18 @@ func (m LeaseMode) String() string {
 // Config configures a Supervisor. The zero value of every field means its
 // default; New validates the whole and names the field at fault.
 type Config struct {
-	// Store holds the leases. Nil runs in single-instance mode (every key
-	// runs locally), unless Leases is LeasesOn, which is then an error.
+	// Store holds the leases. A configured Store means leases (unless
+	// Leases is LeasesOff). Nil runs in single-instance mode (every key
+	// runs locally), unless Leases is LeasesOn or MultiInstance is set,
+	// which is then an error.
 	Store store.Store
 
 	// Leases turns lease arbitration on or off; see LeaseMode.
 	Leases LeaseMode
 	// MultiInstance is the application's signal that several replicas may
-	// run (more than one worker, a replica count above one). It turns
-	// leases on under LeasesAuto.
+	// run (more than one worker, a replica count above one). Under
+	// LeasesAuto it makes a missing Store an error instead of
+	// single-instance mode.
 	MultiInstance bool
 
 	// Owner names this replica in logs, status and the store. Default:
@@ -151,13 +158,13 @@ func (c Config) leasesActive() (bool, error) {
 		}
 		return true, nil
 	case LeasesAuto:
-		if !c.MultiInstance {
-			return false, nil
+		if c.Store != nil {
+			return true, nil
 		}
-		if c.Store == nil {
-			return false, configErr("Store", "leases are on (MultiInstance under LeasesAuto) but no store is configured")
+		if c.MultiInstance {
+			return false, configErr("Store", "several replicas run (MultiInstance) but no store is configured: every replica would run every key")
 		}
-		return true, nil
+		return false, nil
 	}
 	return false, configErr("Leases", "unknown mode %d", int(c.Leases))
 }

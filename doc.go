@@ -6,7 +6,7 @@
 // PostgreSQL, Redis, …) and runs the key's [Runner] while, and only while,
 // it holds that lease:
 //
-//	sup, err := tenure.New(tenure.Config{Store: st, Leases: tenure.LeasesOn})
+//	sup, err := tenure.New(tenure.Config{Store: st}) // a store means leases
 //	sup.Set("telegram-poller", tenure.Job{Runner: tenure.RunnerFunc(poll)})
 //	err = sup.Run(ctx) // blocks; cancel ctx to hand everything over
 //

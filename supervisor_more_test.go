@@ -103,16 +103,19 @@ func TestWithoutAStoreEveryKeyRunsLocally(t *testing.T) {
 	})
 }
 
-func TestLeasesAutoFollowsTheMultiInstanceSignal(t *testing.T) {
+// A Config with a Store means leases: before, one without MultiInstance
+// ran every key on every replica that shared the store.
+func TestAConfiguredStoreMeansLeasesUnlessTurnedOffExplicitly(t *testing.T) {
 	st := memstore.New(memstore.Options{})
 	for _, tc := range []struct {
 		mode  tenure.LeaseMode
 		multi bool
 		want  bool
 	}{
-		{tenure.LeasesAuto, false, false},
+		{tenure.LeasesAuto, false, true},
 		{tenure.LeasesAuto, true, true},
 		{tenure.LeasesOff, true, false},
+		{tenure.LeasesOff, false, false},
 		{tenure.LeasesOn, false, true},
 	} {
 		sup, err := tenure.New(tenure.Config{Store: st, Leases: tc.mode, MultiInstance: tc.multi})
