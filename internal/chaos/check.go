@@ -380,8 +380,10 @@ func (c *checker) resumes() {
 }
 
 // margins: a runner stopped for lack of confirmed renewals (not frozen
-// meanwhile, its term not released) stops at least RenewEvery + Grace
-// before another replica starts the key.
+// meanwhile, its term not released before the successor started) stops
+// at least RenewEvery + Grace before another replica starts the key. A
+// release sent after the successor started cannot have let it in: a
+// holder resumed from a freeze releases the term it lost meanwhile.
 func (c *checker) margins() {
 	promised := c.t.RenewEvery + c.t.Grace
 	c.rep.Margin.Promised = promised
@@ -391,9 +393,6 @@ func (c *checker) margins() {
 			if !iv.stopped || iv.cause != causeDeadline || iv.r.pausedDuring(iv.end-int64(c.t.TTL+c.t.Grace), iv.end) {
 				continue
 			}
-			if c.released(key, iv.epoch) {
-				continue
-			}
 			next := slices.IndexFunc(ivs[i+1:], func(o *interval) bool { return o.r != iv.r && o.start >= iv.end })
 			if next < 0 {
 				continue
@@ -401,6 +400,9 @@ func (c *checker) margins() {
 			nx := ivs[i+1+next]
 			if nx.epoch <= iv.epoch {
 				continue // not a successor term: the epoch checks deal with it
+			}
+			if c.releasedBy(key, iv.epoch, nx.start) {
+				continue
 			}
 			got := time.Duration(nx.start - iv.end)
 			c.checked(InvMargin, 1)
@@ -416,10 +418,11 @@ func (c *checker) margins() {
 	}
 }
 
-func (c *checker) released(key string, epoch int64) bool {
+// releasedBy reports whether a Release of the term was sent by at.
+func (c *checker) releasedBy(key string, epoch, at int64) bool {
 	for _, t := range c.m.terms[key] {
 		if t.epoch == epoch {
-			return t.released
+			return t.released && t.releaseSent <= at
 		}
 	}
 	return false

@@ -46,6 +46,7 @@ type term struct {
 	granted       int64  // reply time of the Acquire that started it (0: unseen)
 	lastConfirmed int64  // send time of the last confirmed grant or renewal
 	released      bool   // a Release of it was attempted (it may have committed)
+	releaseSent   int64  // when the first was sent
 }
 
 // faultWindow is a fault from its start to its end (for a kill or a
@@ -211,7 +212,9 @@ func buildModel(h *History) *model {
 			}
 		case evRelease:
 			for _, it := range e.Items {
-				getTerm(it.Key, it.Epoch).released = true
+				if t := getTerm(it.Key, it.Epoch); !t.released {
+					t.released, t.releaseSent = true, e.Sent
+				}
 			}
 		case evWrite:
 			m.writes[e.Key] = append(m.writes[e.Key], e)
