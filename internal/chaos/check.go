@@ -103,8 +103,8 @@ func (c *checker) overlaps() {
 				// engine started a term before the last runner returned.
 				var bad, excused time.Duration
 				at := int64(-1)
-				for _, sa := range a.r.live(a.start, a.end) {
-					for _, sb := range b.r.live(b.start, b.end) {
+				for _, sa := range a.live(a.start, a.end) {
+					for _, sb := range b.live(b.start, b.end) {
 						o := time.Duration(min(sa.to, sb.to) - max(sa.from, sb.from))
 						if o <= 0 {
 							continue
@@ -125,7 +125,7 @@ func (c *checker) overlaps() {
 				}
 				if bad > 0 {
 					c.violate(InvOverlap, at, key, a.r.name+"+"+b.r.name, bad,
-						"%s (epoch %d) and %s (epoch %d) both worked for %v", a.r.name, a.epoch, b.r.name, b.epoch, bad)
+						"%s (epoch %d) and %s (epoch %d) both worked for %v", a.who(), a.epoch, b.who(), b.epoch, bad)
 				}
 			}
 		}
@@ -141,7 +141,7 @@ func (c *checker) promptTail(iv *interval, s span) bool {
 	if !iv.stopped || s.to != iv.end || time.Duration(s.to-s.from) > ResumeBound {
 		return false
 	}
-	for _, p := range iv.r.pauses {
+	for _, p := range iv.pauses() {
 		if p.to == s.from {
 			return true
 		}
@@ -158,7 +158,7 @@ func (c *checker) startedFromPause(iv *interval) bool {
 	if !iv.stopped || time.Duration(iv.end-iv.start) > ResumeBound {
 		return false
 	}
-	for _, p := range iv.r.pauses {
+	for _, p := range iv.pauses() {
 		if p.to <= iv.start && time.Duration(iv.start-p.to) <= ResumeBound {
 			return true
 		}
@@ -355,7 +355,9 @@ func (c *checker) resumes() {
 		for _, p := range r.pauses {
 			for key, ivs := range c.m.intervals {
 				for _, iv := range ivs {
-					if iv.r != r || iv.start > p.from || iv.end < p.to {
+					// A child's work is not frozen with its wrapper: the
+					// overlap and margin checks judge it like any other.
+					if iv.r != r || iv.pid != 0 || iv.start > p.from || iv.end < p.to {
 						continue
 					}
 					tookOver := slices.ContainsFunc(ivs, func(o *interval) bool { return o.r != r && o.start >= p.from && o.start <= p.to })
@@ -390,7 +392,7 @@ func (c *checker) margins() {
 	first := true
 	for key, ivs := range c.m.intervals {
 		for i, iv := range ivs {
-			if !iv.stopped || iv.cause != causeDeadline || iv.r.pausedDuring(iv.end-int64(c.t.TTL+c.t.Grace), iv.end) {
+			if !iv.stopped || iv.cause != causeDeadline || iv.frozenDuring(iv.end-int64(c.t.TTL+c.t.Grace), iv.end) {
 				continue
 			}
 			next := slices.IndexFunc(ivs[i+1:], func(o *interval) bool { return o.r != iv.r && o.start >= iv.end })
@@ -412,7 +414,7 @@ func (c *checker) margins() {
 			c.rep.Margin.N++
 			if got < promised-MarginTolerance {
 				c.violate(InvMargin, iv.end, key, iv.r.name, promised-got,
-					"%s stopped epoch %d only %v before %s started epoch %d (promised %v)", iv.r.name, iv.epoch, got, nx.r.name, nx.epoch, promised)
+					"%s stopped epoch %d only %v before %s started epoch %d (promised %v)", iv.who(), iv.epoch, got, nx.who(), nx.epoch, promised)
 			}
 		}
 	}
