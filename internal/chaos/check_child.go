@@ -2,6 +2,9 @@ package chaos
 
 import (
 	"fmt"
+	"slices"
+	"strings"
+	"time"
 )
 
 // This file is what the checker makes of work done in child processes
@@ -133,4 +136,101 @@ func (iv *interval) frozenDuring(from, to int64) bool {
 		}
 	}
 	return false
+}
+
+// enforcedAt is the deadline iv's guard had at the moment at: the last
+// one passed on by then (0: none).
+func (iv *interval) enforcedAt(at int64) int64 {
+	var d int64
+	for _, s := range iv.deadlines {
+		if s.from <= at {
+			d = s.to
+		}
+	}
+	return d
+}
+
+// WrapperFreezes is what freeze-wrapper faults did to the child work of
+// the replicas they froze.
+type WrapperFreezes struct {
+	N int `json:"n"`
+	// Children counts child work that ran while its wrapper was frozen;
+	// GuardStops those of them that ended while it was still frozen
+	// (nothing but the guard could stop them), and PastDeadline those
+	// still running when it resumed although the deadline their guard
+	// had been given had passed (a guard that did not enforce it; a child
+	// started without a deadline has none to pass).
+	Children     int `json:"children"`
+	GuardStops   int `json:"guard_stops"`
+	PastDeadline int `json:"past_deadline"`
+	// TakenOver counts those whose key a peer started while the wrapper
+	// was frozen.
+	TakenOver int `json:"taken_over"`
+	// AfterDeadline is the time from the deadline the guard had to the
+	// child's stop record, for the guard's stops; Gone is the longest
+	// from that deadline to the child's exit (it finishes a write it had
+	// decided on, which the fence orders).
+	AfterDeadline Latency       `json:"after_deadline"`
+	Gone          time.Duration `json:"gone"`
+}
+
+// guardMark is the deadline a child's guard had when its wrapper froze,
+// for the timeline.
+type guardMark struct {
+	key string
+	at  int64
+}
+
+// wrapperFreezes measures freeze-wrapper faults for the report and the
+// timeline.
+func (m *model) wrapperFreezes() (WrapperFreezes, []guardMark) {
+	var w WrapperFreezes
+	var marks []guardMark
+	var after []time.Duration
+	for _, f := range m.faults {
+		if f.kind != FaultFreezeWrapper {
+			continue
+		}
+		w.N++
+		for key, ivs := range m.intervals {
+			for _, iv := range ivs {
+				if iv.pid == 0 || iv.r.name != f.target || iv.start >= f.to || iv.end <= f.from {
+					continue
+				}
+				w.Children++
+				deadline := iv.enforcedAt(f.from)
+				if deadline != 0 {
+					marks = append(marks, guardMark{key, deadline})
+				}
+				if slices.ContainsFunc(ivs, func(o *interval) bool { return o.r != iv.r && o.start >= f.from && o.start <= f.to }) {
+					w.TakenOver++
+				}
+				switch {
+				case iv.end <= f.to:
+					w.GuardStops++
+					if deadline != 0 {
+						after = append(after, time.Duration(iv.end-deadline))
+						if iv.gone != 0 {
+							w.Gone = max(w.Gone, time.Duration(iv.gone-deadline))
+						}
+					}
+				case deadline != 0 && deadline < f.to:
+					w.PastDeadline++
+				}
+			}
+		}
+	}
+	w.AfterDeadline.set(after)
+	return w, marks
+}
+
+// write is the report's paragraph on them.
+func (w WrapperFreezes) write(b *strings.Builder) {
+	fmt.Fprintf(b, "frozen wrappers       %d freezes with %d children running: %d stopped by their guard while frozen, %d ran on past their deadline; %d taken over meanwhile\n",
+		w.N, w.Children, w.GuardStops, w.PastDeadline, w.TakenOver)
+	if a := w.AfterDeadline; a.N > 0 {
+		us := func(d time.Duration) time.Duration { return d.Round(10 * time.Microsecond) }
+		fmt.Fprintf(b, "                      children stopped after their guard's deadline: p50 %v, max %v over %d; gone at most %v after it\n",
+			us(a.P50), us(a.Max), a.N, w.Gone.Round(time.Millisecond))
+	}
 }

@@ -63,6 +63,37 @@ func TestAChildsWorkIsNeverExcusedByItsWrappersFreeze(t *testing.T) {
 	}
 }
 
+// Stopped by its guard at the deadline while the wrapper is frozen, a
+// child owes the successor the same margin as any runner stopped there;
+// the cause comes from the wrapper, the child only saw a SIGTERM.
+func TestAChildStoppedByItsGuardIsHeldToTheFailClosedMargin(t *testing.T) {
+	for name, c := range map[string]struct {
+		stop      int
+		shortfall time.Duration
+	}{"on time": {2600, 0}, "late": {3000, 350 * time.Millisecond}} {
+		s := newStory("r1", "r2")
+		s.childRun("r1", 500, 1, 0, c.stop, causeDeadline, 5100)
+		s.fault(FaultFreezeWrapper, "r1", 1300, 5000)
+		s.run("r2", 2, 4250, 9000, causeStopping)
+		rep := s.check(t)
+		if rep.Margin.N != 1 {
+			t.Fatalf("%s: the child's stop was not held to the margin:\n%s", name, text(rep))
+		}
+		v := violations(rep, InvMargin)
+		switch {
+		case c.shortfall == 0 && !rep.OK():
+			t.Errorf("%s: violations:\n%s", name, text(rep))
+		case c.shortfall != 0 && (len(v) != 1 || v[0].Amount != c.shortfall):
+			t.Errorf("%s: want a %v shortfall, got:\n%s", name, c.shortfall, text(rep))
+		}
+		w := rep.WrapperFreezes
+		if w.N != 1 || w.Children != 1 || w.GuardStops != 1 || w.TakenOver != 1 ||
+			w.AfterDeadline.Max != time.Duration(c.stop-2600)*time.Millisecond {
+			t.Errorf("%s: freezes %+v; want one child stopped by its guard %dms after its deadline, then taken over", name, w, c.stop-2600)
+		}
+	}
+}
+
 // Its wrapper killed, a child is killed by its guard within milliseconds:
 // its work ends with the wrapper, unless it goes on beating.
 func TestAChildThatOutlivesItsDeadWrapperIsCaught(t *testing.T) {

@@ -179,7 +179,7 @@ func buildModel(h *History) *model {
 			if i, ok := openFault[e.Fault+"/"+e.Target]; ok {
 				m.faults[i].to = e.T
 				delete(openFault, e.Fault+"/"+e.Target)
-				if e.Fault == FaultPause {
+				if e.Fault == FaultPause || e.Fault == FaultFreezeWrapper {
 					r := replica(e.Target)
 					r.pauses = append(r.pauses, span{m.faults[i].from, e.T})
 				}

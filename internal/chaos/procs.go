@@ -317,6 +317,12 @@ func (h *harness) tryClaim(s Step, held map[string]string) []*proc {
 		return nil
 	} else {
 		pick := free[s.Pick%len(free)]
+		if s.Fault == FaultFreezeWrapper {
+			// Only a replica running child work can leave a child running.
+			if pick = h.childHolder(s, free, ids, held); pick == nil {
+				return nil
+			}
+		}
 		for _, p := range free {
 			if ids[p] != "" && ids[p] == held[h.hist.Keys[s.Key]] {
 				pick = p
