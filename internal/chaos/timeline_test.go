@@ -65,3 +65,27 @@ func TestTheTimelineMarksLogStallsAndNamesSameOwnerPairs(t *testing.T) {
 		t.Errorf("no stalled stretch or no same-owner pair in:\n%s", svg)
 	}
 }
+
+func TestTheTimelineMarksChildWorkItsWrappersFreezeAndTheGuardsDeadline(t *testing.T) {
+	s := newStory("r1", "r2")
+	s.childRun("r1", 500, 1, 0, 2600, causeDeadline, 5100)
+	s.fault(FaultFreezeWrapper, "r1", 1300, 5000)
+	s.run("r2", 2, 4250, 9000, causeStopping)
+	s.add(Event{T: s.at(60_000), Ev: evRunEnd})
+	h := s.h
+	sortEvents(h.Events)
+	var b strings.Builder
+	if err := WriteTimeline(&b, &h); err != nil {
+		t.Fatal(err)
+	}
+	svg := b.String()
+	for _, want := range []string{`stroke-dasharray="4,2"><title>r1&#39;s child 500 epoch 1`, "<title>r1 frozen; its child runs on</title>",
+		"<title>guard deadline</title>", "<title>freeze-wrapper r1</title>"} {
+		if !strings.Contains(svg, want) {
+			t.Errorf("no %s in:\n%s", want, svg)
+		}
+	}
+	if strings.Contains(svg, `fill="url(#frozen)"`) {
+		t.Errorf("the child's work is hatched as frozen:\n%s", svg)
+	}
+}
