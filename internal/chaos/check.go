@@ -103,8 +103,8 @@ func (c *checker) overlaps() {
 				// engine started a term before the last runner returned.
 				var bad, excused time.Duration
 				at := int64(-1)
-				for _, sa := range a.r.live(a.start, a.end) {
-					for _, sb := range b.r.live(b.start, b.end) {
+				for _, sa := range a.live(a.start, a.end) {
+					for _, sb := range b.live(b.start, b.end) {
 						o := time.Duration(min(sa.to, sb.to) - max(sa.from, sb.from))
 						if o <= 0 {
 							continue
@@ -125,7 +125,7 @@ func (c *checker) overlaps() {
 				}
 				if bad > 0 {
 					c.violate(InvOverlap, at, key, a.r.name+"+"+b.r.name, bad,
-						"%s (epoch %d) and %s (epoch %d) both worked for %v", a.r.name, a.epoch, b.r.name, b.epoch, bad)
+						"%s (epoch %d) and %s (epoch %d) both worked for %v", a.who(), a.epoch, b.who(), b.epoch, bad)
 				}
 			}
 		}
@@ -141,7 +141,7 @@ func (c *checker) promptTail(iv *interval, s span) bool {
 	if !iv.stopped || s.to != iv.end || time.Duration(s.to-s.from) > ResumeBound {
 		return false
 	}
-	for _, p := range iv.r.pauses {
+	for _, p := range iv.pauses() {
 		if p.to == s.from {
 			return true
 		}
@@ -158,7 +158,7 @@ func (c *checker) startedFromPause(iv *interval) bool {
 	if !iv.stopped || time.Duration(iv.end-iv.start) > ResumeBound {
 		return false
 	}
-	for _, p := range iv.r.pauses {
+	for _, p := range iv.pauses() {
 		if p.to <= iv.start && time.Duration(iv.start-p.to) <= ResumeBound {
 			return true
 		}
@@ -355,7 +355,9 @@ func (c *checker) resumes() {
 		for _, p := range r.pauses {
 			for key, ivs := range c.m.intervals {
 				for _, iv := range ivs {
-					if iv.r != r || iv.start > p.from || iv.end < p.to {
+					// A child's work is not frozen with its wrapper: the
+					// overlap and margin checks judge it like any other.
+					if iv.r != r || iv.pid != 0 || iv.start > p.from || iv.end < p.to {
 						continue
 					}
 					tookOver := slices.ContainsFunc(ivs, func(o *interval) bool { return o.r != r && o.start >= p.from && o.start <= p.to })
@@ -380,18 +382,17 @@ func (c *checker) resumes() {
 }
 
 // margins: a runner stopped for lack of confirmed renewals (not frozen
-// meanwhile, its term not released) stops at least RenewEvery + Grace
-// before another replica starts the key.
+// meanwhile, its term not released before the successor started) stops
+// at least RenewEvery + Grace before another replica starts the key. A
+// release sent after the successor started cannot have let it in: a
+// holder resumed from a freeze releases the term it lost meanwhile.
 func (c *checker) margins() {
 	promised := c.t.RenewEvery + c.t.Grace
 	c.rep.Margin.Promised = promised
 	first := true
 	for key, ivs := range c.m.intervals {
 		for i, iv := range ivs {
-			if !iv.stopped || iv.cause != causeDeadline || iv.r.pausedDuring(iv.end-int64(c.t.TTL+c.t.Grace), iv.end) {
-				continue
-			}
-			if c.released(key, iv.epoch) {
+			if !iv.stopped || iv.cause != causeDeadline || iv.frozenDuring(iv.end-int64(c.t.TTL+c.t.Grace), iv.end) {
 				continue
 			}
 			next := slices.IndexFunc(ivs[i+1:], func(o *interval) bool { return o.r != iv.r && o.start >= iv.end })
@@ -402,6 +403,9 @@ func (c *checker) margins() {
 			if nx.epoch <= iv.epoch {
 				continue // not a successor term: the epoch checks deal with it
 			}
+			if c.releasedBy(key, iv.epoch, nx.start) {
+				continue
+			}
 			got := time.Duration(nx.start - iv.end)
 			c.checked(InvMargin, 1)
 			if first || got < c.rep.Margin.Min {
@@ -410,16 +414,17 @@ func (c *checker) margins() {
 			c.rep.Margin.N++
 			if got < promised-MarginTolerance {
 				c.violate(InvMargin, iv.end, key, iv.r.name, promised-got,
-					"%s stopped epoch %d only %v before %s started epoch %d (promised %v)", iv.r.name, iv.epoch, got, nx.r.name, nx.epoch, promised)
+					"%s stopped epoch %d only %v before %s started epoch %d (promised %v)", iv.who(), iv.epoch, got, nx.who(), nx.epoch, promised)
 			}
 		}
 	}
 }
 
-func (c *checker) released(key string, epoch int64) bool {
+// releasedBy reports whether a Release of the term was sent by at.
+func (c *checker) releasedBy(key string, epoch, at int64) bool {
 	for _, t := range c.m.terms[key] {
 		if t.epoch == epoch {
-			return t.released
+			return t.released && t.releaseSent <= at
 		}
 	}
 	return false

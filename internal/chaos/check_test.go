@@ -270,6 +270,28 @@ func TestAShortFailClosedMarginIsCaught(t *testing.T) {
 	}
 }
 
+// A holder resumed from a freeze releases the term it lost meanwhile; a
+// release sent after its successor started excuses nothing.
+func TestAReleaseAfterTheSuccessorStartedDoesNotExcuseAShortMargin(t *testing.T) {
+	s := newStory("r1", "r2")
+	s.run("r1", 1, 0, 2600, causeDeadline)
+	s.add(Event{T: s.at(3000), Replica: "r1", Ev: evStop, Key: storyKey, Epoch: 1, Cause: causeDeadline})
+	s.h.Events = slices.DeleteFunc(s.h.Events, func(e Event) bool { return e.Ev == evStop && e.T == s.at(2600) })
+	s.run("r2", 2, 4250, 9000, causeStopping)
+	s.add(Event{T: s.at(5000), Replica: "r1", Ev: evRelease, Sent: s.at(5000), Items: []Item{{Key: storyKey, Epoch: 1}}})
+	if v := requireOnly(t, s.check(t), InvMargin); v.Amount != 350*time.Millisecond {
+		t.Errorf("shortfall %v, want 350ms", v.Amount)
+	}
+	// Sent before the successor started, it ends the term: no margin owed.
+	s = newStory("r1", "r2")
+	s.run("r1", 1, 0, 2600, causeDeadline)
+	s.add(Event{T: s.at(2700), Replica: "r1", Ev: evRelease, Sent: s.at(2700), Items: []Item{{Key: storyKey, Epoch: 1}}})
+	s.run("r2", 2, 3000, 9000, causeStopping)
+	if rep := s.check(t); len(violations(rep, InvMargin)) > 0 || rep.Margin.N != 0 {
+		t.Errorf("a released term was held to the margin:\n%s", text(rep))
+	}
+}
+
 func TestACrashedReplicaFailsTheRun(t *testing.T) {
 	s := newStory("r1", "r2")
 	s.add(Event{T: s.at(100), Ev: evExited, Target: "r2", Err: "exit status 2", Outcome: "unexpected"})

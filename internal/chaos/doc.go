@@ -20,6 +20,19 @@
 //     between deciding to write and writing: the fence, not the lease
 //     timing, must order those writes.
 //
+// Every other key's work (the first, the third, …) runs in a child
+// process instead, the way `tenure run` runs a command: started through
+// internal/child's guard with the lease's safety deadline (Lease.StopAt),
+// each later one forwarded after a confirmed renewal by the helper the CLI
+// uses (child.ForwardStopAt). The child is the same binary in worker mode
+// (ReplicaMain serves the guard and the worker too): it gets the lease in
+// TENURE_KEY, TENURE_EPOCH and TENURE_OWNER, runs the same workload until
+// SIGTERM, and logs to its replica's log, each record carrying its pid.
+// The replica records each child's start, every deadline it passes on,
+// and how the child ended (the guard's own stop counts as a deadline
+// stop). Half the keys keep the cost at one guard and one child per held
+// key on a two-core host, and the other half keep in-process work tested.
+//
 // Every store call (Acquire, Renew, Release, List) goes through a
 // recorder that logs its send time and outcome. Each record is one
 // write(2) to an O_APPEND file, so a replica killed with SIGKILL leaves a
@@ -41,6 +54,12 @@
 //
 //   - kill: SIGKILL a holder; a replacement starts within a TTL.
 //   - pause: SIGSTOP a holder for 0.5–4×TTL, then SIGCONT.
+//   - freeze-wrapper: SIGSTOP, for 0.5–4×TTL, a holder of a key whose work
+//     runs as a child, once that child runs; neither its guard nor the
+//     child (each in a process group of its own) is stopped. Renewals
+//     stop, a peer takes the key at expiry + grace, and only the guard can
+//     stop the child in time: at the deadline it was last given, SIGTERM,
+//     then SIGKILL after the stop timeout. The same on every backend.
 //   - partition: the store unreachable from one replica or all, 1–3×TTL.
 //   - hold-replies: requests commit, their replies are held back.
 //   - latency: added one-way latency, up to 3/4 of the call timeout.
@@ -80,22 +99,29 @@
 // reports, per invariant: no two processes' work on a key overlaps (a
 // frozen process's interval is suspended while it is stopped, and it must
 // stop promptly once it resumes; a killed process's work ends at the
-// moment it died); fenced writes are accepted in non-decreasing epoch
+// moment it died; a child's work is never suspended by its wrapper's
+// freeze, since it runs on, and ends when its wrapper dies unless it goes
+// on beating); fenced writes are accepted in non-decreasing epoch
 // order and a stale one is always refused; no epoch is issued to two
 // processes, even two the store knows by one owner id; no term is granted
 // to another process before its predecessor's expiry + grace (measured
 // from its last confirmed renewal); a crashed holder is replaced within
 // TTL + grace + one renewal interval + slack; a runner stopped for lack of
-// renewals stops at least RenewEvery + Grace before a peer starts; and,
+// renewals (a child its guard stopped while its wrapper was frozen too)
+// stops at least RenewEvery + Grace before a peer starts, unless its term
+// was released before the peer started; and,
 // during a slow-store window and one TTL after it, no runner of a slowed
 // replica stops at its deadline while every store call that replica made
 // since its last confirmed renewal answered within the call timeout
 // (renewals starved by a slow store). The [Report] adds takeover
 // latencies, time without a holder, the longest gap between renewals
-// under a slow store, whether same-owner pairs shared an owner id, and
-// step-downs no fault explains. [WriteTimeline] draws the history as SVG:
-// frozen stretches hatched, stalled logs dotted, faults on a row of their
-// own.
+// under a slow store, whether same-owner pairs shared an owner id, what
+// wrapper freezes did (children stopped by their guard while frozen, how
+// long after the deadline their work stopped and their process was gone,
+// takeovers meanwhile), and step-downs no fault explains. [WriteTimeline]
+// draws the history as SVG: frozen stretches hatched, stalled logs dotted,
+// child work outlined with dashes and its wrapper's freeze as a strip at
+// its foot, the guard's deadline as a tick, faults on a row of their own.
 //
 // # Using it from a command
 //
@@ -124,7 +150,7 @@
 //
 //	TENURE_CHAOS_DURATION=10m go test ./internal/chaos -run TestChaosPostgres -v -timeout 30m
 //
-// TENURE_CHAOS_SEED=N replays a seed and TENURE_CHAOS_FAULTS=log-stall,kill
+// TENURE_CHAOS_SEED=N replays a seed and TENURE_CHAOS_FAULTS=freeze-wrapper,kill
 // picks the kinds; a failed run keeps its history directory (logs,
 // schedule, report, timeline) and names it in the report.
 package chaos

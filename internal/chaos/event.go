@@ -23,6 +23,12 @@ const (
 	evStop    = "stop"         // a runner saw its context end and stopped working
 	evWrite   = "write"        // a fenced write and whether the fence accepted it
 	evExit    = "exit"         // a replica shut down gracefully
+	// evChild is a replica's record of a key's work run as a child process
+	// through a guard (see childwork.go): started, each deadline passed on
+	// to the guard, and how the child ended.
+	evChild = "child"
+	// evWorkerExit is a child's last record, written as its process exits.
+	evWorkerExit = "worker.exit"
 )
 
 // Event kinds written by the harness.
@@ -62,7 +68,14 @@ type Event struct {
 	// Configured is the replica's Config.Owner, a human name that two
 	// processes may share (the same-owner fault).
 	Configured string `json:"cfg,omitempty"`
-	PID        int    `json:"pid,omitempty"`
+	// PID is a process: the replica's (proc, spawn, exited), or, on a
+	// runner's start, beat, stop and write records and on evChild, the
+	// child process that did the work for the replica named in Replica,
+	// its wrapper. Work in the replica's own process has none.
+	PID int `json:"pid,omitempty"`
+	// Deadline is the safety deadline a child's guard enforces (evChild),
+	// on the shared clock.
+	Deadline int64 `json:"deadline,omitempty"`
 	// Sent is when a store call or a fenced transaction began.
 	Sent    int64  `json:"sent,omitempty"`
 	Outcome string `json:"out,omitempty"`

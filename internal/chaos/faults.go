@@ -19,7 +19,9 @@ func (h *harness) apply(ctx context.Context, s Step, targets []*proc) {
 			h.log.Error("could not start a replacement replica", "err", err)
 		}
 	case FaultPause:
-		h.pause(ctx, p, s.Dur)
+		h.pause(ctx, p, s.Fault, s.Dur)
+	case FaultFreezeWrapper:
+		h.freezeWrapper(ctx, p, s)
 	case FaultLogStall:
 		h.logStall(ctx, p, s)
 	case FaultSameOwner:
@@ -81,14 +83,17 @@ func (h *harness) halt(p *proc, kill bool) {
 
 // pause freezes a replica for d. The recorded pause lies inside the real
 // one: it begins once every thread is seen stopped and ends before SIGCONT.
-func (h *harness) pause(ctx context.Context, p *proc, d time.Duration) {
+// The signal goes to the replica's pid alone: the guards and children of
+// its child work, each in a process group of its own, run on (for
+// freeze-wrapper, that is the point).
+func (h *harness) pause(ctx context.Context, p *proc, kind string, d time.Duration) {
 	if err := signalProcess(p.pid, sigStop); err != nil {
 		return
 	}
 	if err := awaitStopped(p.pid, 2*time.Second); err == nil {
-		h.hl.add(Event{Ev: evFaultBegin, Fault: FaultPause, Target: p.name, Dur: int64(d)})
+		h.hl.add(Event{Ev: evFaultBegin, Fault: kind, Target: p.name, Dur: int64(d)})
 		_ = sleepCtx(ctx, d)
-		h.hl.add(Event{Ev: evFaultEnd, Fault: FaultPause, Target: p.name})
+		h.hl.add(Event{Ev: evFaultEnd, Fault: kind, Target: p.name})
 	} else {
 		h.log.Warn("pause not confirmed; resuming", "replica", p.name, "err", err)
 	}

@@ -88,6 +88,9 @@ type Options struct {
 	// uniqueIDs gives every replica process an owner id of its own beyond
 	// its configured name (see replicaSpec.IDSuffix).
 	uniqueIDs bool
+	// childNoDeadline starts child work without a deadline for its guard:
+	// the test that proves a frozen wrapper's child is caught.
+	childNoDeadline bool
 }
 
 func (o Options) withDefaults() (Options, error) {

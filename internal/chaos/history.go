@@ -35,6 +35,13 @@ type interval struct {
 	start, end int64
 	cause      string // the stop's cause, or "killed", "exited", "open"
 	stopped    bool   // ended by its own stop record
+	// pid is the child process that did the work for r, its wrapper; 0
+	// for work in r's own process (see check_child.go).
+	pid int
+	// deadlines are a child's guard deadlines: from when each was passed
+	// on (from) and the instant itself (to).
+	deadlines []span
+	gone      int64 // a child's last record, as its process exited
 }
 
 // term is what the store calls tell about one epoch of one key.
@@ -46,6 +53,7 @@ type term struct {
 	granted       int64  // reply time of the Acquire that started it (0: unseen)
 	lastConfirmed int64  // send time of the last confirmed grant or renewal
 	released      bool   // a Release of it was attempted (it may have committed)
+	releaseSent   int64  // when the first was sent
 }
 
 // faultWindow is a fault from its start to its end (for a kill or a
@@ -74,12 +82,13 @@ type model struct {
 	acquires   map[string][]Event // granted acquisitions by key
 	crashes    []Event            // unexpected exits and diagnostics
 	counts     map[string]int     // events by kind
+	children   map[childID]*interval
 }
 
 func buildModel(h *History) *model {
 	m := &model{h: h, replicas: map[string]*replicaInfo{},
 		intervals: map[string][]*interval{}, terms: map[string][]*term{}, writes: map[string][]Event{},
-		acquires: map[string][]Event{}, counts: map[string]int{}}
+		acquires: map[string][]Event{}, counts: map[string]int{}, children: map[childID]*interval{}}
 	if len(h.Events) > 0 {
 		m.begin, m.end = h.Events[0].T, h.Events[len(h.Events)-1].T
 	}
@@ -114,6 +123,9 @@ func buildModel(h *History) *model {
 	sawEnd := false
 	for _, e := range h.Events {
 		m.counts[e.Ev]++
+		if m.childRecord(e) {
+			continue
+		}
 		switch e.Ev {
 		case evRunBegin:
 			m.begin = e.T
@@ -147,6 +159,7 @@ func buildModel(h *History) *model {
 				cause = "killed"
 			}
 			closeAll(r, e.T, cause)
+			m.orphan(r, e.T, cause)
 			if n := len(r.stalls); n > 0 && r.stalls[n-1].to < 0 {
 				r.stalls[n-1].to = e.T
 			}
@@ -166,7 +179,7 @@ func buildModel(h *History) *model {
 			if i, ok := openFault[e.Fault+"/"+e.Target]; ok {
 				m.faults[i].to = e.T
 				delete(openFault, e.Fault+"/"+e.Target)
-				if e.Fault == FaultPause {
+				if e.Fault == FaultPause || e.Fault == FaultFreezeWrapper {
 					r := replica(e.Target)
 					r.pauses = append(r.pauses, span{m.faults[i].from, e.T})
 				}
@@ -211,7 +224,9 @@ func buildModel(h *History) *model {
 			}
 		case evRelease:
 			for _, it := range e.Items {
-				getTerm(it.Key, it.Epoch).released = true
+				if t := getTerm(it.Key, it.Epoch); !t.released {
+					t.released, t.releaseSent = true, e.Sent
+				}
 			}
 		case evWrite:
 			m.writes[e.Key] = append(m.writes[e.Key], e)
@@ -224,6 +239,7 @@ func buildModel(h *History) *model {
 	for r := range open {
 		closeAll(r, max(last, r.exit), "open")
 	}
+	m.orphan(nil, last, "open")
 	for _, r := range m.replicas {
 		if n := len(r.stalls); n > 0 && r.stalls[n-1].to < 0 {
 			r.stalls[n-1].to = last
@@ -243,11 +259,12 @@ func buildModel(h *History) *model {
 	return m
 }
 
-// live returns the parts of [from, to] during which r was not frozen.
-func (r *replicaInfo) live(from, to int64) []span {
+// live returns the parts of [from, to] during which iv's work was not
+// frozen.
+func (iv *interval) live(from, to int64) []span {
 	out := []span{}
 	cur := from
-	for _, p := range r.pauses {
+	for _, p := range iv.pauses() {
 		if p.to <= cur || p.from >= to {
 			continue
 		}

@@ -26,6 +26,10 @@ const (
 	// holder's owner name (a shared hostname, a copied unit file), lets
 	// both run, then stops the extra one gracefully.
 	FaultSameOwner = "same-owner"
+	// FaultFreezeWrapper SIGSTOPs a replica while a key's work runs as its
+	// child (through a guard, as `tenure run` runs a command), and SIGCONTs
+	// it later: the wrapper is frozen, the guard and the child are not.
+	FaultFreezeWrapper = "freeze-wrapper"
 	// FaultStoreRestart crashes and restarts the store itself, through
 	// Options.RestartStore; drawn only when that is set.
 	FaultStoreRestart = "store-restart"
@@ -33,13 +37,13 @@ const (
 
 // FaultKinds lists every fault kind, in report order.
 var FaultKinds = []string{FaultKill, FaultPause, FaultPartition, FaultHold, FaultLatency, FaultRestart,
-	FaultLogStall, FaultSlowStore, FaultSameOwner, FaultStoreRestart}
+	FaultLogStall, FaultSlowStore, FaultSameOwner, FaultFreezeWrapper, FaultStoreRestart}
 
 // faultWeights are the kinds' relative frequencies once every enabled
 // kind has been drawn once.
 var faultWeights = map[string]int{
 	FaultKill: 22, FaultPause: 22, FaultPartition: 16, FaultHold: 10, FaultLatency: 10, FaultRestart: 20,
-	FaultLogStall: 14, FaultSlowStore: 14, FaultSameOwner: 12, FaultStoreRestart: 10,
+	FaultLogStall: 14, FaultSlowStore: 14, FaultSameOwner: 12, FaultFreezeWrapper: 16, FaultStoreRestart: 10,
 }
 
 // Step is one fault of a schedule. Its target is resolved when it runs:
@@ -107,6 +111,11 @@ func (p *planner) next() Step {
 	case FaultRestart:
 		s.Respawn = between(0, 0.5)
 	case FaultPause:
+		s.Dur = between(0.5, 4)
+	case FaultFreezeWrapper:
+		// Aimed at the holder of a key whose work runs as a child. From
+		// short of the guard's deadline to well past a peer's takeover.
+		s.Key = childKeyIndex(s.Key)
 		s.Dur = between(0.5, 4)
 	case FaultStoreRestart:
 		s.Dur = between(0.25, 2) // how long the store stays down

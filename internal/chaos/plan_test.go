@@ -59,3 +59,22 @@ func TestRuntimeFaultStepsStayWithinTheirBounds(t *testing.T) {
 		t.Errorf("%d of %d log stalls with a blip; want most, not all", blips, stalls)
 	}
 }
+
+func TestFreezeWrapperStepsAimAtAKeyRunAsAChildForHalfToFourTTL(t *testing.T) {
+	tm := DefaultTiming()
+	for _, keys := range []int{1, 2, 5} {
+		p := newPlanner(13, tm, keys, []string{FaultFreezeWrapper, FaultPause})
+		for range 200 {
+			s := p.next()
+			if s.Fault != FaultFreezeWrapper {
+				continue
+			}
+			if s.Key >= keys || !isChildKey(s.Key) {
+				t.Errorf("%d keys: aimed at key %d, whose work does not run as a child", keys, s.Key)
+			}
+			if s.Dur < tm.TTL/2 || s.Dur > 4*tm.TTL {
+				t.Errorf("a freeze of %v; want 0.5 to 4 TTL", s.Dur)
+			}
+		}
+	}
+}

@@ -113,6 +113,7 @@ func (h *harness) spawnAs(owner string, busy bool) (p *proc, err error) {
 		Name: p.name, Owner: p.configured, Store: sb, Keys: h.hist.Keys, Prefix: "chaos-" + h.runID + "/",
 		Timing: h.opts.Timing, Log: p.log, Control: p.control,
 		Resource: h.res, Seed: h.opts.Seed ^ uint64(n)*0x9e3779b97f4a7c15, LateStop: h.opts.lateStop,
+		Children: childKeys(h.hist.Keys), ChildNoDeadline: h.opts.childNoDeadline,
 	}
 	if h.opts.uniqueIDs {
 		spec.IDSuffix = fmt.Sprintf("#%s.%d", h.runID, n)
@@ -316,6 +317,12 @@ func (h *harness) tryClaim(s Step, held map[string]string) []*proc {
 		return nil
 	} else {
 		pick := free[s.Pick%len(free)]
+		if s.Fault == FaultFreezeWrapper {
+			// Only a replica running child work can leave a child running.
+			if pick = h.childHolder(s, free, ids, held); pick == nil {
+				return nil
+			}
+		}
 		for _, p := range free {
 			if ids[p] != "" && ids[p] == held[h.hist.Keys[s.Key]] {
 				pick = p

@@ -10,10 +10,12 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
 	"time"
 
 	"github.com/tenure-dev/tenure"
+	"github.com/tenure-dev/tenure/internal/child"
 )
 
 // ReplicaEnv is the environment variable that turns a process into a
@@ -44,6 +46,13 @@ type replicaSpec struct {
 	// an engine whose owner ids are unique per process start, so a test
 	// shows the harness never takes the configured name for the store's id.
 	IDSuffix string `json:"id_suffix,omitempty"`
+	// Children are the keys whose work runs as a child process through a
+	// guard, as `tenure run` runs a command (childwork.go).
+	Children []string `json:"children,omitempty"`
+	// ChildNoDeadline starts those children without a safety deadline for
+	// their guard (tests only): the guard of `tenure run` before it
+	// learned deadlines, which a frozen wrapper's child outlives.
+	ChildNoDeadline bool `json:"child_no_deadline,omitempty"`
 }
 
 // IsReplica reports whether this process was started by the harness as a
@@ -55,7 +64,11 @@ type replicaSpec struct {
 //		}
 //		os.Exit(m.Run())
 //	}
-func IsReplica() bool { return os.Getenv(ReplicaEnv) != "" }
+//
+// The same call serves the processes a replica starts in turn for the
+// keys whose work runs as a child, which get workerEnv: the child itself,
+// and its guard (internal/child), which is this binary too.
+func IsReplica() bool { return os.Getenv(ReplicaEnv) != "" || os.Getenv(workerEnv) != "" }
 
 // ReplicaMain runs one replica from the spec in ReplicaEnv until SIGTERM
 // or SIGINT (a graceful shutdown: runners stop, leases are released) and
@@ -63,6 +76,10 @@ func IsReplica() bool { return os.Getenv(ReplicaEnv) != "" }
 // SIGKILL and freezes them with SIGSTOP; everything they do is in their
 // log.
 func ReplicaMain() int {
+	child.RunGuardIfRequested() // exits when this is a child's guard
+	if os.Getenv(workerEnv) != "" {
+		return workerMain()
+	}
 	var spec replicaSpec
 	if err := json.Unmarshal([]byte(os.Getenv(ReplicaEnv)), &spec); err != nil {
 		fmt.Fprintf(os.Stderr, "chaos replica: %s: %v\n", ReplicaEnv, err)
@@ -121,8 +138,16 @@ func runReplica(ctx context.Context, spec replicaSpec) error {
 	defer gate.follow(log)()
 	log.add(Event{Ev: evProc, PID: os.Getpid(), Owner: sup.Owner(), Configured: spec.Owner})
 	w := &workload{log: log, res: res, think: 2 * t.RenewEvery, seed: spec.Seed, lateStop: spec.LateStop}
+	cw, err := newChildWork(spec, log, logger.With("replica", spec.Name))
+	if err != nil {
+		return err
+	}
 	for _, key := range spec.Keys {
-		if err := sup.Set(key, tenure.Job{Runner: tenure.RunnerFunc(w.run)}); err != nil {
+		run := w.run
+		if slices.Contains(spec.Children, key) {
+			run = cw.run
+		}
+		if err := sup.Set(key, tenure.Job{Runner: tenure.RunnerFunc(run)}); err != nil {
 			return err
 		}
 	}
@@ -160,12 +185,15 @@ type workload struct {
 	seed  uint64
 	// lateStop: see replicaSpec.LateStop.
 	lateStop time.Duration
+	// pid marks every record of work done in a child process (worker.go)
+	// with that process; 0 in the replica's own.
+	pid int
 }
 
 // run records the work's start, a heartbeat while it lasts, and its stop
 // the moment the context ends; meanwhile a writer makes fenced writes.
 func (w *workload) run(ctx context.Context, l tenure.Lease) error {
-	w.log.add(Event{Ev: evStart, Key: l.Key, Epoch: l.Epoch})
+	w.log.add(Event{Ev: evStart, Key: l.Key, Epoch: l.Epoch, PID: w.pid})
 	writerDone := make(chan struct{})
 	go func() {
 		defer close(writerDone)
@@ -185,10 +213,10 @@ func (w *workload) run(ctx context.Context, l tenure.Lease) error {
 		case <-late:
 			working = false
 		case <-beat.C:
-			w.log.add(Event{Ev: evBeat, Key: l.Key, Epoch: l.Epoch})
+			w.log.add(Event{Ev: evBeat, Key: l.Key, Epoch: l.Epoch, PID: w.pid})
 		}
 	}
-	w.log.add(Event{Ev: evStop, Key: l.Key, Epoch: l.Epoch, Cause: causeName(context.Cause(ctx))})
+	w.log.add(Event{Ev: evStop, Key: l.Key, Epoch: l.Epoch, PID: w.pid, Cause: causeName(context.Cause(ctx))})
 	// The writer may still be finishing a write it had decided on; the
 	// lease is released only once it has.
 	<-writerDone
@@ -216,7 +244,7 @@ func (w *workload) writeLoop(ctx context.Context, l tenure.Lease) {
 		began := Now()
 		res, err := w.res.write(wctx, l.Key, l.Epoch, l.Owner)
 		cancel()
-		e := Event{Ev: evWrite, Key: l.Key, Epoch: l.Epoch, Sent: began}
+		e := Event{Ev: evWrite, Key: l.Key, Epoch: l.Epoch, PID: w.pid, Sent: began}
 		switch {
 		case err != nil:
 			e.Outcome, e.Err = outError, err.Error()

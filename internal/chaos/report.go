@@ -67,6 +67,8 @@ type Report struct {
 	// ids are the configured names).
 	SameOwners int `json:"same_owners"`
 	SharedIDs  int `json:"shared_ids"`
+	// WrapperFreezes is what freeze-wrapper faults did to child work.
+	WrapperFreezes WrapperFreezes `json:"wrapper_freezes"`
 
 	// HistoryDir holds the history when it was kept (a failed run, or
 	// Options.HistoryDir). Replay with the same seed.
@@ -159,6 +161,7 @@ func (c *checker) measure() {
 			}
 		}
 	}
+	rep.WrapperFreezes, _ = m.wrapperFreezes()
 	for _, r := range m.replicas {
 		for _, st := range r.stalls {
 			rep.LongestStall = max(rep.LongestStall, time.Duration(st.to-st.from))
@@ -292,6 +295,9 @@ func (r *Report) WriteText(w io.Writer) error {
 			ids = fmt.Sprintf("one owner id for both processes in %d", r.SharedIDs)
 		}
 		fmt.Fprintf(&b, "same owner            %d extra replicas under a live replica's name; the store saw %s\n", r.SameOwners, ids)
+	}
+	if r.WrapperFreezes.N > 0 {
+		r.WrapperFreezes.write(&b)
 	}
 	fmt.Fprintf(&b, "false step-downs      %d\n", len(r.FalseStepDowns))
 	for _, s := range r.FalseStepDowns[:min(len(r.FalseStepDowns), 10)] {

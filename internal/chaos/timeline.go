@@ -24,7 +24,7 @@ var tlPalette = []string{"#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2", 
 var tlFaultColor = map[string]string{
 	FaultKill: "#d62728", FaultPause: "#7f7f7f", FaultPartition: "#9467bd",
 	FaultHold: "#8c564b", FaultLatency: "#17becf", FaultRestart: "#2ca02c", FaultStoreRestart: "#e377c2",
-	FaultLogStall: "#bcbd22", FaultSlowStore: "#1f77b4", FaultSameOwner: "#ff7f0e",
+	FaultLogStall: "#bcbd22", FaultSlowStore: "#1f77b4", FaultSameOwner: "#ff7f0e", FaultFreezeWrapper: "#393b79",
 }
 
 // faultLabel names a fault in the timeline: its kind and target, the
@@ -43,7 +43,10 @@ func faultLabel(f faultWindow) string {
 // WriteTimeline draws a history as SVG: one row per key with a bar per
 // runner interval, coloured by replica (hatched while its process was
 // frozen, dotted while its log sink was stalled), a row of faults on top,
-// and violations outlined in red.
+// and violations outlined in red. Work done in a child process has a
+// dashed outline; while its wrapper was frozen, a dark strip runs along
+// its foot (the child itself is not frozen), and a black tick marks the
+// deadline its guard had when a freeze-wrapper fault began.
 func WriteTimeline(w io.Writer, h *History) error {
 	if h == nil {
 		return fmt.Errorf("chaos: no history to draw")
@@ -104,18 +107,32 @@ func WriteTimeline(w io.Writer, h *History) error {
 		}
 	}
 	// One row per key.
+	_, guardMarks := m.wrapperFreezes()
 	for i, key := range keys {
 		y = tlHeader + tlRow*(i+1)
 		fmt.Fprintf(&b, `<text x="4" y="%d">%s</text>`+"\n", y+16, html.EscapeString(key))
 		for _, iv := range m.intervals[key] {
 			x0, x1 := x(iv.start), x(iv.end)
-			fmt.Fprintf(&b, `<rect x="%.1f" y="%d" width="%.1f" height="%d" fill="%s"><title>%s epoch %d, %v, stop: %s</title></rect>`+"\n",
-				x0, y+3, max(x1-x0, 1), tlRow-6, colors[iv.r.name], iv.r.name, iv.epoch,
+			outline := ""
+			if iv.pid != 0 {
+				outline = ` stroke="black" stroke-dasharray="4,2"`
+			}
+			fmt.Fprintf(&b, `<rect x="%.1f" y="%d" width="%.1f" height="%d" fill="%s"%s><title>%s epoch %d, %v, stop: %s</title></rect>`+"\n",
+				x0, y+3, max(x1-x0, 1), tlRow-6, colors[iv.r.name], outline, html.EscapeString(iv.who()), iv.epoch,
 				time.Duration(iv.end-iv.start).Round(time.Millisecond), html.EscapeString(iv.cause))
+			if iv.pid != 0 {
+				for _, p := range iv.r.pauses {
+					if p.to > iv.start && p.from < iv.end {
+						px0, px1 := x(max(p.from, iv.start)), x(min(p.to, iv.end))
+						fmt.Fprintf(&b, `<rect x="%.1f" y="%d" width="%.1f" height="5" fill="black" fill-opacity="0.6"><title>%s frozen; its child runs on</title></rect>`+"\n",
+							px0, y+tlRow-8, max(px1-px0, 1), iv.r.name)
+					}
+				}
+			}
 			for _, marks := range []struct {
 				spans []span
 				fill  string
-			}{{iv.r.pauses, "url(#frozen)"}, {iv.r.stalls, "url(#stalled)"}} {
+			}{{iv.pauses(), "url(#frozen)"}, {iv.r.stalls, "url(#stalled)"}} {
 				for _, p := range marks.spans {
 					if p.to > iv.start && p.from < iv.end {
 						px0, px1 := x(max(p.from, iv.start)), x(min(p.to, iv.end))
@@ -125,6 +142,13 @@ func WriteTimeline(w io.Writer, h *History) error {
 			}
 			if x1-x0 > 60 {
 				fmt.Fprintf(&b, `<text x="%.1f" y="%d" fill="white">%s e%d</text>`+"\n", x0+3, y+17, iv.r.name, iv.epoch%100000)
+			}
+		}
+		for _, g := range guardMarks {
+			if g.key == key {
+				gx := x(g.at)
+				fmt.Fprintf(&b, `<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="black" stroke-width="2"><title>guard deadline</title></line>`+"\n",
+					gx, y, gx, y+tlRow)
 			}
 		}
 		for _, v := range rep.Violations {

@@ -11,14 +11,7 @@ func TestTheTimelineDrawsEveryRunAndOutlinesViolations(t *testing.T) {
 	s.run("r1", 1, 0, 5000, causeStopping)
 	s.run("r2", 2, 4500, 9000, causeStopping) // overlaps r1 by 500ms
 	s.fault(FaultPause, "r2", 6000, 7000)
-	s.add(Event{T: s.at(60_000), Ev: evRunEnd})
-	h := s.h
-	sortEvents(h.Events)
-
-	var b strings.Builder
-	if err := WriteTimeline(&b, &h); err != nil {
-		t.Fatal(err)
-	}
+	svg := s.timeline(t)
 	var doc struct {
 		Rects []struct {
 			Fill   string `xml:"fill,attr"`
@@ -26,7 +19,7 @@ func TestTheTimelineDrawsEveryRunAndOutlinesViolations(t *testing.T) {
 			Title  string `xml:"title"`
 		} `xml:"rect"`
 	}
-	if err := xml.Unmarshal([]byte(b.String()), &doc); err != nil {
+	if err := xml.Unmarshal([]byte(svg), &doc); err != nil {
 		t.Fatalf("not valid SVG/XML: %v", err)
 	}
 	var runs, faults, outlined, frozen int
@@ -53,6 +46,32 @@ func TestTheTimelineMarksLogStallsAndNamesSameOwnerPairs(t *testing.T) {
 	s := sharedOwnerStory("name-1", "name-1")
 	s.add(Event{T: s.at(200), Replica: "r1", Ev: evLogGate, Outcome: "closed"})
 	s.add(Event{T: s.at(900), Replica: "r1", Ev: evLogGate, Outcome: "open"})
+	svg := s.timeline(t)
+	if !strings.Contains(svg, `fill="url(#stalled)"`) || !strings.Contains(svg, "<title>same-owner r1=r4</title>") {
+		t.Errorf("no stalled stretch or no same-owner pair in:\n%s", svg)
+	}
+}
+
+func TestTheTimelineMarksChildWorkItsWrappersFreezeAndTheGuardsDeadline(t *testing.T) {
+	s := newStory("r1", "r2")
+	s.childRun("r1", 500, 1, 0, 2600, causeDeadline, 5100)
+	s.fault(FaultFreezeWrapper, "r1", 1300, 5000)
+	s.run("r2", 2, 4250, 9000, causeStopping)
+	svg := s.timeline(t)
+	for _, want := range []string{`stroke-dasharray="4,2"><title>r1&#39;s child 500 epoch 1`, "<title>r1 frozen; its child runs on</title>",
+		"<title>guard deadline</title>", "<title>freeze-wrapper r1</title>"} {
+		if !strings.Contains(svg, want) {
+			t.Errorf("no %s in:\n%s", want, svg)
+		}
+	}
+	if strings.Contains(svg, `fill="url(#frozen)"`) {
+		t.Errorf("the child's work is hatched as frozen:\n%s", svg)
+	}
+}
+
+// timeline ends the story and draws it.
+func (s *story) timeline(t *testing.T) string {
+	t.Helper()
 	s.add(Event{T: s.at(60_000), Ev: evRunEnd})
 	h := s.h
 	sortEvents(h.Events)
@@ -60,8 +79,5 @@ func TestTheTimelineMarksLogStallsAndNamesSameOwnerPairs(t *testing.T) {
 	if err := WriteTimeline(&b, &h); err != nil {
 		t.Fatal(err)
 	}
-	svg := b.String()
-	if !strings.Contains(svg, `fill="url(#stalled)"`) || !strings.Contains(svg, "<title>same-owner r1=r4</title>") {
-		t.Errorf("no stalled stretch or no same-owner pair in:\n%s", svg)
-	}
+	return b.String()
 }

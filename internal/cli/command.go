@@ -121,7 +121,7 @@ func (r *commandRunner) Run(ctx context.Context, lease tenure.Lease) error {
 	stopped := make(chan child.Exit, 1)
 	go func() { stopped <- r.stop(ctx, p, signalled) }()
 	forwarded := make(chan time.Time, 1)
-	go func() { forwarded <- forwardStopAt(ctx, lease, p, stopAt, log) }()
+	go func() { forwarded <- child.ForwardStopAt(ctx, lease, p, stopAt, log) }()
 	enforced := sync.OnceValue(func() time.Time { return <-forwarded }) // the last deadline the guard got
 	defer enforced()
 
@@ -141,7 +141,7 @@ func (r *commandRunner) Run(ctx context.Context, lease tenure.Lease) error {
 			// confirm the lease again. Not the command's doing, so not its
 			// result under --once either.
 			log.Warn("the guard stopped the command at the lease's safety deadline", "exit", exit.String())
-			if !awaitRenewal(ctx, lease, enforced()) {
+			if !child.AwaitRenewal(ctx, lease, enforced()) {
 				return nil
 			}
 			return fmt.Errorf("command stopped by its guard at the lease's safety deadline: %s", exit)
@@ -187,55 +187,6 @@ func (r *commandRunner) stop(ctx context.Context, p *child.Process, signalled ch
 	}()
 	exit, _ := p.Stop(hurry, r.stopTimeout)
 	return exit
-}
-
-// stopAter is what a runner learns of its lease's safety deadline:
-// tenure.Lease, or a test's stand-in.
-type stopAter interface {
-	StopAt() (at time.Time, changed <-chan struct{}, ok bool)
-}
-
-// forwardStopAt passes each new safety deadline of lease (sent: the one the
-// guard has) to p's guard, until the run stops or p is gone, and returns
-// the last one the guard got.
-func forwardStopAt(ctx context.Context, lease stopAter, p *child.Process, sent time.Time, log *slog.Logger) time.Time {
-	for {
-		at, changed, ok := lease.StopAt()
-		if !ok {
-			return sent // no lease, or the run stopped: nothing moves it any more
-		}
-		if !at.Equal(sent) {
-			if err := p.SetDeadline(at); err != nil {
-				// The guard keeps the earlier deadline and stops the
-				// command too early, never too late.
-				log.Warn("cannot pass the lease's new deadline to the guard", "err", err)
-			}
-			sent = at
-		}
-		select {
-		case <-changed:
-		case <-ctx.Done():
-			return sent
-		case <-p.Done():
-			return sent
-		}
-	}
-}
-
-// awaitRenewal waits until a renewal confirmed by the store moves lease's
-// deadline past enforced (true), or the run stops (false).
-func awaitRenewal(ctx context.Context, lease stopAter, enforced time.Time) bool {
-	for {
-		at, changed, ok := lease.StopAt()
-		if !ok || at.After(enforced) {
-			return ctx.Err() == nil
-		}
-		select {
-		case <-changed:
-		case <-ctx.Done():
-			return false
-		}
-	}
 }
 
 // hurryUp cuts the stop timeout short: every command being stopped, or

@@ -34,32 +34,38 @@ func (e *env) verifyCommand() *cobra.Command {
 		Short: "Prove the guarantees on your store under injected faults",
 		Long: `verify runs several tenure replicas as separate processes against the store,
 on scratch keys in a table (namespace) of their own that is dropped at the
-end (it writes, like run: an SQLite file that does not exist is created),
-while it injects faults one at a time, on a schedule drawn from the
+end (it writes, like run: an SQLite file that does not exist is created);
+every other key's work runs as a child process through the guard that run
+uses. It injects faults one at a time, on a schedule drawn from the
 seed; the first faults go through every kind once. The kinds (--faults):
 
-  kill          SIGKILL a key's holder, start a replacement
-  pause         SIGSTOP a holder for 0.5–4 TTL, then SIGCONT
-  partition     cut one replica, or all, off from the store for 1–3 TTL
-  hold-replies  requests reach the store and commit, replies are held back
-  latency       add one-way latency to the store
-  restart       SIGTERM a holder (graceful handoff), start a replacement
-  log-stall     block a holder's log output for 1–3 TTL (a full stderr
-                pipe, a stuck log shipper), mostly with a short partition
-                inside so it has a failed renewal to log
-  slow-store    every call of one replica, or all, answers 0.6–0.9 call
-                timeouts late, for 2–4 TTL
-  same-owner    start an extra replica under a live holder's owner name
-                (a shared hostname, a copied unit file), stop it after 1.5–3 TTL
+  kill            SIGKILL a key's holder, start a replacement
+  pause           SIGSTOP a holder for 0.5–4 TTL, then SIGCONT
+  partition       cut one replica, or all, off from the store for 1–3 TTL
+  hold-replies    requests reach the store and commit, replies are held back
+  latency         add one-way latency to the store
+  restart         SIGTERM a holder (graceful handoff), start a replacement
+  log-stall       block a holder's log output for 1–3 TTL (a full stderr
+                  pipe, a stuck log shipper), mostly with a short partition
+                  inside so it has a failed renewal to log
+  slow-store      every call of one replica, or all, answers 0.6–0.9 call
+                  timeouts late, for 2–4 TTL
+  same-owner      start an extra replica under a live holder's owner name
+                  (a shared hostname, a copied unit file), stop it after
+                  1.5–3 TTL
+  freeze-wrapper  SIGSTOP a holder for 0.5–4 TTL while a key's work runs as
+                  its child (through a guard, as run runs a command): the
+                  guard alone must stop the child at the lease's deadline
 
 Every replica logs its work, its store calls and its fenced writes;
 afterwards verify checks that no two replicas' work on a key overlapped,
 that fenced writes were accepted in epoch order and every stale one
 refused, that no epoch was issued twice, that no key was taken before the
 last holder's expiry + grace, that a runner stopped for lack of renewals
-stopped at least renew-every + grace before a successor, that crashed
-holders were replaced in time, and that a slow store which answered every
-call never made a holder stop at its deadline. It prints a report with
+(a frozen replica's child too, which only its guard can stop) stopped at
+least renew-every + grace before a successor, that crashed holders were
+replaced in time, and that a slow store which answered every call never
+made a holder stop at its deadline. It prints a report with
 takeover latencies against their bound.
 
 Supported stores: sqlite:, postgres://, redis://. The same --seed and
