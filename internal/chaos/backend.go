@@ -58,6 +58,21 @@ type backend struct {
 	Via map[string]string `json:"via,omitempty"`
 }
 
+// roundTrips is, per networked store, how many round trips in a row the
+// slowest call a replica makes in steady state takes: a renewal, a List,
+// an acquisition of a key a peer holds (see
+// TestSlowStoreCountsEachStoresRoundTrips). A slow store delays each
+// round trip by its share of the call's added time, so that a call that
+// takes several still answers within the call timeout; a delay per round
+// trip the size of the whole would time it out, which is a partial outage
+// (the latency fault), not a slow store.
+var roundTrips = map[string]int{
+	kindPostgres: 1, // one statement, prepared on first use
+	kindRedis:    1, // EVALSHA
+	kindMySQL:    2, // a refused acquisition: the takeover, then a read of the holder
+	kindEtcd:     3, // a renewal: a read, then a keep-alive of the live lease and one of the grace lease
+}
+
 // closingStore is what every backend's *Store is.
 type closingStore interface {
 	store.Store

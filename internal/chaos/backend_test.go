@@ -121,6 +121,62 @@ func TestAnEtcdReplicaNeverDialsAnEndpointItHasNoProxyFor(t *testing.T) {
 	}
 }
 
+// TestSlowStoreCountsEachStoresRoundTrips pins roundTrips: the slowest
+// call a replica makes in steady state (a renewal, a List, an acquisition
+// refused because a peer holds the key) takes that many round trips, no
+// more (the fault would time it out) and, for the slowest, no fewer (the
+// fault would be milder than drawn).
+func TestSlowStoreCountsEachStoresRoundTrips(t *testing.T) {
+	const oneWay = 40 * time.Millisecond
+	for _, s := range networkedStores {
+		t.Run(s.kind, func(t *testing.T) {
+			b := scratchBackend(t, s.server.URL(t))
+			st, ps := viaProxies(t, b)
+			ctx := t.Context()
+			ttl, grace := 5*time.Second, time.Second
+			e1 := storetesting.MustAcquire(t, st, "k1", "o", ttl, grace)
+			e2 := storetesting.MustAcquire(t, st, "k2", "o", ttl, grace)
+			items := []store.RenewItem{{Key: "k1", Epoch: e1, Running: true}, {Key: "k2", Epoch: e2, Running: true}}
+			calls := map[string]func() error{
+				"renewal": func() error { _, err := st.Renew(ctx, "o", ttl, items); return err },
+				"list":    func() error { _, err := st.List(ctx, ""); return err },
+				"refused acquisition": func() error {
+					_, err := st.Acquire(ctx, store.AcquireRequest{Key: "k1", Owner: "p", TTL: ttl, Grace: grace})
+					return err
+				},
+			}
+			for _, call := range calls { // warm: statements prepared, leases bound to a pair
+				for range 2 {
+					if err := call(); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			ps.setDelay(oneWay)
+			slowest := 0.0
+			for name, call := range calls {
+				best := 1e9 // the fewest of three: a loaded machine only adds
+				for range 3 {
+					start := time.Now()
+					if err := call(); err != nil {
+						t.Fatalf("%s: %v", name, err)
+					}
+					best = min(best, float64(time.Since(start))/float64(2*oneWay))
+				}
+				t.Logf("%s: %.2f round trips", name, best)
+				if best > float64(roundTrips[s.kind])+0.5 {
+					t.Errorf("a %s takes %.2f round trips, more than the %d a slow store spreads a call's delay over",
+						name, best, roundTrips[s.kind])
+				}
+				slowest = max(slowest, best)
+			}
+			if slowest < float64(roundTrips[s.kind])-0.5 {
+				t.Errorf("the slowest steady call takes %.2f round trips, fewer than the %d counted", slowest, roundTrips[s.kind])
+			}
+		})
+	}
+}
+
 // What the harness connects to directly (scratch tables, the fenced
 // resource) is reached through the store's own reading of the URL, the
 // password set apart: no password, however written, shows in an error.

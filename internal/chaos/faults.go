@@ -155,9 +155,11 @@ func (h *harness) network(p *proc, s Step, on bool) {
 		case FaultLatency:
 			p.proxies.setDelay(map[bool]time.Duration{true: s.Latency}[on])
 		case FaultSlowStore:
-			// Half the added round trip each way: a call that is one round
-			// trip (a cached statement, EVALSHA) takes that much longer.
-			p.proxies.setDelay(map[bool]time.Duration{true: s.Latency / 2}[on])
+			// The added time of a call, spread over the round trips of the
+			// store's slowest steady call, half each way: every call still
+			// answers within the call timeout, as the fault promises.
+			rt := time.Duration(roundTrips[h.backend.Kind])
+			p.proxies.setDelay(map[bool]time.Duration{true: s.Latency / (2 * rt)}[on])
 		}
 		return
 	}
