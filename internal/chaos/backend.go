@@ -79,6 +79,16 @@ type closingStore interface {
 	Close() error
 }
 
+// CheckStore reports whether Run can verify the store at rawURL: a URL
+// storeurl reads, whose server proxies can stand in for — one TCP host for
+// PostgreSQL, MySQL and Redis (no unix socket, no host list), any list of
+// endpoints for etcd. It connects to nothing. Errors wrap
+// store.ErrInvalidURL (or store.ErrInvalidName) and never show a password.
+func CheckStore(rawURL string) error {
+	_, err := parseBackend(rawURL, "chaos_check")
+	return err
+}
+
 // parseBackend reads the store URL with storeurl, which knows every kind.
 func parseBackend(rawURL, scratch string) (backend, error) {
 	spec, err := storeurl.Parse(rawURL)
@@ -117,7 +127,7 @@ func (b backend) endpoints() ([]string, error) {
 	bad := func(why string) error {
 		return fmt.Errorf("chaos: %s: %s: %w", store.RedactURL(b.URL), why, store.ErrInvalidURL)
 	}
-	oneTCP := "the proxy needs one TCP host in the URL (no unix socket, no host list)"
+	oneTCP := "verify needs one TCP host in the URL, which a proxy per replica stands in for (no unix socket, no host list)"
 	switch b.Kind {
 	case kindPostgres:
 		cfg, err := b.pgConfig()

@@ -110,6 +110,40 @@ func TestReplicasReachEveryStoreOnlyThroughTheirProxies(t *testing.T) {
 	}
 }
 
+// An etcd URL may list several members; the client keeps a connection to
+// each, and each goes through a proxy of its own.
+func TestAnEtcdReplicaDialsEveryEndpointThroughAProxyOfItsOwn(t *testing.T) {
+	raw := testenv.Etcd.URL(t)
+	first, _ := strings.CutPrefix(raw, "etcd://")
+	host, rest, _ := strings.Cut(first, "/")
+	if h, port, ok := strings.Cut(host, ":"); ok && h == "127.0.0.1" {
+		raw = "etcd://localhost:" + port + "," + host + "/" + rest // two spellings of one member
+	}
+	b := scratchBackend(t, raw)
+	st, ps := viaProxies(t, b)
+	if len(ps) != 2 {
+		t.Skipf("%s does not list two endpoints", store.RedactURL(raw))
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for _, p := range ps {
+		for {
+			if err := list(t.Context(), st, time.Second); err != nil {
+				t.Fatal(err)
+			}
+			p.mu.Lock()
+			n := len(p.links)
+			p.mu.Unlock()
+			if n > 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("nothing connected through the proxy for %s", p.upstream)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
+
 func TestAnEtcdReplicaNeverDialsAnEndpointItHasNoProxyFor(t *testing.T) {
 	b := scratchBackend(t, testenv.Etcd.URL(t))
 	b.Via = map[string]string{"127.0.0.1:1": storetesting.ClosedAddr(t)}
