@@ -52,8 +52,8 @@ const (
 	Postgres Dialect = iota + 1
 	// SQLite is SQLite 3.24 or newer (for upserts), e.g. modernc.org/sqlite.
 	SQLite
-	// MySQL is MySQL 5.7 or newer, or MariaDB 10.3 or newer, on InnoDB,
-	// e.g. through github.com/go-sql-driver/mysql.
+	// MySQL is MySQL 8 or MariaDB 10.6 or newer (as for the MySQL lease
+	// store), on InnoDB, e.g. through github.com/go-sql-driver/mysql.
 	MySQL
 )
 
