@@ -92,9 +92,10 @@ func (h *harness) spawnAs(owner string, busy bool) (p *proc, err error) {
 		if err != nil {
 			return nil, err
 		}
+		var ps proxies // p is nil by the time a failed return's defers run
 		defer func() {
 			if err != nil {
-				p.proxies.Close()
+				ps.Close()
 			}
 		}()
 		addrs := make([]string, len(eps))
@@ -103,9 +104,10 @@ func (h *harness) spawnAs(owner string, busy bool) (p *proc, err error) {
 			if err != nil {
 				return nil, fmt.Errorf("chaos: proxy: %w", err)
 			}
-			p.proxies = append(p.proxies, px)
+			ps = append(ps, px)
 			addrs[i] = px.Addr()
 		}
+		p.proxies = ps
 		if sb, err = sb.via(addrs); err != nil {
 			return nil, err
 		}
