@@ -253,7 +253,13 @@ type etcdViaProxies struct {
 	client *clientv3.Client
 }
 
-func (s etcdViaProxies) Close() error { return errors.Join(s.Store.Close(), s.client.Close()) }
+func (s etcdViaProxies) Close() error {
+	err := s.client.Close()
+	if errors.Is(err, context.Canceled) { // how a client reports its own closing, as etcd.Store.Close knows
+		err = nil
+	}
+	return errors.Join(s.Store.Close(), err)
+}
 
 // openEtcd opens an etcd store whose client dials each endpoint through
 // its proxy and refuses any other address, should it learn one.
