@@ -43,8 +43,8 @@
 //
 // # What it guarantees
 //
-// Check locks the key's fence row (PostgreSQL) or the database's write lock
-// (SQLite) until the caller's transaction ends. Transactions on the same key
+// Check locks the key's fence row (PostgreSQL, MySQL) or the database's
+// write lock (SQLite) until the caller's transaction ends. Transactions on the same key
 // therefore run one after another, and the order is the epoch order: no
 // write of epoch N commits after a write of epoch N+1. A stale Check that
 // arrives while the newer holder's transaction is open waits for it to end,
@@ -76,15 +76,18 @@
 // latest committed epoch. Under REPEATABLE READ or SERIALIZABLE, a Check
 // that races a newer holder's commit fails with a serialization error
 // (SQLSTATE 40001) instead of ErrStaleEpoch; roll back and retry as usual
-// for those levels, and the retry is refused cleanly. On SQLite, Check must be
-// the first statement of the transaction (or begin it IMMEDIATE); see
-// [SQL.Check].
+// for those levels, and the retry is refused cleanly. On MySQL and MariaDB
+// (InnoDB) the check is a locking upsert followed by a locking read, which
+// see the latest committed epoch at any isolation level, whenever the
+// transaction took its snapshot. On SQLite, Check must be the first
+// statement of the transaction (or begin it IMMEDIATE); see [SQL.Check].
 //
 // # The table
 //
-// One row per key: lease_key (byte-exact text primary key: COLLATE "C" on
-// PostgreSQL, SQLite's default BINARY collation), epoch, updated_at (the
-// database's clock when the epoch was last recorded). The name is
+// One row per key: lease_key (byte-exact primary key: text COLLATE "C" on
+// PostgreSQL, SQLite's default BINARY collation, VARBINARY on MySQL),
+// epoch, updated_at (the database's clock, UTC on MySQL, when the epoch was
+// last recorded). The name is
 // [DefaultTable] unless set, and must be a plain identifier; it is checked
 // with store.ValidateName before it reaches any SQL. Keys are checked with
 // store.ValidateKey, like every lease key.

@@ -2,6 +2,7 @@ package fence
 
 import (
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -51,6 +52,9 @@ const (
 	Postgres Dialect = iota + 1
 	// SQLite is SQLite 3.24 or newer (for upserts), e.g. modernc.org/sqlite.
 	SQLite
+	// MySQL is MySQL 8 or MariaDB 10.6 or newer (as for the MySQL lease
+	// store), on InnoDB, e.g. through github.com/go-sql-driver/mysql.
+	MySQL
 )
 
 func (d Dialect) String() string {
@@ -59,6 +63,8 @@ func (d Dialect) String() string {
 		return "postgres"
 	case SQLite:
 		return "sqlite"
+	case MySQL:
+		return "mysql"
 	default:
 		return fmt.Sprintf("Dialect(%d)", int(d))
 	}
@@ -68,10 +74,16 @@ func (d Dialect) String() string {
 type statements struct {
 	table string
 	// advance records the epoch when it is at least the stored one and
-	// affects no row otherwise. Parameters: key, epoch.
+	// affects no row otherwise. Parameters: args(key, epoch).
 	advance string
-	// current reads the stored epoch. Parameter: key.
+	// current reads the stored epoch. Parameter: args(key, 0)[0].
 	current string
+	// args are advance's parameters; nil means key, epoch.
+	args func(key string, epoch int64) []any
+	// readBack: advance's count of affected rows says nothing (MySQL's
+	// depends on the client's CLIENT_FOUND_ROWS flag), so the stored epoch
+	// is read back, under the lock advance took, and compared.
+	readBack bool
 	// create is the plain DDL, for users who run their own migrations.
 	create string
 	// migrate is what Migrate runs: create, made safe to race with itself.
@@ -108,6 +120,27 @@ ON CONFLICT (lease_key) DO UPDATE
 SET epoch = excluded.epoch, updated_at = excluded.updated_at
 WHERE excluded.epoch >= {table}.epoch`
 	sqliteCurrent = `SELECT epoch FROM {table} WHERE lease_key = ?`
+
+	// Keys are VARBINARY and travel as hex, as in the MySQL lease store:
+	// byte for byte, with no collation (a PAD SPACE collation would make
+	// "job" equal "job ") and no connection character set in the way.
+	mysqlCreate = `CREATE TABLE IF NOT EXISTS {table} (
+	lease_key  VARBINARY(512) NOT NULL PRIMARY KEY,
+	epoch      BIGINT NOT NULL,
+	updated_at DATETIME(6) NOT NULL
+) ENGINE=InnoDB`
+	// The upsert takes the row's exclusive lock whether or not it changes
+	// it, after waiting for any transaction that holds it, so a stale
+	// caller also waits for the newer holder's commit. Assignments run
+	// left to right: updated_at is decided on the epoch before the update.
+	mysqlAdvance = `INSERT INTO {table} (lease_key, epoch, updated_at)
+VALUES (UNHEX(?), ?, UTC_TIMESTAMP(6))
+ON DUPLICATE KEY UPDATE
+updated_at = IF(epoch <= ?, UTC_TIMESTAMP(6), updated_at),
+epoch = GREATEST(epoch, ?)`
+	// A locking read sees the latest committed row, whatever the
+	// isolation level and whenever the transaction's snapshot was taken.
+	mysqlCurrent = `SELECT epoch FROM {table} WHERE lease_key = UNHEX(?) FOR UPDATE`
 )
 
 func newStatements(d Dialect, table string) (statements, error) {
@@ -134,8 +167,23 @@ func newStatements(d Dialect, table string) (statements, error) {
 		// SQLite takes a database-wide write lock for DDL, so concurrent
 		// CREATE TABLE IF NOT EXISTS cannot collide.
 		return statements{table: table, advance: fill(sqliteAdvance), current: fill(sqliteCurrent), create: create, migrate: create}, nil
+	case MySQL:
+		create := fill(mysqlCreate)
+		// MySQL's and MariaDB's CREATE TABLE IF NOT EXISTS holds an
+		// exclusive metadata lock on the name: concurrent ones cannot collide.
+		return statements{
+			table:   table,
+			advance: fill(mysqlAdvance),
+			current: fill(mysqlCurrent),
+			create:  create,
+			migrate: create,
+			args: func(key string, epoch int64) []any {
+				return []any{hex.EncodeToString([]byte(key)), epoch, epoch, epoch}
+			},
+			readBack: true,
+		}, nil
 	default:
-		return statements{}, fmt.Errorf("fence: dialect %v is not supported; set Dialect to fence.Postgres or fence.SQLite", d)
+		return statements{}, fmt.Errorf("fence: dialect %v is not supported; set Dialect to fence.Postgres, fence.SQLite or fence.MySQL", d)
 	}
 }
 
@@ -170,20 +218,30 @@ func check(ctx context.Context, st statements, key string, epoch int64,
 	if err := validateCheck(key, epoch); err != nil {
 		return err
 	}
-	n, err := exec(ctx, st.advance, key, epoch)
+	args := []any{key, epoch}
+	if st.args != nil {
+		args = st.args(key, epoch)
+	}
+	n, err := exec(ctx, st.advance, args...)
 	if err != nil {
 		return fmt.Errorf("fence: check key %q at epoch %d: %w", key, epoch, explain(st.table, err))
 	}
-	if n > 0 {
+	if n > 0 && !st.readBack {
 		return nil
 	}
-	// The row exists and is locked by this transaction (Postgres) or the
-	// database is write-locked by it (SQLite), so this read is the value
-	// that refused us.
-	cur, err := current(ctx, st.current, key)
-	if err != nil {
+	// The row exists and is locked by this transaction (Postgres, MySQL)
+	// or the database is write-locked by it (SQLite), so this read is the
+	// value that let us pass or refused us.
+	cur, err := current(ctx, st.current, args[0])
+	switch {
+	case err != nil && st.readBack:
+		// Whether the epoch passed is unknown: the caller must not write.
+		return fmt.Errorf("fence: check key %q at epoch %d: read back the fence: %w", key, epoch, err)
+	case err != nil:
 		// The refusal stands; only its detail is missing.
 		return fmt.Errorf("fence: key %q: epoch %d refused (reading the newer epoch failed: %v): %w", key, epoch, err, ErrStaleEpoch)
+	case st.readBack && cur <= epoch:
+		return nil
 	}
 	return &StaleEpochError{Key: key, Epoch: epoch, Current: cur}
 }
@@ -192,8 +250,11 @@ func check(ctx context.Context, st statements, key string, epoch int64,
 // create the table.
 func explain(table string, err error) error {
 	var coded interface{ SQLState() string }
+	msg := err.Error()
 	missing := errors.As(err, &coded) && coded.SQLState() == "42P01" ||
-		strings.Contains(err.Error(), "no such table")
+		strings.Contains(msg, "no such table") ||
+		// go-sql-driver/mysql: "Error 1146 (42S02): Table 'db.t' doesn't exist"
+		strings.Contains(msg, "Error 1146") && strings.Contains(msg, "doesn't exist")
 	if missing {
 		return fmt.Errorf("fence table %s does not exist; run Migrate (or the DDL from CreateTableSQL) first: %w", table, err)
 	}

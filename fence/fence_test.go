@@ -2,12 +2,14 @@ package fence_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	mysqldrv "github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -15,6 +17,7 @@ import (
 	"github.com/tenure-dev/tenure/fence"
 	"github.com/tenure-dev/tenure/internal/testenv"
 	"github.com/tenure-dev/tenure/store"
+	"github.com/tenure-dev/tenure/store/mysql"
 )
 
 func TestNewerEpochPasses(t *testing.T) {
@@ -100,8 +103,9 @@ func TestAPausedHolderThatReadFirstCannotCommitItsWrite(t *testing.T) {
 			t.Fatalf("new holder: %v", err)
 		}
 		err := old.check(ctx, "report", 1)
-		if e.postgres {
-			// READ COMMITTED: each statement sees the latest commit.
+		if e.latest {
+			// PostgreSQL's READ COMMITTED: each statement sees the latest
+			// commit; MySQL's check is a locking read, which does too.
 			mustStale(t, err, "report", 1, 2)
 		} else if err == nil {
 			// SQLite cannot upgrade a stale read snapshot to a writer; any
@@ -333,6 +337,30 @@ func TestRepeatableReadRaceFailsWithASerializationErrorNotAPass(t *testing.T) {
 	}
 }
 
+// MySQL reports an upsert that changed nothing as one affected row when
+// the client sets CLIENT_FOUND_ROWS; the fence must not read that as a pass.
+func TestTheMySQLFenceDoesNotDependOnHowTheDriverCountsRows(t *testing.T) {
+	cfg, _, err := mysql.ParseURL(testenv.MySQL.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ClientFoundRows = true
+	conn, err := mysqldrv.NewConnector(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := openSQL(t, sql.OpenDB(conn), fence.MySQL, "?", "?")
+	for _, epoch := range []int64{3, 3} {
+		if err := checkAndWrite(t, e, "k", epoch); err != nil {
+			t.Fatalf("epoch %d: %v", epoch, err)
+		}
+	}
+	mustStale(t, checkAndWrite(t, e, "k", 2), "k", 2, 3)
+	if n := e.writes(t, "k", 2); n != 0 {
+		t.Fatalf("%d stale writes committed", n)
+	}
+}
+
 func TestInvalidTableNamesAreRefusedBeforeAnySQL(t *testing.T) {
 	ctx := context.Background()
 	for _, name := range []string{"bad-name", "x; DROP TABLE users", "1abc", `"quoted"`, strings.Repeat("a", 64)} {
@@ -389,6 +417,13 @@ func TestCreateTableSQLIsByteExactAndNamesTheTable(t *testing.T) {
 	}
 	if !strings.Contains(lite, "CREATE TABLE IF NOT EXISTS my_fence") || strings.Contains(lite, "COLLATE") {
 		t.Fatalf("sqlite DDL (default BINARY collation is byte-exact):\n%s", lite)
+	}
+	my, err := fence.SQL{Dialect: fence.MySQL, Table: "my_fence"}.CreateTableSQL()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(my, "CREATE TABLE IF NOT EXISTS my_fence") || !strings.Contains(my, "lease_key  VARBINARY(512)") {
+		t.Fatalf("mysql DDL (VARBINARY compares bytes, without PAD SPACE):\n%s", my)
 	}
 }
 

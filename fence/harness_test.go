@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	mysqldrv "github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/tenure-dev/tenure/fence"
 	"github.com/tenure-dev/tenure/internal/testenv"
+	"github.com/tenure-dev/tenure/store/mysql"
 )
 
 // The interfaces are satisfied by what users already hold.
@@ -41,8 +43,10 @@ type env struct {
 	migrate func(ctx context.Context) error
 	// stored reads the epoch in the fence table, committed.
 	stored func(t *testing.T, key string) int64
-	// postgres is true for the PostgreSQL flavours.
-	postgres bool
+	// latest is true where a check reads the latest commit even after the
+	// transaction took a snapshot (PostgreSQL's READ COMMITTED, MySQL's
+	// locking reads); SQLite cannot upgrade a stale snapshot at all.
+	latest bool
 }
 
 // txn is a caller's transaction: the fence check plus the caller's own write.
@@ -64,6 +68,7 @@ var flavors = []flavor{
 	{"pgx", openPgx},
 	{"sql-postgres", openSQLPostgres},
 	{"sql-sqlite", openSQLite},
+	{"sql-mysql", openSQLMySQL},
 }
 
 // eachFlavor runs body against every flavour, each with fresh tables.
@@ -111,8 +116,8 @@ func openPgx(t *testing.T) *env {
 		}
 	})
 	return &env{
-		table:    table,
-		postgres: true,
+		table:  table,
+		latest: true,
 		begin: func(t *testing.T) txn {
 			tx, err := pool.Begin(testCtx(t))
 			if err != nil {
@@ -183,6 +188,20 @@ func openSQLite(t *testing.T) *env {
 	return openSQL(t, db, fence.SQLite, "?", "?")
 }
 
+// openSQLMySQL reaches the test MySQL or MariaDB through go-sql-driver/mysql,
+// configured from its URL as the MySQL lease store reads it.
+func openSQLMySQL(t *testing.T) *env {
+	cfg, _, err := mysql.ParseURL(testenv.MySQL.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := mysqldrv.NewConnector(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return openSQL(t, sql.OpenDB(conn), fence.MySQL, "?", "?")
+}
+
 func openSQL(t *testing.T, db *sql.DB, d fence.Dialect, p1, p2 string) *env {
 	t.Cleanup(func() { db.Close() })
 	ctx := testCtx(t)
@@ -203,8 +222,8 @@ func openSQL(t *testing.T, db *sql.DB, d fence.Dialect, p1, p2 string) *env {
 		}
 	})
 	return &env{
-		table:    table,
-		postgres: d == fence.Postgres,
+		table:  table,
+		latest: d != fence.SQLite,
 		begin: func(t *testing.T) txn {
 			tx, err := db.BeginTx(testCtx(t), nil)
 			if err != nil {

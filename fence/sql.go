@@ -30,7 +30,10 @@ type SQL struct {
 // writes for the lease, and roll back on any error.
 //
 // On PostgreSQL it locks the key's fence row until tx ends, as [Pgx.Check]
-// does. On SQLite the upsert takes the database's write lock, which
+// does. On MySQL it does too: an upsert that takes the row's lock (waiting
+// for a newer holder's open transaction) and a locking read of the epoch
+// it left, two round trips that do not depend on how the driver counts
+// affected rows. On SQLite the upsert takes the database's write lock, which
 // serializes every writer until tx ends; it must be the transaction's first
 // statement (or the transaction must begin IMMEDIATE, e.g. modernc's
 // _txlock=immediate), because a transaction that has already read cannot

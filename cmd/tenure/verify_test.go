@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/tenure-dev/tenure/internal/testenv"
 )
 
 // tenure verify on SQLite: real replica processes (this binary re-run as
@@ -43,12 +45,43 @@ func TestVerifyRunsReplicasUnderFaultsAndReportsEveryInvariantHeld(t *testing.T)
 	}
 }
 
+// tenure verify on the real MySQL/MariaDB and etcd servers: the replicas
+// reach them through proxies (etcd listed as two endpoints, one proxy
+// each), and the run leaves its report.
+func TestVerifyRunsOnMySQLAndOnEtcdListedAsTwoEndpoints(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs for 2×10s")
+	}
+	etcd := testenv.Etcd.URL(t)
+	if rest, ok := strings.CutPrefix(etcd, "etcd://127.0.0.1:"); ok {
+		port, _, _ := strings.Cut(rest, "/")
+		etcd = "etcd://localhost:" + port + ",127.0.0.1:" + port
+	}
+	for name, url := range map[string]string{"mysql": testenv.MySQL.URL(t), "etcd": etcd} {
+		t.Run(name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, tenureBin, "verify", "--store", url,
+				"--duration", "10s", "--seed", "11", "--replicas", "3", "--keys", "2")
+			var o, e bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &o, &e
+			_ = cmd.Run()
+			if code := cmd.ProcessState.ExitCode(); code != 0 {
+				t.Fatalf("verify exited %d\nstdout:\n%s\nstderr:\n%s", code, o.String(), e.String())
+			}
+			if !strings.Contains(o.String(), "tenure verify: PASS") || !strings.Contains(o.String(), "fenced writes") {
+				t.Errorf("no report of a passing run:\n%s", o.String())
+			}
+		})
+	}
+}
+
 func TestVerifyRefusesBadInputWithAUsageError(t *testing.T) {
 	t.Parallel()
 	for _, args := range [][]string{
 		{"verify", "--store", "sqlite:x.db", "--duration", "1s"},
 		{"verify", "--store", "sqlite:x.db", "--replicas", "1"},
-		{"verify", "--store", "mysql://root:hunter2@127.0.0.1:1/test"},
+		{"verify", "--store", "mysql://root:hunter2@/test?socket=/run/mysqld/mysqld.sock"},
 		{"verify", "--store", "nope://x"},
 	} {
 		_, errOut, code := runTenure(t, nil, args...)

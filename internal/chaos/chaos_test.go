@@ -39,6 +39,14 @@ func TestChaosRedis(t *testing.T) {
 	runChaos(t, testenv.Redis.URL(t))
 }
 
+func TestChaosMySQL(t *testing.T) {
+	runChaos(t, testenv.MySQL.URL(t))
+}
+
+func TestChaosEtcd(t *testing.T) {
+	runChaos(t, testenv.Etcd.URL(t))
+}
+
 func runChaos(t *testing.T, url string) { _ = runChaosWith(t, url, 30*time.Second, nil) }
 
 // runChaosWith runs a schedule of d (unless TENURE_CHAOS_DURATION says

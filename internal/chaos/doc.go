@@ -15,10 +15,14 @@
 //     runs, stamped with the host's CLOCK_MONOTONIC, which every process on
 //     the host shares;
 //   - repeatedly reads, "thinks" for up to two renewal intervals, and then
-//     writes to a resource guarded by the fence package with its epoch. The
-//     think time deliberately ignores cancellation, like a process frozen
-//     between deciding to write and writing: the fence, not the lease
-//     timing, must order those writes.
+//     writes with its epoch to a resource that refuses stale epochs itself:
+//     a table guarded by the fence package in the server under test
+//     (PostgreSQL, MySQL) or in an SQLite file (SQLite, Redis), or an etcd
+//     key put by a transaction that compares the epoch stored in it (etcd).
+//     The resource is reached directly, not through the proxy. The think
+//     time deliberately ignores cancellation, like a process frozen between
+//     deciding to write and writing: the fence, not the lease timing, must
+//     order those writes.
 //
 // Every other key's work (the first, the third, …) runs in a child
 // process instead, the way `tenure run` runs a command: started through
@@ -74,9 +78,11 @@
 //     deadline falls inside the stall: an engine that logs on the path to
 //     its deadline stop, or in its renewal loop, keeps working past it.
 //   - slow-store: every call of one replica, or of all, answers 0.6–0.9
-//     call timeouts late, for 2–4×TTL: half the added round trip each way
-//     through the proxy, half before and half after the call in the
-//     recorder for SQLite. Nothing fails; a holder must keep its keys.
+//     call timeouts late, for 2–4×TTL: through the proxy, the added time
+//     spread over the round trips of the store's slowest steady call (one
+//     on PostgreSQL and Redis, two on MySQL, three on etcd), half each way;
+//     half before and half after the call in the recorder for SQLite.
+//     Nothing fails; a holder must keep its keys.
 //   - same-owner: an extra replica starts configured with a live holder's
 //     owner name (a hostname shared by host-networked containers, a copied
 //     unit file), both run for 1.5–3×TTL, and the extra one is stopped
@@ -84,12 +90,16 @@
 //     store owner id is the configured name lets the two take keys from
 //     each other and run them at once.
 //   - store-restart: the store itself crashes and comes back
-//     (Options.RestartStore; tests only).
+//     (Options.RestartStore; tests only, on Redis).
 //
-// PostgreSQL and Redis are reached through an in-process TCP proxy per
-// replica; SQLite has no network, so the network faults are emulated
-// inside the replica's store recorder, driven by a control file the
-// harness writes. The fault kinds and their parameters replay exactly
+// PostgreSQL, MySQL, Redis and etcd are reached through in-process TCP
+// proxies, one per replica and store endpoint, and nothing else: the SQL
+// stores and Redis get their proxy's address in the URL; etcd's gRPC
+// client keeps its endpoints (so TLS checks the servers' names) and dials
+// each through its proxy, refusing any address it has none for. A network
+// fault strikes all of a replica's proxies at once. SQLite has no network,
+// so the network faults are emulated inside the replica's store recorder,
+// driven by a control file the harness writes. The fault kinds and their parameters replay exactly
 // from a seed and a set of kinds; which process holds which key at each
 // moment does not, since it depends on the operating system's scheduling.
 //
@@ -146,7 +156,9 @@
 //
 // # Running it
 //
-// The package tests run a short schedule on each store. A long run:
+// The package tests run a short schedule on each store (TestChaosSQLite,
+// TestChaosPostgres, TestChaosMySQL, TestChaosRedis, TestChaosEtcd). A
+// long run:
 //
 //	TENURE_CHAOS_DURATION=10m go test ./internal/chaos -run TestChaosPostgres -v -timeout 30m
 //

@@ -148,20 +148,23 @@ func (h *harness) sameOwner(ctx context.Context, p *proc, s Step) {
 }
 
 // network starts or ends a network fault for one replica: through its
-// proxy, or its control file for SQLite.
+// proxies (every endpoint of the store at once), or its control file for
+// SQLite.
 func (h *harness) network(p *proc, s Step, on bool) {
-	if p.proxy != nil {
+	if len(p.proxies) > 0 {
 		switch s.Fault {
 		case FaultPartition:
-			p.proxy.setDown(on)
+			p.proxies.setDown(on)
 		case FaultHold:
-			p.proxy.setHold(on)
+			p.proxies.setHold(on)
 		case FaultLatency:
-			p.proxy.setDelay(map[bool]time.Duration{true: s.Latency}[on])
+			p.proxies.setDelay(map[bool]time.Duration{true: s.Latency}[on])
 		case FaultSlowStore:
-			// Half the added round trip each way: a call that is one round
-			// trip (a cached statement, EVALSHA) takes that much longer.
-			p.proxy.setDelay(map[bool]time.Duration{true: s.Latency / 2}[on])
+			// The added time of a call, spread over the round trips of the
+			// store's slowest steady call, half each way: every call still
+			// answers within the call timeout, as the fault promises.
+			rt := time.Duration(roundTrips[h.backend.Kind])
+			p.proxies.setDelay(map[bool]time.Duration{true: s.Latency / (2 * rt)}[on])
 		}
 		return
 	}

@@ -38,9 +38,10 @@ func DefaultTiming() Timing {
 
 // Options configures a run. The zero value of each field means its default.
 type Options struct {
-	// Store is the store under test: sqlite:PATH, postgres://… or
-	// redis://…. The run works in a table (namespace) of its own and drops
-	// it at the end. Required.
+	// Store is the store under test, any URL storeurl opens: sqlite:PATH,
+	// postgres://…, mysql://…, redis://…, etcd://… or etcd+https://…. The
+	// run works in a table (namespace, prefix) of its own and drops it at
+	// the end. Required.
 	Store string
 	// Duration is how long faults are injected. Default 2m.
 	Duration time.Duration
@@ -253,16 +254,13 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	for i := range o.Keys {
 		h.hist.Keys = append(h.hist.Keys, fmt.Sprintf("chaos-%s/k%d", runID, i+1))
 	}
-	h.res = resourceSpec{Kind: kindSQLite, Path: filepath.Join(dir, "resource.db"), Fence: "chaos_fence", Table: "chaos_data"}
-	if b.Kind == kindPostgres {
-		h.res = resourceSpec{Kind: kindPostgres, URL: o.Store, Fence: "chaos_fence_" + runID, Table: "chaos_data_" + runID}
-	}
+	h.res = newResourceSpec(b, runID, dir)
 
 	runErr := h.run(ctx)
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
 	defer cancel()
 	if err := errors.Join(b.cleanup(cctx), dropResource(cctx, h.res)); err != nil {
-		h.log.Warn("could not drop the run's scratch tables", "err", store.RedactError(err, urlPassword(o.Store)))
+		h.log.Warn("could not drop the run's scratch tables or keys", "err", b.redact(err))
 	}
 	if runErr != nil {
 		return nil, fmt.Errorf("%w (history kept in %s)", runErr, dir)

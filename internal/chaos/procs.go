@@ -25,9 +25,9 @@ type proc struct {
 	n          int // spawn order
 	cmd        *exec.Cmd
 	pid        int
-	log        string // its event log
-	proxy      *proxy // networked stores
-	control    string // SQLite: the fault control file
+	log        string  // its event log
+	proxies    proxies // networked stores: one per store endpoint
+	control    string  // SQLite: the fault control file
 	expected   atomic.Bool
 	exited     chan struct{}
 	busy       bool // a fault is using it; guarded by harness.mu
@@ -88,21 +88,29 @@ func (h *harness) spawnAs(owner string, busy bool) (p *proc, err error) {
 	p.log = filepath.Join(h.dir, p.name+".jsonl")
 	sb := h.backend
 	if sb.networked() {
-		up, err := sb.upstream()
+		eps, err := sb.endpoints()
 		if err != nil {
 			return nil, err
 		}
-		px, err := newProxy(up)
-		if err != nil {
-			return nil, fmt.Errorf("chaos: proxy: %w", err)
-		}
+		var ps proxies // p is nil by the time a failed return's defers run
 		defer func() {
 			if err != nil {
-				px.Close()
+				ps.Close()
 			}
 		}()
-		p.proxy = px
-		sb = sb.via(px.Addr())
+		addrs := make([]string, len(eps))
+		for i, ep := range eps {
+			px, err := newProxy(ep)
+			if err != nil {
+				return nil, fmt.Errorf("chaos: proxy: %w", err)
+			}
+			ps = append(ps, px)
+			addrs[i] = px.Addr()
+		}
+		p.proxies = ps
+		if sb, err = sb.via(addrs); err != nil {
+			return nil, err
+		}
 	} else {
 		p.control = filepath.Join(h.dir, p.name+".ctl")
 		if err := setControl(p.control, ""); err != nil {
@@ -155,14 +163,12 @@ func (h *harness) spawnAs(owner string, busy bool) (p *proc, err error) {
 	return p, nil
 }
 
-// retire forgets a replica that has exited and closes its proxy.
+// retire forgets a replica that has exited and closes its proxies.
 func (h *harness) retire(p *proc) {
 	h.mu.Lock()
 	delete(h.procs, p.name)
 	h.mu.Unlock()
-	if p.proxy != nil {
-		p.proxy.Close()
-	}
+	p.proxies.Close()
 }
 
 func (h *harness) live() []*proc {

@@ -49,6 +49,36 @@ func (l *link) close() {
 	})
 }
 
+// proxies are a replica's proxies, one per endpoint of the store (etcd's
+// client keeps a connection to each member it was given): a network fault
+// strikes them all at once, as a partition of the replica's host would.
+type proxies []*proxy
+
+func (ps proxies) setDown(down bool) {
+	for _, p := range ps {
+		p.setDown(down)
+	}
+}
+
+func (ps proxies) setHold(hold bool) {
+	for _, p := range ps {
+		p.setHold(hold)
+	}
+}
+
+func (ps proxies) setDelay(d time.Duration) {
+	for _, p := range ps {
+		p.setDelay(d)
+	}
+}
+
+// Close closes every proxy.
+func (ps proxies) Close() {
+	for _, p := range ps {
+		p.Close()
+	}
+}
+
 func newProxy(upstream string) (*proxy, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

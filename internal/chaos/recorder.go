@@ -23,8 +23,20 @@ type recorder struct {
 
 var (
 	_ store.Store   = (*recorder)(nil)
-	_ store.Watcher = (*recorder)(nil)
+	_ store.Watcher = watchingRecorder{}
 )
+
+// record wraps a replica's store in a recorder that has the store's push
+// channel exactly when the store has one: the engine finds it by type
+// assertion, and a replica on a store without one (MySQL) must poll, as it
+// would in production, rather than fail to watch every round.
+func record(inner store.Store, log *eventLog, ctl control) store.Store {
+	r := &recorder{inner: inner, log: log, ctl: ctl}
+	if w, ok := inner.(store.Watcher); ok {
+		return watchingRecorder{recorder: r, w: w}
+	}
+	return r
+}
 
 var (
 	errUnreachable = errors.New("chaos: store unreachable (injected)")
@@ -137,12 +149,14 @@ func callEvent(ev string, sent int64, err error) Event {
 	return e
 }
 
-func (r *recorder) Watch(ctx context.Context, prefix string) (<-chan store.Event, error) {
-	w, ok := r.inner.(store.Watcher)
-	if !ok {
-		return nil, errors.New("chaos: the store cannot watch")
-	}
-	return w.Watch(ctx, prefix)
+// watchingRecorder is a recorder of a store with a push channel.
+type watchingRecorder struct {
+	*recorder
+	w store.Watcher
+}
+
+func (r watchingRecorder) Watch(ctx context.Context, prefix string) (<-chan store.Event, error) {
+	return r.w.Watch(ctx, prefix)
 }
 
 // control is a file the harness writes to play a network fault inside a

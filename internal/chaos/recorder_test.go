@@ -114,3 +114,16 @@ func TestASlowStoreAnswersEveryCallLate(t *testing.T) {
 		t.Errorf("recorded %v, want %v", got, want)
 	}
 }
+
+// A replica on a store without a push channel (MySQL) must poll, as it
+// would in production: its recorder must not look like a watcher.
+func TestARecorderWatchesExactlyWhenItsStoreCan(t *testing.T) {
+	rec, mem, _ := newRecorder(t)
+	if _, ok := record(mem, rec.log, "").(store.Watcher); !ok {
+		t.Error("the recorder of a store that watches does not watch")
+	}
+	noPush := struct{ store.Store }{mem}
+	if _, ok := record(noPush, rec.log, "").(store.Watcher); ok {
+		t.Error("the recorder of a store without a push channel claims one")
+	}
+}

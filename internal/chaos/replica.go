@@ -117,7 +117,7 @@ func runReplica(ctx context.Context, spec replicaSpec) error {
 		inner: slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})})
 	t := spec.Timing
 	sup, err := tenure.New(tenure.Config{
-		Store:       &recorder{inner: st, log: log, ctl: control(spec.Control)},
+		Store:       record(st, log, control(spec.Control)),
 		Leases:      tenure.LeasesOn,
 		Owner:       spec.Owner + spec.IDSuffix,
 		TTL:         t.TTL,

@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -15,15 +16,32 @@ import (
 )
 
 // resourceSpec names the database the runners' fenced writes land in: an
-// SQLite file, or the PostgreSQL database under test (reached directly,
-// not through the proxy: a replica cut off from its lease store can still
-// reach the data, which is exactly when fencing matters).
+// SQLite file (for SQLite and Redis stores), or the server under test
+// itself (PostgreSQL, MySQL, etcd), reached directly, not through the
+// proxy: a replica cut off from its lease store can still reach the data,
+// which is exactly when fencing matters.
 type resourceSpec struct {
-	Kind  string `json:"kind"` // kindSQLite or kindPostgres
-	Path  string `json:"path,omitempty"`
-	URL   string `json:"url,omitempty"`
-	Fence string `json:"fence"` // fence table
-	Table string `json:"table"` // resource table: key, seq, epoch, owner
+	Kind string `json:"kind"` // kindSQLite, kindPostgres, kindMySQL or kindEtcd
+	Path string `json:"path,omitempty"`
+	// Server is the store under test, for a resource kept in it (its Via
+	// is empty: the resource is reached directly).
+	Server backend `json:"server,omitzero"`
+	Fence  string  `json:"fence"` // fence table (SQL)
+	// Table is the resource table: key, seq, epoch, owner; on etcd, the
+	// prefix /Table/ the resource's keys live under.
+	Table string `json:"table"`
+}
+
+// newResourceSpec puts the run's resource next to its store where the
+// store can fence writes itself, and in an SQLite file in dir otherwise:
+// Redis has no transaction that could hold a fence's order.
+func newResourceSpec(b backend, runID, dir string) resourceSpec {
+	b.Via = nil
+	switch b.Kind {
+	case kindPostgres, kindMySQL, kindEtcd:
+		return resourceSpec{Kind: b.Kind, Server: b, Fence: "chaos_fence_" + runID, Table: "chaos_data_" + runID}
+	}
+	return resourceSpec{Kind: kindSQLite, Path: filepath.Join(dir, "resource.db"), Fence: "chaos_fence", Table: "chaos_data"}
 }
 
 // writeResult is what one fenced write came to.
@@ -84,9 +102,9 @@ func prepareResource(ctx context.Context, rs resourceSpec) error {
 		_, err = db.ExecContext(ctx, fill(sqliteResource, rs.Table))
 		return err
 	case kindPostgres:
-		pool, err := pgxpool.New(ctx, rs.URL)
+		pool, err := rs.Server.pgPool(ctx)
 		if err != nil {
-			return fmt.Errorf("chaos: resource database %s: %w", store.RedactURL(rs.URL), store.RedactError(err, urlPassword(rs.URL)))
+			return fmt.Errorf("chaos: resource database: %w", err)
 		}
 		defer pool.Close()
 		if err := (fence.Pgx{Table: rs.Fence}).Migrate(ctx, pool); err != nil {
@@ -94,17 +112,27 @@ func prepareResource(ctx context.Context, rs resourceSpec) error {
 		}
 		_, err = pool.Exec(ctx, fill(pgResource, pgx.Identifier{rs.Table}.Sanitize()))
 		return err
+	case kindMySQL:
+		return prepareMySQLResource(ctx, rs)
+	case kindEtcd:
+		return nil // nothing to create
 	}
 	return fmt.Errorf("chaos: unknown resource kind %q", rs.Kind)
 }
 
-// dropResource removes the run's tables from a PostgreSQL resource (an
-// SQLite resource lives in the history directory).
+// dropResource removes the run's tables or keys from a resource in the
+// server under test (an SQLite resource lives in the history directory).
 func dropResource(ctx context.Context, rs resourceSpec) error {
-	if rs.Kind != kindPostgres {
-		return nil
+	var err error
+	switch rs.Kind {
+	case kindPostgres:
+		err = rs.Server.dropPostgres(ctx, rs.Fence, rs.Table)
+	case kindMySQL:
+		err = rs.Server.dropMySQL(ctx, rs.Fence, rs.Table)
+	case kindEtcd:
+		err = rs.Server.deleteEtcdPrefix(ctx, etcdResourcePrefix(rs))
 	}
-	return dropPostgres(ctx, rs.URL, rs.Fence, rs.Table)
+	return rs.Server.redact(err)
 }
 
 func openResource(ctx context.Context, rs resourceSpec) (resource, error) {
@@ -116,11 +144,15 @@ func openResource(ctx context.Context, rs resourceSpec) (resource, error) {
 		}
 		return &sqliteResourceDB{db: db, spec: rs}, nil
 	case kindPostgres:
-		pool, err := pgxpool.New(ctx, rs.URL)
+		pool, err := rs.Server.pgPool(ctx)
 		if err != nil {
-			return nil, fmt.Errorf("chaos: resource database: %w", store.RedactError(err, urlPassword(rs.URL)))
+			return nil, fmt.Errorf("chaos: resource database: %w", err)
 		}
 		return &pgResourceDB{pool: pool, spec: rs, ident: pgx.Identifier{rs.Table}.Sanitize()}, nil
+	case kindMySQL:
+		return openMySQLResource(rs)
+	case kindEtcd:
+		return openEtcdResource(rs)
 	}
 	return nil, fmt.Errorf("chaos: unknown resource kind %q", rs.Kind)
 }

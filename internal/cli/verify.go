@@ -33,11 +33,13 @@ func (e *env) verifyCommand() *cobra.Command {
 		Use:   "verify [--store URL] [--duration 2m] [--seed N] [--replicas 3] [--keys 4] [--faults KIND,…] [--timeline FILE]",
 		Short: "Prove the guarantees on your store under injected faults",
 		Long: `verify runs several tenure replicas as separate processes against the store,
-on scratch keys in a table (namespace) of their own that is dropped at the
-end (it writes, like run: an SQLite file that does not exist is created);
-every other key's work runs as a child process through the guard that run
-uses. It injects faults one at a time, on a schedule drawn from the
-seed; the first faults go through every kind once. The kinds (--faults):
+on scratch keys in a table (namespace, prefix) of their own that is dropped
+at the end (it writes, like run: an SQLite file that does not exist is
+created); every other key's work runs as a child process through the guard
+that run uses. It injects faults one at a time, on a schedule drawn from
+the seed; the first faults go through every kind once. Each replica reaches
+a networked store through proxies of its own, where the network faults
+happen. The kinds (--faults):
 
   kill            SIGKILL a key's holder, start a replacement
   pause           SIGSTOP a holder for 0.5–4 TTL, then SIGCONT
@@ -68,13 +70,22 @@ replaced in time, and that a slow store which answered every call never
 made a holder stop at its deadline. It prints a report with
 takeover latencies against their bound.
 
-Supported stores: sqlite:, postgres://, redis://. The same --seed and
+Supported stores: every one tenure runs on —
+  sqlite:PATH                 fenced writes in an SQLite file beside the run
+  postgres://, postgresql://  fenced writes in scratch tables of the database
+  mysql://                    the same, on MySQL or MariaDB
+  redis://, rediss://         fenced writes in an SQLite file beside the run
+  etcd://, etcd+https://      fenced writes in scratch keys, refused by etcd
+PostgreSQL, MySQL and Redis URLs must name one TCP host (no unix socket, no
+host list); an etcd URL may list several endpoints. The same --seed and
 --faults replay the same fault schedule. A failed run keeps its history
 (named in the report) so it can be studied and replayed.
 
 Exit codes: 0 every invariant held; 4 an invariant was violated; 1 the run
 could not be carried out; 2 usage error.`,
 		Example: `  tenure verify --store postgres://tenure@db/ops --duration 5m
+  tenure verify --store mysql://tenure@db:3306/ops --duration 10m
+  tenure verify --store etcd://10.0.0.5:2379,10.0.0.6:2379,10.0.0.7:2379
   tenure verify --store redis://cache:6379/0 --seed 42 --timeline run.svg
   tenure verify --store redis://cache:6379/0 --faults slow-store,kill --duration 1m
   tenure verify            # the default SQLite file, 2 minutes`,
@@ -92,9 +103,10 @@ could not be carried out; 2 usage error.`,
 			if err != nil {
 				return err
 			}
+			if err := chaos.CheckStore(raw); err != nil {
+				return withCode(ExitUsage, scrubErr(err, spec.Secrets))
+			}
 			switch {
-			case spec.Kind != storeurl.SQLite && spec.Kind != storeurl.Postgres && spec.Kind != storeurl.Redis:
-				return withCode(ExitUsage, fmt.Errorf("verify supports sqlite:, postgres:// and redis:// stores, not %s", spec.Kind))
 			case duration < 10*time.Second:
 				return withCode(ExitUsage, fmt.Errorf("--duration %v: at least 10s, for a few faults to happen", duration))
 			case replicas < 2 || replicas > 16:

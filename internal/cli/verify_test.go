@@ -4,6 +4,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/tenure-dev/tenure/internal/storeurl"
 )
 
 func TestVerifyRefusesAFaultKindItCannotInject(t *testing.T) {
@@ -30,6 +32,33 @@ func TestVerifyHelpListsEveryFaultKind(t *testing.T) {
 	for _, k := range verifyFaults() {
 		if !strings.Contains(out.String(), "\n  "+k+" ") {
 			t.Errorf("verify --help does not describe %s:\n%s", k, out.String())
+		}
+	}
+}
+
+func TestVerifyHelpListsEveryStore(t *testing.T) {
+	e, out, _ := testEnv(nil)
+	if code := e.main(t.Context(), []string{"verify", "--help"}); code != 0 {
+		t.Fatalf("exit %d", code)
+	}
+	for _, form := range strings.Split(storeurl.Supported, ", ") {
+		if !strings.Contains(out.String(), strings.TrimSuffix(form, "PATH")) {
+			t.Errorf("verify --help does not list %s:\n%s", form, out.String())
+		}
+	}
+}
+
+// A proxy per replica stands in for one TCP address: a unix socket or a
+// host list is a usage error, named without the password.
+func TestVerifyRefusesAStoreAProxyCannotStandInFor(t *testing.T) {
+	for _, store := range []string{
+		"mysql://root:hunter2-pw@/test?socket=/run/mysqld/mysqld.sock",
+		"postgres://u:hunter2-pw@h1,h2/db",
+	} {
+		e, _, errOut := testEnv(nil)
+		code := e.main(t.Context(), []string{"verify", "--store", store})
+		if code != ExitUsage || !strings.Contains(errOut.String(), "one TCP host") || strings.Contains(errOut.String(), "hunter2") {
+			t.Errorf("%s: exit %d, stderr %q; want %d explaining the proxy, without the password", store, code, errOut.String(), ExitUsage)
 		}
 	}
 }

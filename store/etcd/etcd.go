@@ -83,15 +83,10 @@ var (
 //
 // The password never appears in an error.
 func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
-	cfg, shown, err := parseURL(rawURL)
+	cfg, shown, err := clientConfig(rawURL)
 	if err != nil {
 		return nil, err
 	}
-	cfg.Logger = zap.NewNop() // Tenure logs through slog; the client's warnings would go to stderr
-	// A dead connection must surface as an error, not a silent hang of a
-	// watch; etcd refuses pings more often than every 5s by default.
-	cfg.DialKeepAliveTime = 10 * time.Second
-	cfg.DialKeepAliveTimeout = 5 * time.Second
 	// clientv3.New authenticates (when given a password) within
 	// DialTimeout, not within ctx: shorten it to ctx's deadline.
 	if d, ok := ctx.Deadline(); ok {
@@ -123,6 +118,29 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	}
 	s.client = client
 	return s, nil
+}
+
+// ClientConfig returns the client configuration [Open] uses for rawURL —
+// endpoints, user and password, TLS, dial timeout, keep-alives, no client
+// logging — for a caller that builds its own client (with a dialer of its
+// own, say) and hands it to [New]. Errors wrap store.ErrInvalidURL and
+// never show the password.
+func ClientConfig(rawURL string) (clientv3.Config, error) {
+	cfg, _, err := clientConfig(rawURL)
+	return cfg, err
+}
+
+func clientConfig(rawURL string) (cfg clientv3.Config, shown string, err error) {
+	cfg, shown, err = parseURL(rawURL)
+	if err != nil {
+		return cfg, "", err
+	}
+	cfg.Logger = zap.NewNop() // Tenure logs through slog; the client's warnings would go to stderr
+	// A dead connection must surface as an error, not a silent hang of a
+	// watch; etcd refuses pings more often than every 5s by default.
+	cfg.DialKeepAliveTime = 10 * time.Second
+	cfg.DialKeepAliveTimeout = 5 * time.Second
+	return cfg, shown, nil
 }
 
 // New returns a Store on an existing client. Close does not close client.

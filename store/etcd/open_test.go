@@ -54,6 +54,23 @@ func TestURLsBecomeClientConfigs(t *testing.T) {
 	}
 }
 
+// ClientConfig is Open's configuration, so a client built from it (with a
+// dialer of its own) behaves as Open's: keep-alives on, client logging off.
+func TestClientConfigIsTheConfigurationOpenDialsWith(t *testing.T) {
+	cfg, err := ClientConfig("etcd://app:" + secret + "@h1:2379,h2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(cfg.Endpoints, []string{"http://h1:2379", "http://h2:2379"}) || cfg.Password != secret ||
+		cfg.DialKeepAliveTime != 10*time.Second || cfg.DialKeepAliveTimeout != 5*time.Second || cfg.Logger == nil {
+		t.Errorf("ClientConfig = endpoints %v, keep-alive %v/%v, logger %v; want Open's", cfg.Endpoints,
+			cfg.DialKeepAliveTime, cfg.DialKeepAliveTimeout, cfg.Logger)
+	}
+	if _, err := ClientConfig("etcd://u:" + secret + "@h:99999"); !errors.Is(err, store.ErrInvalidURL) || strings.Contains(err.Error(), secret) {
+		t.Errorf("bad port: %v, want store.ErrInvalidURL without the password", err)
+	}
+}
+
 func TestTLSFilesAreLoaded(t *testing.T) {
 	dir := t.TempDir()
 	ca := filepath.Join(dir, "ca.pem")

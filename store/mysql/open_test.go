@@ -2,6 +2,7 @@ package mysql
 
 import (
 	"database/sql"
+	"errors"
 	"net/url"
 	"slices"
 	"strings"
@@ -98,6 +99,20 @@ func TestParseURLFillsTheDriverConfig(t *testing.T) {
 	}
 	if cfg.Net != "unix" || cfg.Addr != "/run/mysqld/mysqld.sock" {
 		t.Errorf("socket: %+v", cfg)
+	}
+}
+
+func TestParseURLGivesTheConfigurationAndTableOpenUses(t *testing.T) {
+	cfg, opts, err := ParseURL("mysql://app:p%40ss@db.example/ops?table=jobs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.Passwd != "p@ss" || cfg.Addr != "db.example:3306" || cfg.DBName != "ops" || opts.Table != "jobs" || !cfg.InterpolateParams {
+		t.Errorf("ParseURL = %+v, %+v", cfg, opts)
+	}
+	if _, _, err := ParseURL("mysql://u:" + secret + "@localhost/db?timeout=soon"); !errors.Is(err, store.ErrInvalidURL) ||
+		strings.Contains(err.Error(), secret) {
+		t.Errorf("bad timeout: %v, want store.ErrInvalidURL without the password", err)
 	}
 }
 

@@ -13,6 +13,22 @@ import (
 	"github.com/tenure-dev/tenure/store"
 )
 
+// ParseURL reads a mysql:// URL as [Open] does, for a caller that needs a
+// handle of its own on the same database (a fence table next to the
+// leases, a tool that drops a scratch table): the driver's configuration —
+// the password set in it apart from the URL, and Open's defaults
+// (interpolateParams, session time_zone '+00:00') unless the URL sets
+// them — and Options with the URL's ?table=. Pass the configuration to
+// mysqldrv.NewConnector and sql.OpenDB. Errors wrap store.ErrInvalidURL and
+// never show the password; scrub a driver's errors with store.URLSecrets.
+func ParseURL(rawURL string) (*mysqldrv.Config, Options, error) {
+	cfg, table, _, _, err := parseURL(rawURL)
+	if err != nil {
+		return nil, Options{}, err
+	}
+	return cfg, Options{Table: table}, nil
+}
+
 // parseURL turns a mysql:// URL into the driver's configuration and the
 // ?table= parameter. shown is the URL with its password hidden, for error
 // messages; secrets are the strings to scrub from driver errors.
