@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"time"
 )
 
 // Event kinds written by replicas.
@@ -76,6 +77,10 @@ type Event struct {
 	// Deadline is the safety deadline a child's guard enforces (evChild),
 	// on the shared clock.
 	Deadline int64 `json:"deadline,omitempty"`
+	// Wall is CLOCK_REALTIME (ns since the epoch) read next to T, on
+	// run.begin and run.end: the rate of the wall clock, which the SQL
+	// stores and Redis stamp expiries with, against CLOCK_MONOTONIC.
+	Wall int64 `json:"wall,omitempty"`
 	// Sent is when a store call or a fenced transaction began.
 	Sent    int64  `json:"sent,omitempty"`
 	Outcome string `json:"out,omitempty"`
@@ -181,4 +186,10 @@ func readLog(path string) ([]Event, error) {
 		out = append(out, e)
 	}
 	return out, sc.Err()
+}
+
+// clockEvent is a harness record of kind ev carrying both clocks, read one
+// after the other.
+func clockEvent(ev string) Event {
+	return Event{Ev: ev, T: Now(), Wall: time.Now().UnixNano()}
 }

@@ -347,9 +347,9 @@ func (h *harness) run(ctx context.Context) (err error) {
 		return err
 	}
 	h.log.Info("replicas up; injecting faults", "duration", h.opts.Duration, "store", h.hist.Store)
-	h.hl.add(Event{Ev: evRunBegin})
+	h.hl.add(clockEvent(evRunBegin))
 	h.inject(ctx)
-	h.hl.add(Event{Ev: evRunEnd})
+	h.hl.add(clockEvent(evRunEnd))
 	return h.writeMeta()
 }
 

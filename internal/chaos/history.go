@@ -74,15 +74,18 @@ func (f faultWindow) involves(r *replicaInfo) bool {
 type model struct {
 	h          *History
 	begin, end int64 // run.begin and run.end (or the first and last event)
-	replicas   map[string]*replicaInfo
-	intervals  map[string][]*interval // by key, ordered by start
-	terms      map[string][]*term     // by key, ordered by epoch
-	faults     []faultWindow
-	writes     map[string][]Event // fenced writes by key
-	acquires   map[string][]Event // granted acquisitions by key
-	crashes    []Event            // unexpected exits and diagnostics
-	counts     map[string]int     // events by kind
-	children   map[childID]*interval
+	// wallRate is how much faster than CLOCK_MONOTONIC the host's wall
+	// clock ran from run.begin to run.end (0.001 = 1,000 ppm fast).
+	wallRate  float64
+	replicas  map[string]*replicaInfo
+	intervals map[string][]*interval // by key, ordered by start
+	terms     map[string][]*term     // by key, ordered by epoch
+	faults    []faultWindow
+	writes    map[string][]Event // fenced writes by key
+	acquires  map[string][]Event // granted acquisitions by key
+	crashes   []Event            // unexpected exits and diagnostics
+	counts    map[string]int     // events by kind
+	children  map[childID]*interval
 }
 
 func buildModel(h *History) *model {
@@ -121,6 +124,7 @@ func buildModel(h *History) *model {
 		}
 	}
 	sawEnd := false
+	var wallBegin int64
 	for _, e := range h.Events {
 		m.counts[e.Ev]++
 		if m.childRecord(e) {
@@ -128,9 +132,12 @@ func buildModel(h *History) *model {
 		}
 		switch e.Ev {
 		case evRunBegin:
-			m.begin = e.T
+			m.begin, wallBegin = e.T, e.Wall
 		case evRunEnd:
 			m.end, sawEnd = e.T, true
+			if wallBegin != 0 && e.Wall != 0 && e.T > m.begin {
+				m.wallRate = float64(e.Wall-wallBegin)/float64(e.T-m.begin) - 1
+			}
 		case evSpawn:
 			r := replica(e.Target)
 			r.configured = e.Configured

@@ -18,6 +18,10 @@ type Report struct {
 	Timing   Timing        `json:"timing"`
 
 	Ops Ops `json:"ops"`
+	// WallClockPPM is how much faster than CLOCK_MONOTONIC this host's
+	// wall clock ran over the run, in parts per million: the rate at which
+	// stores stamping expiries with a wall clock shorten leases.
+	WallClockPPM float64 `json:"wall_clock_ppm"`
 	// Transitions counts changes of the replica running a key; Terms the
 	// runner starts with a new epoch.
 	Transitions int            `json:"transitions"`
@@ -253,6 +257,7 @@ func (r *Report) WriteText(w io.Writer) error {
 	fmt.Fprintf(&b, "run        %v of faults, %d replicas × %d keys\n", r.Duration.Round(time.Second), r.Replicas, r.Keys)
 	t := r.Timing
 	fmt.Fprintf(&b, "timing     TTL %v, grace %v, renew every %v, call timeout %v\n", t.TTL, t.Grace, t.RenewEvery, t.CallTimeout)
+	fmt.Fprintf(&b, "clocks     this host's wall clock ran %+.0f ppm against CLOCK_MONOTONIC\n", r.WallClockPPM)
 	o := r.Ops
 	fmt.Fprintf(&b, "operations %d acquisitions, %d renewals, %d releases (%d store calls failed or lost their reply)\n",
 		o.Acquires, o.Renewals, o.Releases, o.StoreErrors)
