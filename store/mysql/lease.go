@@ -141,15 +141,20 @@ func (s *Store) Renew(ctx context.Context, owner string, ttl time.Duration, item
 	return out, nil
 }
 
-func (s *Store) renew(ctx context.Context, owner string, ttl time.Duration, batch []batchItem, index map[store.Term]int) ([]bool, error) {
-	renewed := make([]bool, len(batch))
+func (s *Store) renew(ctx context.Context, owner string, ttl time.Duration, batch []batchItem, index map[store.Term]int) (renewed []bool, err error) {
+	var on conn = s.db
+	if c := s.lane.take(s.db); c != nil {
+		on = c
+		defer func() { s.lane.put(s.db, c, err) }()
+	}
+	renewed = make([]bool, len(batch))
 	// The id marks the rows this call renews. Two calls drawing the same
 	// one (odds 2⁻⁶³) could only credit each other's renewals of the
 	// same owner's terms.
 	id := rand.Int64N(1<<63-1) + 1
 	ownerHex := hexString(owner)
 	for c := range chunks(batch, true) {
-		r, err := s.exec(ctx, s.q.renew, c.doc, ttl.Microseconds(), id, ownerHex)
+		r, err := execOn(ctx, on, s.q.renew, c.doc, ttl.Microseconds(), id, ownerHex)
 		if err != nil {
 			return nil, err
 		}
@@ -170,7 +175,7 @@ func (s *Store) renew(ctx context.Context, owner string, ttl time.Duration, batc
 		case n == 0:
 			continue
 		}
-		err = s.query(ctx, s.q.renewed, []any{c.doc, id}, func(rows *sql.Rows) error {
+		err = queryOn(ctx, on, s.q.renewed, []any{c.doc, id}, func(rows *sql.Rows) error {
 			var t store.Term
 			if err := rows.Scan(&t.Key, &t.Epoch); err != nil {
 				return err
@@ -268,9 +273,19 @@ func (s *Store) Revoke(ctx context.Context, key string) (bool, error) {
 
 // exec runs one auto-committed statement. A statement chosen as the victim
 // of a deadlock has been rolled back whole, so it is safe to run again.
+// conn is the pool or one connection of it (the renewal lane).
+type conn interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+}
+
 func (s *Store) exec(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	return execOn(ctx, s.db, query, args...)
+}
+
+func execOn(ctx context.Context, on conn, query string, args ...any) (sql.Result, error) {
 	for attempt := 1; ; attempt++ {
-		r, err := s.db.ExecContext(ctx, query, args...)
+		r, err := on.ExecContext(ctx, query, args...)
 		if err != nil && attempt < 3 && isServerError(err, errDeadlock) && ctx.Err() == nil {
 			continue
 		}
@@ -280,7 +295,11 @@ func (s *Store) exec(ctx context.Context, query string, args ...any) (sql.Result
 
 // query runs a SELECT and calls each for every row.
 func (s *Store) query(ctx context.Context, query string, args []any, each func(*sql.Rows) error) error {
-	rows, err := s.db.QueryContext(ctx, query, args...)
+	return queryOn(ctx, s.db, query, args, each)
+}
+
+func queryOn(ctx context.Context, on conn, query string, args []any, each func(*sql.Rows) error) error {
+	rows, err := on.QueryContext(ctx, query, args...)
 	if err != nil {
 		return err
 	}

@@ -44,6 +44,7 @@ type Store struct {
 	table  string // validated, unquoted
 	q      queries
 
+	lane   *renewLane // a connection of their own for renewals
 	closed atomic.Bool
 	// access clears each call: none once closed, no write when read-only,
 	// and the table created on first use.
@@ -130,7 +131,7 @@ func newStore(db *sql.DB, opts Options) (*Store, error) {
 	if err := store.ValidateName("mysql: table", table); err != nil {
 		return nil, err
 	}
-	s := &Store{db: db, table: table, q: buildQueries(table)}
+	s := &Store{db: db, table: table, q: buildQueries(table), lane: newRenewLane()}
 	s.access = sqlstore.Access{
 		Backend: "mysql", Table: table, ReadOnly: opts.ReadOnly, AutoMigrate: !opts.NoAutoMigrate,
 		Closed: s.closed.Load, Exists: s.tableExists, Create: s.migrate,
@@ -144,7 +145,11 @@ func (s *Store) Table() string { return s.table }
 // Close closes the connection pool of a Store made by Open. Calls after
 // Close fail with store.ErrClosed.
 func (s *Store) Close() error {
-	if s.closed.Swap(true) || !s.ownsDB {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	s.lane.close()
+	if !s.ownsDB {
 		return nil
 	}
 	return s.db.Close()
