@@ -217,3 +217,42 @@ func TestAHostSuspendStopsRunnersAtOnceOnResume(t *testing.T) {
 		}
 	})
 }
+
+// Renewals go on while a shutdown waits for runners to return: a runner
+// that takes longer than its lease's remaining life to wind down keeps the
+// key to itself until it returns and the lease is released (within
+// StopTimeout), rather than letting it expire under a peer.
+func TestLeasesStayRenewedWhileAShutdownWaitsForRunners(t *testing.T) {
+	bubble(t, func(t *testing.T, st *memstore.Store) {
+		runs := &runLog{}
+		windDown := 45 * time.Second // longer than TTL + grace
+		slow := tenure.RunnerFunc(func(ctx context.Context, l tenure.Lease) error {
+			err := runs.runner("A").Run(ctx, l)
+			time.Sleep(windDown) // flushing, closing connections…
+			return err
+		})
+		a := newReplica(t, st, "A", func(c *tenure.Config) { c.StopTimeout = time.Minute })
+		a.Set("telegram", tenure.Job{Runner: slow})
+		a.start()
+		b := newReplica(t, st, "B")
+		b.Set("telegram", tenure.Job{Runner: runs.runner("B")})
+		b.start()
+		defer b.stop()
+		advance(renew)
+		stopped := make(chan error, 1)
+		go func() { stopped <- a.stop() }()
+		advance(windDown + renew)
+		if err := <-stopped; err != nil {
+			t.Fatal(err)
+		}
+		// runLog ends A's run when its context ends; the work went on for
+		// windDown more, so B must not have started before that.
+		got := runs.of("telegram")
+		if len(got) != 2 || got[1].replica != "B" {
+			t.Fatalf("runs %+v, want A's then B's", got)
+		}
+		if returned := got[0].ended.Add(windDown); got[1].began.Before(returned) {
+			t.Fatalf("B started %v before A's runner returned", returned.Sub(got[1].began))
+		}
+	})
+}

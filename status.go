@@ -132,5 +132,8 @@ func (s *Supervisor) isRunning(key string) bool {
 	s.mu.Lock()
 	defer s.unlock()
 	ks := s.keys[key]
+	if ks != nil && ks.member && s.stopping {
+		return false // draining: peers stop counting this worker
+	}
 	return ks != nil && ks.run != nil && !ks.run.stopped()
 }

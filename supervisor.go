@@ -157,18 +157,24 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	}
 	s.unlock()
 
+	// Renewals go on through the shutdown, while runners wind down (up to
+	// StopTimeout): a runner that takes a while to return must not run
+	// into its deadline, and a child process into its guard's stop, just
+	// because the process is handing over.
 	var renewals sync.WaitGroup
+	renewCtx, stopRenewals := context.WithCancel(context.WithoutCancel(ctx))
 	if s.leased {
-		renewals.Go(func() { s.renewLoop(ctx) })
-		renewals.Go(func() { s.watchSuspend(ctx) })
+		renewals.Go(func() { s.renewLoop(renewCtx) })
+		renewals.Go(func() { s.watchSuspend(renewCtx) })
 	}
 	s.loop(ctx)
-	renewals.Wait()
 
 	// Hand over first: stop the runners and release their leases. Only
 	// then wait for the watch and the key sources, one of which may be in
 	// the middle of a slow read that must not delay the release.
 	err := s.shutdown()
+	stopRenewals()
+	renewals.Wait()
 	stopWatch()
 	watchers.Wait()
 	s.mu.Lock()
@@ -572,9 +578,11 @@ func (s *Supervisor) onReleased(key string) {
 // shutdown stops every runner, waits up to StopTimeout, and releases the
 // leases whose runners returned, in one call.
 func (s *Supervisor) shutdown() error {
+	s.mu.Lock()
+	s.stopping = true // from now on renewals report pool memberships draining
+	s.unlock()
 	s.drainPools()
 	s.mu.Lock()
-	s.stopping = true
 	var waits []*runState
 	for _, ks := range s.keys {
 		if ks.run != nil {
