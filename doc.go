@@ -35,8 +35,9 @@
 //     unconfirmed (an error or timeout: the deadline keeps running).
 //   - Graceful handoff: on shutdown, removal or disabling, the runner is
 //     stopped first and the lease released only after it has returned; a
-//     released lease can be taken at once. A runner that does not return
-//     within StopTimeout keeps the lease (left to expire on shutdown).
+//     released lease can be taken at once. Renewals go on while runners
+//     wind down; a runner that does not return within StopTimeout keeps
+//     the lease (left to expire on shutdown).
 //   - Nothing starts on a non-holder: every path that starts a runner
 //     checks the lease under the supervisor's lock first.
 //
