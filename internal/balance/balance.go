@@ -138,42 +138,77 @@ type heldKey struct {
 	pref      string  // the preferred worker
 }
 
-// Plan implements Policy.
+// planRound is one Plan call's working state, shared by its phases.
+type planRound struct {
+	v      View
+	active []Worker
+	shares map[string]share
+	counts map[string]int // live keys per owner
+	plan   Plan
+
+	held, preferredFree, orphans []heldKey
+	// elsewhere counts, per worker, the keys it prefers but does not hold:
+	// what it can still get from its preferences alone.
+	elsewhere map[string]int
+	released  map[string]bool
+}
+
+// Plan implements Policy. It runs in phases: find the active workers and
+// their shares, classify every key (held, preferred and free, orphaned),
+// claim up to the cap, shed above it, hand keys over towards the workers
+// that prefer them, and list what is released.
 func (b *Balanced) Plan(v View) Plan {
-	var active []Worker
+	rd := &planRound{v: v}
+	if !rd.findActive() {
+		// Draining (or not yet a member): claim nothing; the engine hands
+		// every key back as it stops.
+		return Plan{}
+	}
+	rd.shares = b.shares(rd.active, len(v.Keys))
+	mine := rd.shares[v.Self]
+	rd.plan.Target, rd.plan.Cap = int(math.Ceil(mine.fair)), mine.cap
+	b.classify(rd)
+	rd.claim()
+	rd.shed()
+	b.handOver(rd)
+	for _, k := range rd.held {
+		if rd.released[k.key] {
+			rd.plan.Release = append(rd.plan.Release, k.key)
+			b.gaveUp[k.key] = v.Now
+		}
+	}
+	return rd.plan
+}
+
+// findActive keeps the workers that are neither draining nor weightless,
+// and reports whether this worker is one of them.
+func (rd *planRound) findActive() bool {
 	selfActive := false
-	for _, w := range v.Workers {
+	for _, w := range rd.v.Workers {
 		if w.Draining || w.Weight <= 0 {
 			continue
 		}
-		active = append(active, w)
-		if w.ID == v.Self {
+		rd.active = append(rd.active, w)
+		if w.ID == rd.v.Self {
 			selfActive = true
 		}
 	}
-	var plan Plan
-	if !selfActive {
-		// Draining (or not yet a member): claim nothing; the engine hands
-		// every key back as it stops.
-		return plan
-	}
-	shares := b.shares(active, len(v.Keys))
-	mine := shares[v.Self]
-	plan.Target, plan.Cap = int(math.Ceil(mine.fair)), mine.cap
+	return selfActive
+}
 
-	r := newRanker(active)
+// classify sorts every key into held, preferred-and-free and orphaned
+// (free, claimable once its orphan delay has passed), and keeps the
+// policy's memory of orphans and given-up keys current.
+func (b *Balanced) classify(rd *planRound) {
+	v := rd.v
+	r := newRanker(rd.active)
 	self := slices.Index(r.ids, v.Self)
-	counts := make(map[string]int, len(active))
+	rd.counts = make(map[string]int, len(rd.active))
 	for _, owner := range v.Owner {
-		counts[owner]++
+		rd.counts[owner]++
 	}
-
-	var held []heldKey
-	var preferredFree, orphans []heldKey
+	rd.elsewhere = make(map[string]int, len(rd.active))
 	seen := make(map[string]bool, len(v.Keys))
-	// elsewhere counts, per worker, the keys it prefers but does not hold:
-	// what it can still get from its preferences alone.
-	elsewhere := make(map[string]int, len(active))
 	for _, key := range v.Keys {
 		seen[key] = true
 		kh := hashString(key)
@@ -181,39 +216,16 @@ func (b *Balanced) Plan(v View) Plan {
 		k := heldKey{key: key, preferred: top == self, myValue: r.value(kh, self), pref: r.ids[top]}
 		owner, owned := v.Owner[key]
 		if owner != k.pref {
-			elsewhere[k.pref]++
+			rd.elsewhere[k.pref]++
 		}
 		switch {
 		case owned && owner == v.Self:
-			held = append(held, k)
+			rd.held = append(rd.held, k)
 			delete(b.orphanSince, key)
 		case owned:
 			delete(b.orphanSince, key)
 		default:
-			since, ok := b.orphanSince[key]
-			if !ok {
-				since = v.Now
-				b.orphanSince[key] = since
-			}
-			delay := b.cfg.OrphanDelay
-			underTarget := counts[v.Self] < plan.Target
-			switch prefFull := counts[k.pref] >= shares[k.pref].cap; {
-			case prefFull && underTarget:
-				delay = 0 // its preferred worker cannot take it: no reason to wait
-			case !prefFull && !underTarget:
-				delay *= 2
-			}
-			_, cooling := b.gaveUp[key]
-			switch {
-			case k.preferred && !cooling:
-				preferredFree = append(preferredFree, k)
-			case v.Now.Sub(since) >= delay:
-				orphans = append(orphans, k)
-			default:
-				if due := since.Add(delay); plan.Recheck.IsZero() || due.Before(plan.Recheck) {
-					plan.Recheck = due
-				}
-			}
+			b.classifyFree(rd, k)
 		}
 	}
 	for key := range b.orphanSince {
@@ -226,73 +238,112 @@ func (b *Balanced) Plan(v View) Plan {
 			delete(b.gaveUp, key)
 		}
 	}
+}
 
-	byValueDesc := func(a, b heldKey) int {
-		switch {
-		case a.myValue > b.myValue:
-			return -1
-		case a.myValue < b.myValue:
-			return 1
-		}
-		return 0
+// classifyFree files a free key: this worker's preferred keys at once
+// (unless it gave the key up lately), any other once its orphan delay has
+// passed, and otherwise sets Recheck to when that delay ends.
+func (b *Balanced) classifyFree(rd *planRound, k heldKey) {
+	v := rd.v
+	since, ok := b.orphanSince[k.key]
+	if !ok {
+		since = v.Now
+		b.orphanSince[k.key] = since
 	}
+	delay := b.cfg.OrphanDelay
+	underTarget := rd.counts[v.Self] < rd.plan.Target
+	switch prefFull := rd.counts[k.pref] >= rd.shares[k.pref].cap; {
+	case prefFull && underTarget:
+		delay = 0 // its preferred worker cannot take it: no reason to wait
+	case !prefFull && !underTarget:
+		delay *= 2
+	}
+	_, cooling := b.gaveUp[k.key]
+	switch {
+	case k.preferred && !cooling:
+		rd.preferredFree = append(rd.preferredFree, k)
+	case v.Now.Sub(since) >= delay:
+		rd.orphans = append(rd.orphans, k)
+	default:
+		if due := since.Add(delay); rd.plan.Recheck.IsZero() || due.Before(rd.plan.Recheck) {
+			rd.plan.Recheck = due
+		}
+	}
+}
 
-	// Claim: preferred keys first, then orphans, up to the cap.
-	room := plan.Cap - len(held)
-	slices.SortFunc(preferredFree, byValueDesc)
-	slices.SortFunc(orphans, byValueDesc)
-	for _, list := range [][]heldKey{preferredFree, orphans} {
+func byValueDesc(a, b heldKey) int {
+	switch {
+	case a.myValue > b.myValue:
+		return -1
+	case a.myValue < b.myValue:
+		return 1
+	}
+	return 0
+}
+
+// claim takes preferred keys first, then orphans, up to the cap.
+func (rd *planRound) claim() {
+	room := rd.plan.Cap - len(rd.held)
+	slices.SortFunc(rd.preferredFree, byValueDesc)
+	slices.SortFunc(rd.orphans, byValueDesc)
+	for _, list := range [][]heldKey{rd.preferredFree, rd.orphans} {
 		for _, k := range list {
 			if room <= 0 {
 				break
 			}
-			plan.Claim = append(plan.Claim, k.key)
+			rd.plan.Claim = append(rd.plan.Claim, k.key)
 			room--
 		}
 	}
+}
 
-	// Shed above the cap, choosing keys so that they land where they
-	// belong: first keys whose preferred worker is under its target (it
-	// claims them at once), then keys another worker prefers, then the
-	// keys this worker is least preferred for.
-	slices.SortFunc(held, func(a, b heldKey) int { return -byValueDesc(a, b) })
+// shed releases what is held above the cap, choosing keys so that they
+// land where they belong: first keys whose preferred worker is under its
+// target (it claims them at once), then keys another worker prefers, then
+// the keys this worker is least preferred for. It leaves held sorted from
+// least to most preferred.
+func (rd *planRound) shed() {
+	slices.SortFunc(rd.held, func(a, b heldKey) int { return -byValueDesc(a, b) })
 	shedClass := func(k heldKey) int {
 		switch {
-		case !k.preferred && counts[k.pref] < int(math.Ceil(shares[k.pref].fair)):
+		case !k.preferred && rd.counts[k.pref] < int(math.Ceil(rd.shares[k.pref].fair)):
 			return 0
 		case !k.preferred:
 			return 1
 		}
 		return 2
 	}
-	released := make(map[string]bool)
+	rd.released = make(map[string]bool)
 	for class := 0; class <= 2; class++ {
-		for _, k := range held {
-			if len(held)-len(released) <= plan.Cap {
+		for _, k := range rd.held {
+			if len(rd.held)-len(rd.released) <= rd.plan.Cap {
 				break
 			}
-			if shedClass(k) == class && !released[k.key] {
-				released[k.key] = true
+			if shedClass(k) == class && !rd.released[k.key] {
+				rd.released[k.key] = true
 			}
 		}
 	}
+}
 
-	// Hand over, after the minimum hold and a few per round: first the
-	// keys another worker prefers, to that worker while it is under its
-	// target; then, while this worker is above its own target and another
-	// is below, its least-preferred keys, which the under-target workers
-	// claim first (their orphan delay is half that of the others).
-	budget := max(1, int(math.Ceil(b.cfg.HandoffRate*float64(len(held)))))
+// handOver releases, after the minimum hold and a few per round, first
+// the keys another worker prefers, to that worker while it is under its
+// target; then, while this worker is above its own target and another is
+// below, its least-preferred keys, which the under-target workers claim
+// first (their orphan delay is half that of the others).
+func (b *Balanced) handOver(rd *planRound) {
+	v := rd.v
+	budget := max(1, int(math.Ceil(b.cfg.HandoffRate*float64(len(rd.held)))))
 	deficit := make(map[string]int)
 	spare := 0 // keys the under-target workers still need
-	for _, w := range active {
-		d := int(math.Ceil(shares[w.ID].fair)) - counts[w.ID]
+	for _, w := range rd.active {
+		d := int(math.Ceil(rd.shares[w.ID].fair)) - rd.counts[w.ID]
 		deficit[w.ID] = d
 		// Keys a worker does not prefer go to it only while it is more than
 		// Epsilon below its share, and only the part its preferred keys
 		// cannot cover: handing more would move keys twice.
-		low := counts[w.ID] < int(math.Ceil(shares[w.ID].fair*(1-b.cfg.Epsilon)))
-		if need := d - elsewhere[w.ID]; w.ID != v.Self && low && need > 0 {
+		low := rd.counts[w.ID] < int(math.Ceil(rd.shares[w.ID].fair*(1-b.cfg.Epsilon)))
+		if need := d - rd.elsewhere[w.ID]; w.ID != v.Self && low && need > 0 {
 			spare += need
 		}
 	}
@@ -300,33 +351,26 @@ func (b *Balanced) Plan(v View) Plan {
 		since, ok := v.HeldSince[key]
 		return !ok || v.Now.Sub(since) >= b.cfg.MinHold
 	}
-	for _, k := range held {
+	for _, k := range rd.held {
 		if budget <= 0 {
 			break
 		}
-		if released[k.key] || k.preferred || deficit[k.pref] <= 0 || !holdOK(k.key) {
+		if rd.released[k.key] || k.preferred || deficit[k.pref] <= 0 || !holdOK(k.key) {
 			continue
 		}
-		released[k.key] = true
+		rd.released[k.key] = true
 		deficit[k.pref]--
 		budget--
 	}
-	for _, k := range held {
-		if budget <= 0 || spare <= 0 || len(held)-len(released) <= plan.Target {
+	for _, k := range rd.held {
+		if budget <= 0 || spare <= 0 || len(rd.held)-len(rd.released) <= rd.plan.Target {
 			break
 		}
-		if released[k.key] || !holdOK(k.key) {
+		if rd.released[k.key] || !holdOK(k.key) {
 			continue
 		}
-		released[k.key] = true
+		rd.released[k.key] = true
 		spare--
 		budget--
 	}
-	for _, k := range held {
-		if released[k.key] {
-			plan.Release = append(plan.Release, k.key)
-			b.gaveUp[k.key] = v.Now
-		}
-	}
-	return plan
 }
