@@ -42,8 +42,8 @@ func BenchmarkGracefulHandoff(b *testing.B) {
 			reps[1].start()
 			waitUntil(b, 5*time.Second, "B to be refused", func() bool { return reps[1].st.Refusals() > 0 })
 			// Measure the steady state: a release made before a replica
-			// has subscribed is found only by its next round (see
-			// bug_watch_gap_test.go).
+			// has subscribed is found only when the subscription starts
+			// (Supervisor.onSubscribed) or at the next round.
 			waitUntil(b, 5*time.Second, "both replicas to watch", func() bool {
 				return reps[0].st.Watching() && reps[1].st.Watching()
 			})

@@ -20,10 +20,11 @@ type ReferenceConfig struct {
 	RebalanceInterval time.Duration
 }
 
-// Reference is the pool policy of the reference design
-// (reference/webmail-sync-coordinator.py.txt), ported as a balance.Policy
-// so the simulator can run it beside Tenure's. It is the baseline, for
-// comparison only: it has the known weaknesses listed in DESIGN.md.
+// Reference is the pool policy of the reference design, a webmail sync
+// coordinator, ported as a balance.Policy so the simulator can run it
+// beside Tenure's. It is the baseline, for comparison only, weaknesses and
+// all: a newcomer gets keys only from the periodic shed, and a shed drops
+// the newest claims, not the keys another worker prefers.
 //
 //   - Claim: every free key, in the worker's scan order, up to
 //     MaxAccountsPerWorker. The reference scans a Redis set; here each
