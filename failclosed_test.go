@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/tenure-dev/tenure"
+	"github.com/tenure-dev/tenure/store"
 	"github.com/tenure-dev/tenure/store/memstore"
 )
 
@@ -218,41 +219,109 @@ func TestAHostSuspendStopsRunnersAtOnceOnResume(t *testing.T) {
 	})
 }
 
-// Renewals go on while a shutdown waits for runners to return: a runner
-// that takes longer than its lease's remaining life to wind down keeps the
-// key to itself until it returns and the lease is released (within
-// StopTimeout), rather than letting it expire under a peer.
-func TestLeasesStayRenewedWhileAShutdownWaitsForRunners(t *testing.T) {
+// A replica whose host once slept (its deadline clock runs ahead of
+// time.Now by the time slept) must still take over a crashed peer's key at
+// expiry + grace: the retry time of a refused acquisition is on the
+// keeper's clock and must not be compared with time.Now, or every retry
+// is pushed back by the whole time the host ever slept.
+func TestAReplicaWhoseHostOnceSleptTakesOverAtExpiryPlusGrace(t *testing.T) {
 	bubble(t, func(t *testing.T, st *memstore.Store) {
-		runs := &runLog{}
-		windDown := 45 * time.Second // longer than TTL + grace
-		slow := tenure.RunnerFunc(func(ctx context.Context, l tenure.Lease) error {
-			err := runs.runner("A").Run(ctx, l)
-			time.Sleep(windDown) // flushing, closing connections…
-			return err
-		})
-		a := newReplica(t, st, "A", func(c *tenure.Config) { c.StopTimeout = time.Minute })
-		a.Set("telegram", tenure.Job{Runner: slow})
+		cut := &partition{Store: st}
+		a := newReplica(t, cut, "A")
+		a.Set("telegram", tenure.Job{Runner: a.rec.runner("t")})
 		a.start()
+		defer a.stop()
+		advance(3 * time.Second)
 		b := newReplica(t, st, "B")
-		b.Set("telegram", tenure.Job{Runner: runs.runner("B")})
+		tenure.StageSuspend(b.Supervisor, func() time.Duration { return time.Hour }) // slept an hour before this test
+		b.Set("telegram", tenure.Job{Runner: b.rec.runner("t")})
 		b.start()
 		defer b.stop()
+
 		advance(renew)
-		stopped := make(chan error, 1)
-		go func() { stopped <- a.stop() }()
-		advance(windDown + renew)
-		if err := <-stopped; err != nil {
-			t.Fatal(err)
+		lastRenewal := time.Now().Add(-3 * time.Second)
+		cut.cut.Store(true) // A crashes
+		advance(ttl + grace + renew)
+		got := b.rec.startsOf("telegram")
+		if len(got) != 1 {
+			t.Fatalf("B started telegram %d times in TTL + grace + RenewEvery after A's crash, want once", len(got))
 		}
-		// runLog ends A's run when its context ends; the work went on for
-		// windDown more, so B must not have started before that.
+		if took := got[0].at.Sub(lastRenewal); took != ttl+grace {
+			t.Fatalf("B took over %v after A's last renewal, want TTL + grace = %v", took, ttl+grace)
+		}
+	})
+}
+
+// The suspend path is a deadline path: on resume, runners whose deadline
+// passed while the host slept stop at once, and — like the watchdog — it
+// must not wait on a log handler first (doc.go: a blocked log handler
+// cannot delay the cancellation).
+func TestAStalledLogSinkNeverDelaysTheStopAfterAHostSuspend(t *testing.T) {
+	bubble(t, func(t *testing.T, st *memstore.Store) {
+		var g gate
+		var slept atomic.Int64
+		runs := &runLog{}
+		a := newReplica(t, st, "A", withLogger(g.logger()))
+		tenure.StageSuspend(a.Supervisor, func() time.Duration { return time.Duration(slept.Load()) })
+		a.Set("telegram", tenure.Job{Runner: runs.runner("A")})
+		a.start()
+		defer func() {
+			g.open()
+			a.stop()
+		}()
+		advance(renew + time.Second)
+		g.stall()
+		slept.Store(int64(time.Hour)) // the host slept an hour and resumes now
+		resumed := time.Now()
+		advance(time.Second)
 		got := runs.of("telegram")
-		if len(got) != 2 || got[1].replica != "B" {
-			t.Fatalf("runs %+v, want A's then B's", got)
+		if len(got) == 0 || got[0].ended.IsZero() {
+			t.Fatalf("runs %+v: with the log sink stalled, the runner outlived a deadline that passed while the host slept", got)
 		}
-		if returned := got[0].ended.Add(windDown); got[1].began.Before(returned) {
-			t.Fatalf("B started %v before A's runner returned", returned.Sub(got[1].began))
+		if d := got[0].ended.Sub(resumed); d > 250*time.Millisecond || !errors.Is(got[0].cause, tenure.ErrDeadline) {
+			t.Fatalf("the runner stopped %v after the resume with %v, want within 250ms with ErrDeadline", d, got[0].cause)
+		}
+	})
+}
+
+// A renewal the store refuses stops the runner at once (doc.go: "lost ...
+// the runner stops at once") — every refused key's runner, not only the
+// first: one key's "lease lost" log line, written to a stalled sink, must
+// not keep the next lost key's runner going until its deadline while the
+// peer that took it already runs.
+func TestEveryLeaseLostInOneRenewalStopsAtOnceWhateverTheLogSinkDoes(t *testing.T) {
+	bubble(t, func(t *testing.T, st *memstore.Store) {
+		var g gate
+		runs := &runLog{}
+		a := newReplica(t, st, "A", withLogger(g.logger()))
+		a.Set("telegram", tenure.Job{Runner: runs.runner("A")})
+		a.Set("discord", tenure.Job{Runner: runs.runner("A")})
+		a.start()
+		defer func() {
+			g.open()
+			a.stop()
+		}()
+		advance(renew / 2)
+		g.stall()
+		// The table cannot be read (so the supervision loop, which logs
+		// that, is no help), and both keys now belong to B: the store lost
+		// A's terms and B took them.
+		for _, key := range []string{"telegram", "discord"} {
+			old := lease(t, st, key)
+			st.Put(store.Lease{Key: key, Owner: "B", Epoch: old.Epoch + 1, TimeLeft: ttl})
+		}
+		st.SetFault(func(op string) error {
+			if op == memstore.OpList {
+				return errors.New("connection reset")
+			}
+			return nil
+		})
+		advance(renew/2 + time.Second) // A's renewal at RenewEvery is refused for both
+		for _, key := range []string{"telegram", "discord"} {
+			got := runs.of(key)
+			if len(got) != 1 || got[0].ended.IsZero() || !errors.Is(got[0].cause, tenure.ErrLeaseLost) {
+				t.Errorf("%s: runs %+v; want its one run stopped with ErrLeaseLost at the refused renewal", key, got)
+			}
 		}
 	})
 }

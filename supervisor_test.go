@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/tenure-dev/tenure"
@@ -296,6 +298,125 @@ func TestAKeyLedByAPeerIsReportedAlthoughAbsentFromLocalConfig(t *testing.T) {
 		advance(renew)
 		if len(b.PeerKeys()) != 0 || b.KeyStatus("telegram").Leader != "" {
 			t.Fatalf("after release B still reports %v, leader %q", b.PeerKeys(), b.KeyStatus("telegram").Leader)
+		}
+	})
+}
+
+func TestACrashedHolderIsReplacedAtExpiryPlusGraceAndNoSooner(t *testing.T) {
+	bubble(t, func(t *testing.T, st *memstore.Store) {
+		cut := &partition{Store: st}
+		a := newReplica(t, cut, "A")
+		a.Set("telegram", tenure.Job{Runner: a.rec.runner("t")})
+		a.start()
+		defer a.stop()
+		advance(3 * time.Second)
+		b := newReplica(t, st, "B")
+		b.Set("telegram", tenure.Job{Runner: b.rec.runner("t")})
+		b.start()
+		defer b.stop()
+
+		advance(renew) // A renews at 10s; B must not take a live lease
+		lastRenewal := time.Now().Add(-3 * time.Second)
+		cut.cut.Store(true)
+		advance(ttl + grace)
+		got := b.rec.startsOf("telegram")
+		if len(got) != 1 {
+			t.Fatalf("B started %d times after the crash", len(got))
+		}
+		if took := got[0].at.Sub(lastRenewal); took != ttl+grace {
+			t.Fatalf("B took over %v after A's last renewal, want exactly TTL + grace = %v", took, ttl+grace)
+		}
+		if aStops := a.rec.startsOf("telegram"); len(aStops) != 1 {
+			t.Fatalf("A started %d times", len(aStops))
+		}
+		if a.running()["telegram"] {
+			t.Fatal("A, cut off, still runs telegram")
+		}
+	})
+}
+
+// heldReply delays the reply to the first acquisition until release is
+// closed, after the store has granted it: a reply slow on the wire.
+type heldReply struct {
+	store.Store
+	n       atomic.Int32
+	granted chan struct{}
+	release chan struct{}
+}
+
+func (h *heldReply) Acquire(ctx context.Context, req store.AcquireRequest) (store.AcquireResult, error) {
+	res, err := h.Store.Acquire(ctx, req)
+	if h.n.Add(1) == 1 {
+		close(h.granted)
+		<-h.release
+	}
+	return res, err
+}
+
+// At most one replica runs a key. A reply to the loop's acquisition that
+// arrives late — after EnsureRunning took a newer term, the key was
+// disabled (its term released) and a peer took it — must not make this
+// replica run the key again on the superseded term while the peer runs it.
+func TestALateAcquireReplyNeverStartsARunnerBesideThePeerThatTookTheKey(t *testing.T) {
+	bubble(t, func(t *testing.T, st *memstore.Store) {
+		runs := &runLog{}
+		slow := &heldReply{Store: st, granted: make(chan struct{}), release: make(chan struct{})}
+		a := newReplica(t, slow, "A")
+		a.Set("telegram", tenure.Job{Runner: runs.runner("A")})
+		a.start() // the loop's acquisition is granted; its reply is on its way
+		<-slow.granted
+		b := newReplica(t, st, "B")
+		b.Set("telegram", tenure.Job{Runner: runs.runner("B")})
+		b.start()
+		defer b.stop()
+
+		if ok, err := a.EnsureRunning(context.Background(), "telegram"); !ok || err != nil {
+			t.Fatalf("EnsureRunning: %v, %v", ok, err)
+		}
+		synctest.Wait()
+		a.SetEnabled("telegram", false) // stopped, and its term released: B takes it
+		synctest.Wait()
+		a.SetEnabled("telegram", true)
+		synctest.Wait()
+		close(slow.release) // the first reply lands, within CallTimeout
+		synctest.Wait()
+		advance(time.Second)
+		defer a.stop()
+
+		for _, r := range runs.of("telegram") {
+			t.Logf("%s ran epoch %d; still running: %v", r.replica, r.epoch, r.ended.IsZero())
+		}
+		wantNoOverlap(t, runs)
+	})
+}
+
+// A store whose List fails at once (connection refused, permission
+// denied) must not turn a pending orphan recheck into a busy loop: the
+// supervision loop waits for replanAt, finds the table unreadable, and
+// must not try again at once, over and over, until the next round.
+func TestAnUnreadableTableNeverMakesAPendingRecheckSpin(t *testing.T) {
+	bubble(t, func(t *testing.T, st *memstore.Store) {
+		// A live peer that claims nothing: the keys it is preferred for
+		// are orphans, claimed after OrphanDelay (a recheck is pending).
+		st.Put(store.Lease{Key: "~workers/mail/Z#00000000@1", Owner: "Z#00000000", Epoch: 1, Running: true, TimeLeft: time.Hour})
+		a := poolWorker(t, st, "A", tenure.StaticKeys(poolKeys(40)...), newLedger(t))
+		a.start()
+		defer a.stop()
+		advance(renew + time.Second) // A's first settled plan: orphans due at RenewEvery + OrphanDelay
+		var lists atomic.Int64
+		const healAfter = 5000
+		st.SetFault(func(op string) error {
+			if op != memstore.OpList {
+				return nil
+			}
+			if lists.Add(1) >= healAfter {
+				st.SetFault(nil) // end the spin so the test can report it
+			}
+			return errors.New("connection refused")
+		})
+		advance(renew)
+		if n := lists.Load(); n > 10 {
+			t.Fatalf("%d reads of the lease table in one RenewEvery while it could not be read: a busy loop", n)
 		}
 	})
 }
