@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"strings"
 	"time"
 
 	"github.com/tenure-dev/tenure/internal/balance"
+	"github.com/tenure-dev/tenure/internal/poolcoord"
 	"github.com/tenure-dev/tenure/internal/poolkey"
 	"github.com/tenure-dev/tenure/store"
 )
@@ -67,24 +67,13 @@ type Pool struct {
 	HandoffRate float64
 }
 
-// poolState is a pool's run-time state. Guarded by Supervisor.mu except
-// policy, which only the supervision loop uses.
+// poolState is a pool's run-time state: its configuration and its
+// coordinator, which Supervisor.mu guards.
 type poolState struct {
-	cfg       Pool
-	keyPrefix string // lease keys of the pool's keys start with it
-	memberKey string
-	policy    *balance.Balanced
-	keys      []string // latest from Source, without duplicates; nil until first loaded
-	keySet    map[string]bool
-	dups      int // keys the source listed more than once, last time
-	lastErr   error
-	refresh   chan struct{}
-	plan      balance.Plan
-	badPeers  map[string]bool // membership keys already logged as malformed
+	cfg     Pool
+	coord   *poolcoord.Coordinator
+	refresh chan struct{}
 }
-
-// leaseKey is the lease key of the pool's key k.
-func (ps *poolState) leaseKey(k string) string { return ps.keyPrefix + k }
 
 // AddPool adds a pool to the supervisor. Leases must be on.
 func (s *Supervisor) AddPool(p Pool) error {
@@ -120,21 +109,18 @@ func (s *Supervisor) AddPool(p Pool) error {
 	if p.OrphanDelay <= 0 {
 		p.OrphanDelay = s.cfg.RenewEvery * 3 / 2
 	}
-	member := poolkey.Member{Prefix: s.cfg.Prefix, Pool: p.Name, Owner: s.owner, Weight: p.Weight}.Key()
-	if err := store.ValidateKey(member); err != nil {
-		return fmt.Errorf("pool %s: owner id too long for a membership key: %w", p.Name, err)
-	}
-	ps := &poolState{
-		cfg:       p,
-		keyPrefix: poolkey.KeysPrefix(s.cfg.Prefix, p.Name),
-		memberKey: member,
-		badPeers:  make(map[string]bool),
-		refresh:   make(chan struct{}, 1),
-		policy: balance.NewBalanced(balance.Config{
+	coord, err := poolcoord.New(poolcoord.Config{
+		Prefix: s.cfg.Prefix, Pool: p.Name, Self: s.owner, Weight: p.Weight, NameOf: OwnerName,
+		Policy: balance.NewBalanced(balance.Config{
 			Epsilon: p.Epsilon, MaxKeys: p.MaxKeys, OrphanDelay: p.OrphanDelay,
 			MinHold: p.MinHold, HandoffRate: p.HandoffRate,
 		}),
+	})
+	if err != nil {
+		return fmt.Errorf("pool %s: %w", p.Name, err)
 	}
+	ps := &poolState{cfg: p, coord: coord, refresh: make(chan struct{}, 1)}
+	member := coord.MemberKey()
 	s.mu.Lock()
 	defer s.unlock()
 	if s.pools == nil {
@@ -175,20 +161,20 @@ func (s *Supervisor) refreshPool(ctx context.Context, ps *poolState) {
 		rctx, cancel := context.WithTimeout(ctx, ps.cfg.SourceTimeout)
 		keys, err := ps.cfg.Source.Keys(rctx)
 		cancel()
-		var keySet map[string]bool
-		dups := 0
-		if err == nil {
-			keys, keySet, dups, err = ps.checkKeys(keys)
-		}
 		s.mu.Lock()
+		var dups int
+		newDups := false
+		if err == nil {
+			dups, newDups, err = ps.coord.SetKeys(keys)
+		} else {
+			ps.coord.SourceFailed(err)
+		}
 		if err != nil {
-			ps.lastErr = err
 			s.logLocked(slog.LevelWarn, "could not read the pool's keys; keeping the previous set", "pool", ps.cfg.Name, "err", err)
 		} else {
-			if dups != ps.dups && dups > 0 {
+			if newDups {
 				s.logLocked(slog.LevelWarn, "the pool's key source lists keys more than once; each runs once", "pool", ps.cfg.Name, "duplicates", dups)
 			}
-			ps.lastErr, ps.keys, ps.keySet, ps.dups = nil, keys, keySet, dups
 			s.replan = true
 		}
 		s.unlock()
@@ -203,29 +189,6 @@ func (s *Supervisor) refreshPool(ctx context.Context, ps *poolState) {
 			t.Stop()
 		}
 	}
-}
-
-// checkKeys validates a source's keys — each, and as leased in the pool's
-// namespace — and drops repeats, keeping the first: a key listed twice
-// would otherwise be planned twice, and bounce between workers forever.
-func (ps *poolState) checkKeys(keys []string) (uniq []string, set map[string]bool, dups int, err error) {
-	set = make(map[string]bool, len(keys))
-	uniq = make([]string, 0, len(keys))
-	for _, k := range keys {
-		if err := store.ValidateKey(k); err != nil {
-			return nil, nil, 0, err
-		}
-		if err := store.ValidateKey(ps.leaseKey(k)); err != nil {
-			return nil, nil, 0, fmt.Errorf("key %q of pool %s is too long once in the pool's namespace: %w", k, ps.cfg.Name, err)
-		}
-		if set[k] {
-			dups++
-			continue
-		}
-		set[k] = true
-		uniq = append(uniq, k)
-	}
-	return uniq, set, dups, nil
 }
 
 // planPools runs every pool's policy on the last observed lease table and
@@ -246,72 +209,36 @@ func (s *Supervisor) planPools() {
 func (s *Supervisor) planPool(ps *poolState) {
 	now := time.Now()
 	s.mu.Lock()
-	keys, keySet := ps.keys, ps.keySet
+	defer s.unlock()
+	if !ps.coord.Loaded() {
+		return
+	}
+	memberKey := ps.coord.MemberKey()
 	// Claim only once membership has been held for a round, so peers
 	// starting together see each other first: otherwise the first one up
 	// claims every key and sheds most of them a moment later.
-	member := s.keeper.Holds(ps.memberKey)
+	member := s.keeper.Holds(memberKey)
 	settled := false
-	if mk := s.keys[ps.memberKey]; mk != nil && member {
+	if mk := s.keys[memberKey]; mk != nil && member {
 		settled = now.Sub(mk.heldSince) >= s.cfg.RenewEvery
 	}
-	s.unlock()
-	if keys == nil {
-		return
-	}
-	view := balance.View{Self: s.owner, Now: now, Keys: keys, Owner: make(map[string]string), HeldSince: make(map[string]time.Time)}
-	membersPrefix := poolkey.MembersPrefix(s.cfg.Prefix, ps.cfg.Name)
-	var malformed []string
-	// Keys whose holder crashed are still blocked during grace: counting
-	// them as owned keeps the first worker around from taking keys it does
-	// not prefer before their preferred worker can.
-	s.keeper.LiveOwners(true, func(key, owner string, live, running bool) {
-		if strings.HasPrefix(key, membersPrefix) {
-			if !live {
-				return // a member in grace is gone
-			}
-			m, err := poolkey.ParseMember(key)
-			if err != nil || m.Owner != owner {
-				malformed = append(malformed, key)
-				return
-			}
-			w := balance.Worker{ID: owner, Name: OwnerName(owner), Weight: m.Weight, Draining: !running}
-			if owner == s.owner {
-				w.Draining = !member
-			}
-			view.Workers = append(view.Workers, w)
-			return
+	self := poolcoord.Self{Member: member, Settled: settled, HeldSince: func(key string) (time.Time, bool) {
+		if ks := s.keys[key]; ks != nil {
+			return ks.heldSince, true
 		}
-		if k, ok := strings.CutPrefix(key, ps.keyPrefix); ok && keySet[k] {
-			view.Owner[k] = owner
-		}
-	})
-
-	s.mu.Lock()
-	defer s.unlock()
-	for _, key := range malformed {
-		if !ps.badPeers[key] {
-			ps.badPeers[key] = true
-			s.logLocked(slog.LevelWarn, "ignored a pool member whose membership lease is malformed (its weight must be a finite positive number)", "pool", ps.cfg.Name, "lease", key)
-		}
+		return time.Time{}, false
+	}}
+	round := ps.coord.Plan(now, self, s.liveLeases(true))
+	for _, key := range round.Malformed {
+		s.logLocked(slog.LevelWarn, "ignored a pool member whose membership lease is malformed (its weight must be a finite positive number)", "pool", ps.cfg.Name, "lease", key)
 	}
-	for k, owner := range view.Owner {
-		if ks := s.keys[ps.leaseKey(k)]; ks != nil && owner == s.owner {
-			view.HeldSince[k] = ks.heldSince
-		}
+	if !round.Recheck.IsZero() && (s.replanAt.IsZero() || round.Recheck.Before(s.replanAt)) {
+		s.replanAt = round.Recheck
 	}
-	var plan balance.Plan
-	if settled {
-		plan = ps.policy.Plan(view)
-	}
-	ps.plan = plan
-	if !plan.Recheck.IsZero() && (s.replanAt.IsZero() || plan.Recheck.Before(s.replanAt)) {
-		s.replanAt = plan.Recheck
-	}
-	for _, k := range plan.Claim {
-		key := ps.leaseKey(k)
+	for _, key := range round.Claim {
 		ks := s.keys[key]
 		if ks == nil {
+			k, _ := ps.coord.PoolKey(key)
 			ks = &keyState{key: key, poolKey: k}
 			s.keys[key] = ks
 		}
@@ -319,17 +246,17 @@ func (s *Supervisor) planPool(ps *poolState) {
 		ks.job = Job{Runner: ps.cfg.Runner}
 		ks.nextAcquire = time.Time{}
 	}
-	for _, k := range plan.Release {
-		if ks := s.keys[ps.leaseKey(k)]; ks != nil && ks.pool == ps {
+	for _, key := range round.Release {
+		if ks := s.keys[key]; ks != nil && ks.pool == ps {
 			ks.claim = false
-			s.metrics.poolMove()
+			s.obs.PoolHandover()
 		}
 	}
 	for key, ks := range s.keys {
 		if ks.pool != ps {
 			continue
 		}
-		if !keySet[ks.poolKey] {
+		if !ps.coord.Wants(key) {
 			ks.configured = false // left the source: stop, release, forget
 		}
 		if !ks.claim && ks.run == nil && !ks.starting && !ks.releasing {
@@ -339,6 +266,17 @@ func (s *Supervisor) planPool(ps *poolState) {
 		}
 	}
 	s.poke()
+}
+
+// liveLeases is the holder's view of the lease table for a pool
+// coordinator: every live lease, and with inGrace also those whose holder's
+// term ended less than grace ago.
+func (s *Supervisor) liveLeases(inGrace bool) func(yield func(poolcoord.Entry)) {
+	return func(yield func(poolcoord.Entry)) {
+		s.keeper.LiveOwners(inGrace, func(key, owner string, live, running bool) {
+			yield(poolcoord.Entry{Key: key, Owner: owner, Live: live, Running: running})
+		})
+	}
 }
 
 // PoolStatus is one pool as this replica sees it.
@@ -359,23 +297,11 @@ func (s *Supervisor) Pools() []PoolStatus {
 	defer s.unlock()
 	var out []PoolStatus
 	for _, ps := range s.pools {
-		st := PoolStatus{Name: ps.cfg.Name, Keys: len(ps.keys), Target: ps.plan.Target, Cap: ps.plan.Cap, Workers: map[string]int{}}
-		if ps.lastErr != nil {
-			st.Error = ps.lastErr.Error()
+		c := ps.coord.Status(s.liveLeases(false))
+		st := PoolStatus{Name: c.Name, Keys: c.Keys, Held: c.Held, Target: c.Target, Cap: c.Cap, Workers: c.Workers}
+		if c.Error != nil {
+			st.Error = c.Error.Error()
 		}
-		membersPrefix := poolkey.MembersPrefix(s.cfg.Prefix, ps.cfg.Name)
-		s.keeper.LiveOwners(false, func(key, owner string, _, _ bool) {
-			if strings.HasPrefix(key, membersPrefix) {
-				if m, err := poolkey.ParseMember(key); err == nil && m.Owner == owner {
-					st.Workers[owner] += 0
-				}
-			} else if k, ok := strings.CutPrefix(key, ps.keyPrefix); ok && ps.keySet[k] {
-				st.Workers[owner]++
-				if owner == s.owner {
-					st.Held++
-				}
-			}
-		})
 		out = append(out, st)
 	}
 	return out

@@ -150,6 +150,15 @@ type Lease struct {
 	TimeLeft time.Duration
 }
 
+// HeldOrInGrace reports whether l's owner still holds the key or held it
+// until less than grace ago: a term that is live, or that expired without
+// a release and whose grace has not run out, so no other owner can have
+// it yet. Pools count such a key as its holder's (a crashed holder's keys
+// are not up for grabs until grace ends).
+func (l Lease) HeldOrInGrace(grace time.Duration) bool {
+	return l.Owner != "" && !l.Released && (l.Live || l.TimeLeft > -grace)
+}
+
 // EventKind says what happened to a key.
 type EventKind int
 

@@ -122,9 +122,6 @@ func New(st store.Store, owner string, timing Timing, now func() time.Time) *Kee
 	}
 }
 
-// Owner is the owner id this keeper acquires leases as.
-func (k *Keeper) Owner() string { return k.owner }
-
 // Timing returns the keeper's timing.
 func (k *Keeper) Timing() Timing { return k.timing }
 
@@ -185,18 +182,6 @@ func (k *Keeper) snapshot() []Term {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return slices.Collect(maps.Values(k.held))
-}
-
-// Forget drops the local record of key without touching the store (the
-// lease is lost, or its runner is gone and the deadline has passed).
-func (k *Keeper) Forget(key string, epoch int64) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if t, ok := k.held[key]; ok && t.Epoch == epoch {
-		delete(k.held, key)
-		delete(k.observed, key)
-		k.superseded(key, epoch)
-	}
 }
 
 // Acquired is the result of an acquisition attempt.
@@ -495,11 +480,7 @@ func (k *Keeper) LiveOwners(inGrace bool, f func(key, owner string, live, runnin
 		f(key, k.owner, true, true)
 	}
 	for key := range k.observed {
-		l, ok := k.observedLocked(key)
-		if !ok || l.Owner == "" || l.Released {
-			continue
-		}
-		if l.Live || inGrace && l.TimeLeft > -k.timing.Grace {
+		if l, ok := k.observedLocked(key); ok && l.HeldOrInGrace(k.timing.Grace) && (l.Live || inGrace) {
 			f(key, l.Owner, l.Live, l.Running)
 		}
 	}

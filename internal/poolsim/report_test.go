@@ -17,13 +17,12 @@ import (
 	"github.com/tenure-dev/tenure/store/memstore"
 )
 
-// The configurations the report compares. "grace-aware" is a change to
-// how the engine builds the View (Config.GraceOwned), not a policy option.
+// The configurations the report compares, each planned through the
+// engine's pool coordinator.
 var (
 	reference  = ReferencePolicy(ReferenceConfig{})
 	balDefault = BalancedPolicy("balanced, defaults", balance.Config{})
 	balOrphan8 = BalancedPolicy("balanced, OrphanDelay 8s", balance.Config{OrphanDelay: 8 * time.Second})
-	balGrace8  = BalancedPolicy("balanced, OrphanDelay 8s, grace-aware view", balance.Config{OrphanDelay: 8 * time.Second})
 )
 
 // TestReport prints the tables of the "Pools" section of BENCHMARKS.md.
@@ -37,12 +36,11 @@ func TestReport(t *testing.T) {
 	}
 	ctx := t.Context()
 	type job struct {
-		p     Policy
-		su    Setup
-		cold  bool
-		rows  []Row
-		err   error
-		start time.Time
+		p    Policy
+		su   Setup
+		cold bool
+		rows []Row
+		err  error
 	}
 	var jobs []*job
 	add := func(p Policy, su Setup) {
@@ -52,14 +50,10 @@ func TestReport(t *testing.T) {
 	add(reference, big)
 	add(balDefault, big)
 	add(balOrphan8, big)
-	graceful := big
-	graceful.GraceOwned = true
-	add(balGrace8, graceful)
 	pushed := big
 	pushed.Push = true
 	add(balDefault, pushed)
-	pushed.GraceOwned = true
-	add(balGrace8, pushed)
+	add(balOrphan8, pushed)
 
 	// Two at a time: one simulation per core.
 	sem := make(chan struct{}, 2)

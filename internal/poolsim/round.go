@@ -3,11 +3,10 @@ package poolsim
 import (
 	"context"
 	"fmt"
-	"strconv"
-	"strings"
 	"time"
 
-	"github.com/tenure-dev/tenure/internal/balance"
+	"github.com/tenure-dev/tenure/internal/poolcoord"
+	"github.com/tenure-dev/tenure/internal/poolkey"
 	"github.com/tenure-dev/tenure/store"
 )
 
@@ -27,34 +26,30 @@ func (s *Sim) round(ctx context.Context, w *worker, renew bool) error {
 	if err != nil {
 		return fmt.Errorf("poolsim: %s: %w", w.id, err)
 	}
-	view := balance.View{
-		Self:      w.id,
-		Now:       s.now,
-		Keys:      s.cfg.Keys,
-		Owner:     make(map[string]string, len(s.cfg.Keys)),
-		HeldSince: make(map[string]time.Time, len(w.held)),
-	}
-	for _, l := range leases {
-		if rest, ok := strings.CutPrefix(l.Key, MemberPrefix); ok {
-			if wk, ok := parseMember(rest, l.Owner); ok && l.Live {
-				wk.Draining = !l.Running
-				view.Workers = append(view.Workers, wk)
+	// The worker plans through the engine's own pool coordinator, on the
+	// table as the engine's holder sees it.
+	table := func(yield func(poolcoord.Entry)) {
+		for _, l := range leases {
+			if l.HeldOrInGrace(s.cfg.Grace) {
+				yield(poolcoord.Entry{Key: l.Key, Owner: l.Owner, Live: l.Live, Running: l.Running})
 			}
-			continue
-		}
-		if s.keySet[l.Key] && (l.Live || s.cfg.GraceOwned && inGrace(l, s.cfg.Grace)) {
-			view.Owner[l.Key] = l.Owner
 		}
 	}
-	for k, t := range w.held {
-		if view.Owner[k] == w.id {
-			view.HeldSince[k] = t.since
-		}
+	self := poolcoord.Self{
+		Member:  true,
+		Settled: s.now.Sub(w.joinedAt) >= s.cfg.ClaimInterval,
+		HeldSince: func(leaseKey string) (time.Time, bool) {
+			if k, ok := w.coord.PoolKey(leaseKey); ok && w.held[k] != nil {
+				return w.held[k].since, true
+			}
+			return time.Time{}, false
+		},
 	}
-	plan := w.policy.Plan(view)
-	if !s.cfg.NoRecheck && !plan.Recheck.IsZero() && plan.Recheck.After(s.now) && plan.Recheck.Before(w.next) {
-		w.recheck = plan.Recheck
+	r := w.coord.Plan(s.now, self, table)
+	if !s.cfg.NoRecheck && !r.Recheck.IsZero() && r.Recheck.After(s.now) && r.Recheck.Before(w.next) {
+		w.recheck = r.Recheck
 	}
+	plan := struct{ Release, Claim []string }{s.poolKeys(w, r.Release), s.poolKeys(w, r.Claim)}
 
 	var terms []store.Term
 	for _, k := range plan.Release {
@@ -63,9 +58,9 @@ func (s *Sim) round(ctx context.Context, w *worker, renew bool) error {
 			continue
 		}
 		if s.trace != nil {
-			s.trace("%v release %s by %s (held %v, %d held, cap %d)", s.now.Sub(s.start), k, w.id, s.now.Sub(t.since), len(w.held), plan.Cap)
+			s.trace("%v release %s by %s (held %v, %d held)", s.now.Sub(s.start), k, w.id, s.now.Sub(t.since), len(w.held))
 		}
-		terms = append(terms, store.Term{Key: k, Epoch: t.epoch})
+		terms = append(terms, store.Term{Key: w.coord.LeaseKey(k), Epoch: t.epoch})
 		s.totals.Released++
 		if s.now.Sub(t.since) < s.cfg.MinHold {
 			s.totals.FreshSheds++
@@ -76,8 +71,9 @@ func (s *Sim) round(ctx context.Context, w *worker, renew bool) error {
 			return fmt.Errorf("poolsim: %s: %w", w.id, err)
 		}
 		for _, t := range terms {
-			delete(w.held, t.Key)
-			s.released(w.id, t.Key, t.Epoch)
+			k, _ := w.coord.PoolKey(t.Key)
+			delete(w.held, k)
+			s.released(w.id, k, t.Epoch)
 		}
 		s.pushed(w)
 	}
@@ -86,7 +82,7 @@ func (s *Sim) round(ctx context.Context, w *worker, renew bool) error {
 		if w.held[k] != nil {
 			continue
 		}
-		res, err := s.st.Acquire(ctx, store.AcquireRequest{Key: k, Owner: w.id, TTL: s.cfg.TTL, Grace: s.cfg.Grace, Running: true})
+		res, err := s.st.Acquire(ctx, store.AcquireRequest{Key: w.coord.LeaseKey(k), Owner: w.id, TTL: s.cfg.TTL, Grace: s.cfg.Grace, Running: true})
 		if err != nil {
 			return fmt.Errorf("poolsim: %s: %w", w.id, err)
 		}
@@ -108,7 +104,7 @@ func (s *Sim) renew(ctx context.Context, w *worker) error {
 	items := make([]store.RenewItem, 0, len(keys)+1)
 	items = append(items, store.RenewItem{Key: w.member, Epoch: w.memberEpoch, Running: true})
 	for _, k := range keys {
-		items = append(items, store.RenewItem{Key: k, Epoch: w.held[k].epoch, Running: true})
+		items = append(items, store.RenewItem{Key: w.coord.LeaseKey(k), Epoch: w.held[k].epoch, Running: true})
 	}
 	ok, err := s.st.Renew(ctx, w.id, s.cfg.TTL, items)
 	if err != nil {
@@ -212,8 +208,8 @@ func (s *Sim) sample() {
 	}
 	inStore := make(map[string]string, len(leases))
 	for _, l := range leases {
-		if l.Live && s.keySet[l.Key] {
-			inStore[l.Key] = l.Owner
+		if _, _, k, ok := poolkey.ParseKey(l.Key); ok && l.Live && s.keySet[k] {
+			inStore[k] = l.Owner
 		}
 	}
 	for k := range s.keys {
@@ -234,21 +230,13 @@ func (s *Sim) sample() {
 	}
 }
 
-// inGrace reports whether l expired less than grace ago: no peer may
-// acquire it yet.
-func inGrace(l store.Lease, grace time.Duration) bool {
-	return !l.Live && !l.Released && l.Owner != "" && l.TimeLeft <= 0 && -l.TimeLeft < grace
-}
-
-// parseMember reads a membership key's tail "id@weight".
-func parseMember(rest, owner string) (balance.Worker, bool) {
-	i := strings.LastIndexByte(rest, '@')
-	if i < 0 || rest[:i] != owner {
-		return balance.Worker{}, false
+// poolKeys are the source's keys of the lease keys a plan names.
+func (s *Sim) poolKeys(w *worker, leaseKeys []string) []string {
+	out := make([]string, 0, len(leaseKeys))
+	for _, lk := range leaseKeys {
+		if k, ok := w.coord.PoolKey(lk); ok {
+			out = append(out, k)
+		}
 	}
-	wt, err := strconv.ParseFloat(rest[i+1:], 64)
-	if err != nil || wt <= 0 {
-		return balance.Worker{}, false
-	}
-	return balance.Worker{ID: owner, Weight: wt}, true
+	return out
 }

@@ -80,8 +80,6 @@ type Setup struct {
 	Warm time.Duration
 	// Push: the store pushes releases (see Config.Push).
 	Push bool
-	// GraceOwned: see Config.GraceOwned.
-	GraceOwned bool
 	// MinHold is the window for bounces and fresh sheds (Config.MinHold).
 	MinHold time.Duration
 }
@@ -120,7 +118,7 @@ func workerIDs(n int) []string {
 }
 
 func (su Setup) newSim(p Policy) (*Sim, error) {
-	return New(Config{Keys: Keys(su.Keys), NewPolicy: p.New, Seed: su.Seed, Push: su.Push, GraceOwned: su.GraceOwned, MinHold: su.MinHold})
+	return New(Config{Keys: Keys(su.Keys), NewPolicy: p.New, Seed: su.Seed, Push: su.Push, MinHold: su.MinHold})
 }
 
 func (su Setup) row(s *Sim, scenario string, p Policy, minMoves int, w Window) Row {

@@ -2,12 +2,16 @@
 // store, on a fake clock, so that pool policies can be compared: Tenure's
 // balance.Balanced against [Reference], the reference design's policy.
 //
-// Each worker runs the engine's round every claim interval: one batched
-// renewal, one read of the whole lease table, one Plan, the releases, then
-// the claims in order until the store refuses one. Membership is a lease
-// per worker under [MemberPrefix] whose running flag means not draining,
-// as in the engine. Everything runs in one goroutine on a memstore whose
-// clock only the simulator moves, so a seed replays a run exactly.
+// Each worker plans through the engine's own pool coordinator
+// (internal/poolcoord), which lays the pool out in the lease table, builds
+// the view from the table as the engine's holder sees it (a crashed
+// holder's keys count as its own until grace ends) and claims nothing
+// until its membership has been held for a round. Around it the simulator
+// plays the engine's round every claim interval: one batched renewal, one
+// read of the whole lease table, the plan, the releases, then the claims
+// in order until the store refuses one. Everything runs in one goroutine
+// on a memstore whose clock only the simulator moves, so a seed replays a
+// run exactly.
 package poolsim
 
 import (
@@ -16,18 +20,17 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/tenure-dev/tenure/internal/balance"
+	"github.com/tenure-dev/tenure/internal/poolcoord"
 	"github.com/tenure-dev/tenure/store"
 	"github.com/tenure-dev/tenure/store/memstore"
 )
 
-// MemberPrefix is where simulated workers hold their membership leases,
-// one per worker: MemberPrefix + id + "@1". It mirrors the engine's
-// "~workers/<pool>/" layout.
-const MemberPrefix = "~workers/sim/"
+// PoolName is the simulated pool's name: its keys and memberships are laid
+// out in the lease table under it exactly as the engine lays out a pool's.
+const PoolName = "sim"
 
 // Config describes a simulated pool. Zero durations take the defaults of
 // the engine: TTL 15s, Grace 5s, a round every 5s.
@@ -59,11 +62,6 @@ type Config struct {
 	// Without it (SQLite across processes, MySQL) workers see a release
 	// only at their next round or recheck. Expiry is never pushed.
 	Push bool
-	// GraceOwned shows a key whose holder's term expired less than Grace
-	// ago as still owned by that holder in the View, instead of free: it
-	// cannot be acquired yet, so the policy's orphan delay should not run.
-	// The engine does not do this today; the option measures the change.
-	GraceOwned bool
 }
 
 func (c Config) withDefaults() Config {
@@ -118,7 +116,8 @@ type worker struct {
 	id          string
 	member      string
 	memberEpoch int64
-	policy      balance.Policy
+	coord       *poolcoord.Coordinator // the engine's own pool coordinator
+	joinedAt    time.Time
 	held        map[string]*term
 	next        time.Time // next round
 	recheck     time.Time // replan without renewing, when before next
@@ -200,9 +199,6 @@ func New(cfg Config) (*Sim, error) {
 		if err := store.ValidateKey(k); err != nil {
 			return nil, fmt.Errorf("poolsim: %w", err)
 		}
-		if strings.HasPrefix(k, MemberPrefix) {
-			return nil, fmt.Errorf("poolsim: key %q is under the membership prefix: %w", k, store.ErrInvalidKey)
-		}
 		s.keySet[k] = true
 		s.keys[k] = &keyLog{}
 	}
@@ -214,9 +210,6 @@ func New(cfg Config) (*Sim, error) {
 
 // Now is the simulated time.
 func (s *Sim) Now() time.Time { return s.now }
-
-// Start is when the simulation began.
-func (s *Sim) Start() time.Time { return s.start }
 
 // Config is the configuration in effect, defaults filled in.
 func (s *Sim) Config() Config { return s.cfg }
@@ -311,7 +304,14 @@ func (s *Sim) join(ctx context.Context, id string, firstRound time.Time) error {
 	if w := s.workers[id]; w != nil && w.alive {
 		return fmt.Errorf("poolsim: worker %s is already running", id)
 	}
-	member := MemberPrefix + id + "@1"
+	coord, err := poolcoord.New(poolcoord.Config{Pool: PoolName, Self: id, Weight: 1, Policy: s.cfg.NewPolicy(id)})
+	if err != nil {
+		return fmt.Errorf("poolsim: join %s: %w", id, err)
+	}
+	if _, _, err := coord.SetKeys(s.cfg.Keys); err != nil {
+		return fmt.Errorf("poolsim: join %s: %w", id, err)
+	}
+	member := coord.MemberKey()
 	res, err := s.st.Acquire(ctx, store.AcquireRequest{Key: member, Owner: id, TTL: s.cfg.TTL, Grace: s.cfg.Grace, Running: true})
 	if err != nil {
 		return fmt.Errorf("poolsim: join %s: %w", id, err)
@@ -324,10 +324,11 @@ func (s *Sim) join(ctx context.Context, id string, firstRound time.Time) error {
 	}
 	s.workers[id] = &worker{
 		id: id, member: member, memberEpoch: res.Epoch,
-		policy: s.cfg.NewPolicy(id),
-		held:   make(map[string]*term),
-		next:   firstRound,
-		alive:  true,
+		coord:    coord,
+		joinedAt: s.now,
+		held:     make(map[string]*term),
+		next:     firstRound,
+		alive:    true,
 	}
 	return nil
 }
@@ -341,7 +342,7 @@ func (s *Sim) Leave(ctx context.Context, id string) error {
 	}
 	terms := []store.Term{{Key: w.member, Epoch: w.memberEpoch}}
 	for _, k := range sortedKeys(w.held) {
-		terms = append(terms, store.Term{Key: k, Epoch: w.held[k].epoch})
+		terms = append(terms, store.Term{Key: w.coord.LeaseKey(k), Epoch: w.held[k].epoch})
 	}
 	if err := s.st.Release(ctx, id, terms); err != nil {
 		return fmt.Errorf("poolsim: leave %s: %w", id, err)
@@ -402,7 +403,7 @@ func (s *Sim) SeedEven(ctx context.Context, ids []string) error {
 	}
 	for i, k := range s.cfg.Keys {
 		w := s.workers[ids[i%len(ids)]]
-		res, err := s.st.Acquire(ctx, store.AcquireRequest{Key: k, Owner: w.id, TTL: s.cfg.TTL, Grace: s.cfg.Grace, Running: true})
+		res, err := s.st.Acquire(ctx, store.AcquireRequest{Key: w.coord.LeaseKey(k), Owner: w.id, TTL: s.cfg.TTL, Grace: s.cfg.Grace, Running: true})
 		if err != nil {
 			return fmt.Errorf("poolsim: seed: %w", err)
 		}

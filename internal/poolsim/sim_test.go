@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/tenure-dev/tenure/internal/balance"
+	"github.com/tenure-dev/tenure/internal/poolkey"
 	"github.com/tenure-dev/tenure/store"
 )
 
@@ -63,7 +64,7 @@ func TestTheOverlapCheckCatchesAKeyTakenBehindAWorkersBack(t *testing.T) {
 	before := s.Totals()
 	// A newer term for b of a key a holds and still believes in: the
 	// store's single record cannot show two owners, but a and b overlap.
-	s.Store().Put(store.Lease{Key: "acct-00000", Owner: "b", Epoch: 99, TimeLeft: time.Minute})
+	s.Store().Put(store.Lease{Key: poolkey.Key("", PoolName, "acct-00000"), Owner: "b", Epoch: 99, TimeLeft: time.Minute})
 	s.sample() // before a's next renewal tells it the key is lost
 	after := s.Totals()
 	if after.Overlaps == before.Overlaps || after.Inconsistent == before.Inconsistent {
