@@ -120,7 +120,7 @@ func (s *Supervisor) release(ks *keyState, epoch int64) {
 			s.log.Warn("could not release lease; it expires on its own", "key", key, "epoch", epoch, "err", err)
 		} else {
 			s.log.Info("released lease", "key", key, "epoch", epoch)
-			s.metrics.released()
+			s.obs.Released()
 		}
 		cancel()
 	}
@@ -202,7 +202,7 @@ func (s *Supervisor) startLocked(ks *keyState, runner Runner) error {
 	}
 	ks.newTerm = false
 	if !ks.acquiredAt.IsZero() {
-		s.metrics.observeHandoff(time.Since(ks.acquiredAt))
+		s.obs.Handoff(time.Since(ks.acquiredAt))
 		ks.acquiredAt = time.Time{}
 	}
 	ctx, cancel := context.WithCancelCause(s.runCtx)
@@ -211,7 +211,7 @@ func (s *Supervisor) startLocked(ks *keyState, runner Runner) error {
 	if leased {
 		s.guard(r)
 	}
-	s.metrics.runnerStarted(ks.failures > 0)
+	s.obs.RunnerStarted(ks.failures > 0)
 	s.logLocked(slog.LevelInfo, "runner started", "key", ks.key, "epoch", lease.Epoch)
 	s.actions.Go(func() { s.runRunner(ctx, ks, r, runner) })
 	return nil
@@ -275,7 +275,7 @@ func (s *Supervisor) startFailed(ks *keyState, err error) {
 	}
 	delay = min(delay, s.cfg.BackoffMax)
 	ks.retryAt = time.Now().Add(delay)
-	s.metrics.runnerFailed()
+	s.obs.RunnerFailed()
 	s.logLocked(slog.LevelWarn, "runner failed; retrying with backoff", "key", ks.key, "failures", ks.failures, "retry_in", delay, "err", err)
 	s.poke()
 }

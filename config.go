@@ -112,9 +112,9 @@ type Config struct {
 	// Logger receives events (acquire, loss, release, start failure).
 	// Default: slog.Default().
 	Logger *slog.Logger
-	// Metrics, when set, is updated by the supervisor; register it with a
-	// Prometheus registry.
-	Metrics *Metrics
+	// Observer is told what the supervisor does, for metrics (package
+	// metrics has a Prometheus collector). Default: none.
+	Observer Observer
 }
 
 // ErrConfig is wrapped by every configuration error.
@@ -194,6 +194,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.Observer == nil {
+		c.Observer = NopObserver{}
 	}
 	if c.Owner == "" {
 		c.Owner = DefaultOwner()

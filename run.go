@@ -123,7 +123,7 @@ func (s *Supervisor) watchdogFired(r *runState) {
 		return
 	}
 	if r.stop(ErrDeadline) {
-		s.metrics.deadlineStop()
+		s.obs.DeadlineStop()
 		s.log.Warn("stopped runner: no renewal confirmed before the lease's safety deadline", "key", r.key, "epoch", r.lease.Epoch)
 	}
 }

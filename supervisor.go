@@ -3,16 +3,13 @@ package tenure
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/tenure-dev/tenure/internal/clock"
 	"github.com/tenure-dev/tenure/internal/hold"
-	"github.com/tenure-dev/tenure/internal/poolkey"
 	"github.com/tenure-dev/tenure/store"
 )
 
@@ -46,15 +43,22 @@ var (
 // this replica holds the key's lease. Create it with New, add keys with
 // Set, and call Run. Its methods are safe for concurrent use.
 type Supervisor struct {
-	cfg     Config
-	owner   string // Config.Owner + "#" + incarnation
-	leased  bool
-	keeper  *hold.Keeper // nil in single-instance mode
-	log     *slog.Logger
-	metrics *Metrics
+	cfg    Config
+	owner  string // Config.Owner + "#" + incarnation
+	leased bool
+	keeper *hold.Keeper // nil in single-instance mode
+	log    *slog.Logger
+	obs    Observer
 
 	wake chan struct{} // pokes the loop; buffered, never blocks
 
+	// mu guards the fields below and every keyState and pool coordinator.
+	// Lock order: mu, then a runState's mu, then the keeper's; none of
+	// them is held across a store call. Nothing logs or calls user code
+	// while holding mu: logLocked queues a record that unlock writes once
+	// mu is released, and a runner's deadline (runState's watchdog) takes
+	// no lock but its own and the keeper's, so a blocked log handler or a
+	// busy loop never delays a fail-closed stop.
 	mu       sync.Mutex
 	keys     map[string]*keyState
 	active   bool // Run is running
@@ -87,13 +91,13 @@ func New(cfg Config) (*Supervisor, error) {
 	}
 	owner := ownerID(cfg.Owner)
 	s := &Supervisor{
-		cfg:     cfg,
-		leased:  leased,
-		owner:   owner,
-		log:     cfg.Logger.With("owner", owner),
-		metrics: cfg.Metrics,
-		wake:    make(chan struct{}, 1),
-		keys:    make(map[string]*keyState),
+		cfg:    cfg,
+		leased: leased,
+		owner:  owner,
+		log:    cfg.Logger.With("owner", owner),
+		obs:    cfg.Observer,
+		wake:   make(chan struct{}, 1),
+		keys:   make(map[string]*keyState),
 
 		suspended: clock.Suspended,
 	}
@@ -183,81 +187,6 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	return err
 }
 
-// renewLoop renews every held lease once per RenewEvery, on a schedule of
-// its own: no acquisition, table read or plan runs on this goroutine, so a
-// slow but answering store can delay a renewal by its own latency only,
-// never by the sum of every call a round makes.
-func (s *Supervisor) renewLoop(ctx context.Context) {
-	due := time.Now().Add(s.cfg.RenewEvery)
-	retry := false // the next call retries an unconfirmed renewal
-	for {
-		next := due
-		if retry {
-			next = time.Now()
-		}
-		timer := time.NewTimer(time.Until(next))
-		select {
-		case <-ctx.Done():
-			timer.Stop()
-			return
-		case <-timer.C:
-		}
-		confirmed := s.renew(ctx)
-		if !retry {
-			due = due.Add(s.cfg.RenewEvery)
-			if now := time.Now(); due.Before(now) {
-				due = now // a renewal took longer than a period: start the next now
-			}
-		}
-		// An unconfirmed renewal is tried again at once rather than a whole
-		// period later, when a runner renewed a period ago would already
-		// be stopped: the deadline leaves room for one more call (both
-		// bounded by CallTimeout ≤ RenewEvery/2), and one call that ran
-		// over CallTimeout should not cost the runners their lease.
-		retry = !confirmed && !retry
-	}
-}
-
-// suspendCheckEvery is how often the host is checked for having slept:
-// timers run on a clock that stops during a suspend, so after one the
-// watchdogs are re-armed on the clock that did not.
-const suspendCheckEvery = 250 * time.Millisecond
-
-// watchSuspend re-checks every runner's deadline, within suspendCheckEvery
-// of the host resuming from a suspend, so that runners whose deadline
-// passed while it slept stop at once rather than a whole timer later.
-func (s *Supervisor) watchSuspend(ctx context.Context) {
-	last := s.suspended()
-	t := time.NewTicker(suspendCheckEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		slept := s.suspended()
-		if slept <= last {
-			continue
-		}
-		s.mu.Lock()
-		var runs []*runState
-		for _, ks := range s.keys {
-			if ks.run != nil && ks.run.leased {
-				runs = append(runs, ks.run)
-			}
-		}
-		s.unlock()
-		for _, r := range runs {
-			s.guard(r)
-		}
-		s.poke()
-		// Only now log: a log call may block, and the deadlines above must not wait on it.
-		s.log.Warn("the host was suspended; checked every lease's deadline", "slept", slept-last)
-		last = slept
-	}
-}
-
 // loop runs supervision rounds every RenewEvery, and acquisition passes in
 // between when a push event, a config change or a retry time calls for one.
 func (s *Supervisor) loop(ctx context.Context) {
@@ -322,82 +251,7 @@ func (s *Supervisor) round(ctx context.Context) {
 	s.mu.Lock()
 	s.lastRound = start
 	s.unlock()
-	s.metrics.observeRound(time.Since(start))
-}
-
-// renew renews every held lease in one call and stops the runners of the
-// leases the store refused. It reports whether the call was confirmed.
-func (s *Supervisor) renew(ctx context.Context) bool {
-	began := time.Now()
-	outcomes, err := s.keeper.RenewAll(ctx, s.isRunning)
-	if len(outcomes) > 0 || err != nil {
-		s.metrics.observeRenewal(time.Since(began))
-	}
-	if err != nil {
-		s.log.Warn("could not confirm lease renewals; their deadlines keep running", "keys", len(outcomes), "err", err)
-	}
-	// Stop every lost key's runner before anything is logged: a log call
-	// may block, and the next lost key must not wait on it.
-	var lost []string
-	s.mu.Lock()
-	for key, o := range outcomes {
-		switch o {
-		case hold.Lost:
-			// Only a run of the lost term: one of a term acquired since the
-			// renewal was answered, or one without a lease, goes on.
-			if ks := s.keys[key]; ks != nil && ks.run != nil && ks.run.leased && !s.keeper.HoldsTerm(ks.key, ks.run.lease.Epoch) {
-				ks.run.stop(ErrLeaseLost)
-			}
-			if s.lost == nil {
-				s.lost = make(map[string]bool)
-			}
-			s.lost[key] = true
-			lost = append(lost, key)
-		case hold.Renewed:
-			if ks := s.keys[key]; ks != nil && ks.run != nil && ks.run.leased {
-				s.guard(ks.run)
-			}
-		}
-	}
-	s.unlock()
-	for _, o := range outcomes {
-		s.metrics.renewal(o)
-	}
-	for _, key := range lost {
-		s.metrics.loss()
-		s.log.Warn("lease lost: another owner or a newer term holds the key", "key", key)
-	}
-	s.metrics.setHeld(s.keeper.HeldCount())
-	if len(outcomes) > 0 {
-		s.poke() // reconcile: restart what a confirmed renewal allows, stop what was lost
-	}
-	return err == nil
-}
-
-// explainLosses says who took each lease lost since the last read of the
-// lease table. A process holding it under this replica's own owner name is
-// logged as an error: two replicas were given one name, or a frozen twin
-// resumed — either way an operator should know.
-func (s *Supervisor) explainLosses() {
-	s.mu.Lock()
-	lost := s.lost
-	s.lost = nil
-	s.unlock()
-	for key := range lost {
-		if l, ok := s.keeper.Observed(key); ok {
-			s.lostTo(key, l)
-		}
-	}
-}
-
-// lostTo logs an error when a term this replica held was taken by another
-// process under its own owner name.
-func (s *Supervisor) lostTo(key string, holder store.Lease) {
-	if holder.Owner == "" || holder.Owner == s.owner || OwnerName(holder.Owner) != s.cfg.Owner {
-		return
-	}
-	s.log.Error("lease lost to another process with this replica's owner name: give every replica its own name (Config.Owner, --owner)",
-		"key", key, "holder", holder.Owner, "holder_epoch", holder.Epoch, "owner_name", s.cfg.Owner)
+	s.obs.Round(time.Since(start))
 }
 
 // acquirePass tries to acquire every wanted key that is not held and whose
@@ -437,7 +291,7 @@ func (s *Supervisor) acquirePass(ctx context.Context) {
 		if err == nil && !res.OK && had {
 			// Our term ended while it could not be renewed, and the store
 			// says so here first.
-			s.metrics.loss()
+			s.obs.Lost()
 			s.log.Warn("lease lost: another owner or a newer term holds the key", "key", key, "holder", res.Holder.Owner, "holder_epoch", res.Holder.Epoch)
 			s.lostTo(key, res.Holder)
 		}
@@ -450,7 +304,7 @@ func (s *Supervisor) acquirePass(ctx context.Context) {
 			ks.nextAcquire = now.Add(s.cfg.RenewEvery)
 		case res.OK && res.New:
 			s.logLocked(slog.LevelInfo, "acquired lease", "key", key, "epoch", res.Epoch)
-			s.metrics.acquired()
+			s.obs.Acquired()
 			ks.newTerm = true
 			ks.acquiredAt = time.Now()
 			ks.heldSince = ks.acquiredAt
@@ -514,150 +368,6 @@ func (s *Supervisor) nextDue() (time.Time, bool) {
 		}
 	}
 	return due, found
-}
-
-// watch turns the store's push events into immediate acquisition attempts,
-// re-subscribing after a broken channel; polling covers the gaps.
-func (s *Supervisor) watch(ctx context.Context, w store.Watcher) {
-	for ctx.Err() == nil {
-		events, err := w.Watch(ctx, s.cfg.Prefix)
-		if err != nil {
-			s.log.Debug("could not watch the store; polling only", "err", err)
-		} else {
-			s.onSubscribed()
-			for ev := range events {
-				if ev.Kind == store.Released {
-					s.onReleased(ev.Key)
-				}
-			}
-		}
-		t := time.NewTimer(s.cfg.RenewEvery)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-		case <-t.C:
-		}
-	}
-}
-
-// onSubscribed retries every wanted key that is not held, at once: a
-// release that landed before the subscription existed sent no event.
-func (s *Supervisor) onSubscribed() {
-	s.mu.Lock()
-	for _, ks := range s.keys {
-		if ks.wantsLease() && ks.run == nil && !s.keeper.Holds(ks.key) {
-			ks.nextAcquire = time.Time{}
-		}
-	}
-	if len(s.pools) > 0 {
-		s.replan = true
-	}
-	s.unlock()
-	s.poke()
-}
-
-func (s *Supervisor) onReleased(key string) {
-	s.mu.Lock()
-	for _, ps := range s.pools {
-		if k, ok := strings.CutPrefix(key, ps.keyPrefix); ok && ps.keySet[k] || strings.HasPrefix(key, poolkey.MembersPrefix(s.cfg.Prefix, ps.cfg.Name)) {
-			s.replan = true
-		}
-	}
-	replan := s.replan
-	ks := s.keys[key]
-	wanted := ks != nil && ks.wantsLease()
-	if wanted {
-		ks.nextAcquire = time.Time{}
-	}
-	s.unlock()
-	if wanted || replan {
-		s.poke()
-	}
-}
-
-// shutdown stops every runner, waits up to StopTimeout, and releases the
-// leases whose runners returned, in one call.
-func (s *Supervisor) shutdown() error {
-	s.mu.Lock()
-	s.stopping = true // from now on renewals report pool memberships draining
-	s.unlock()
-	s.drainPools()
-	s.mu.Lock()
-	var waits []*runState
-	for _, ks := range s.keys {
-		if ks.run != nil {
-			ks.run.stop(ErrStopping)
-			waits = append(waits, ks.run)
-		}
-	}
-	s.unlock()
-
-	deadline := time.NewTimer(s.cfg.StopTimeout)
-	defer deadline.Stop()
-	var stuck []string
-	for _, r := range waits {
-		select {
-		case <-r.done:
-		case <-deadline.C:
-			deadline.Reset(0)
-			stuck = append(stuck, r.key)
-		}
-	}
-	var errs []error
-	if s.leased {
-		var release []hold.Term
-		for _, t := range s.keeper.Held() {
-			if !slices.Contains(stuck, t.Key) {
-				release = append(release, t)
-			}
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.CallTimeout)
-		if err := s.keeper.Release(ctx, release...); err != nil {
-			s.log.Warn("could not release leases on shutdown; they expire on their own", "err", err)
-		} else {
-			for _, t := range release {
-				s.log.Info("released lease", "key", t.Key, "epoch", t.Epoch)
-				s.metrics.released()
-			}
-		}
-		cancel()
-		s.metrics.setHeld(s.keeper.HeldCount())
-	}
-	for _, key := range stuck {
-		s.log.Error("runner did not stop in time; its lease is left to expire", "key", key, "stop_timeout", s.cfg.StopTimeout)
-		errs = append(errs, fmt.Errorf("key %q: %w", key, ErrStopTimeout))
-	}
-	s.waitActions(stuck)
-	return errors.Join(errs...)
-}
-
-// waitActions waits for start actions and runner goroutines, except those
-// of stuck runners, which may never return.
-func (s *Supervisor) waitActions(stuck []string) {
-	if len(stuck) == 0 {
-		s.actions.Wait()
-	}
-}
-
-// drainPools marks this replica's pool memberships as draining (runner not
-// running) in one renewal before its keys are stopped, so peers planning
-// meanwhile stop counting it as a worker.
-func (s *Supervisor) drainPools() {
-	s.mu.Lock()
-	members := make(map[string]bool, len(s.pools))
-	for _, ps := range s.pools {
-		members[ps.memberKey] = true
-	}
-	s.unlock()
-	if len(members) == 0 {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.CallTimeout)
-	defer cancel()
-	if _, err := s.keeper.RenewAll(ctx, func(key string) bool { return !members[key] && s.isRunning(key) }); err != nil {
-		// Peers then learn of the drain from the releases that follow.
-		s.log.Debug("could not mark the pool memberships draining", "err", err)
-	}
 }
 
 // minRetry is the shortest wait before acquiring a refused key again.

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	tmetrics "github.com/tenure-dev/tenure/metrics"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/tenure-dev/tenure"
@@ -22,7 +24,7 @@ import (
 //	go test -run '^$' -bench 'RoundWith10000Keys' -benchtime 10x ./e2e/
 //
 // Reported:
-//   - round: tenure_round_seconds from tenure.Metrics, per round (the
+//   - round: tenure_round_seconds from metrics.Collector, per round (the
 //     histogram's sum and count before and after each round);
 //   - renew, list: the engine's Renew and List calls within the rounds,
 //     timed by a wrapper around its store;
@@ -45,7 +47,7 @@ func BenchmarkRoundWith10000Keys(b *testing.B) {
 		b.Run(be.name, func(b *testing.B) {
 			open := be.site(b)
 			raw := open(b)
-			metrics := tenure.NewMetrics()
+			metrics := tmetrics.New()
 			reg := prometheus.NewRegistry()
 			reg.MustRegister(metrics)
 			var started atomic.Int64
@@ -58,7 +60,7 @@ func BenchmarkRoundWith10000Keys(b *testing.B) {
 			for i := range keys {
 				keys[i] = fmt.Sprintf("pool/account-%05d", i)
 			}
-			cfg := tenure.Config{TTL: 30 * time.Second, Grace: 5 * time.Second, RenewEvery: 2 * time.Second, Metrics: metrics}
+			cfg := tenure.Config{TTL: 30 * time.Second, Grace: 5 * time.Second, RenewEvery: 2 * time.Second, Observer: metrics}
 			w := newReplica(b, "W", raw, cfg, runner, keys...)
 			begun := time.Now()
 			w.start()

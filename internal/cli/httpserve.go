@@ -10,6 +10,8 @@ import (
 	"net/http"
 	"time"
 
+	tmetrics "github.com/tenure-dev/tenure/metrics"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -59,7 +61,7 @@ type httpServer struct {
 }
 
 // startHTTP listens on addr and serves /metrics, /status and /healthz.
-func startHTTP(addr string, sup *tenure.Supervisor, st store.Store, secrets []string, metrics *tenure.Metrics, log *slog.Logger) (*httpServer, error) {
+func startHTTP(addr string, sup *tenure.Supervisor, st store.Store, secrets []string, metrics *tmetrics.Collector, log *slog.Logger) (*httpServer, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(metrics,
 		collectors.NewGoCollector(),

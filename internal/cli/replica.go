@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"time"
 
+	tmetrics "github.com/tenure-dev/tenure/metrics"
+
 	"github.com/spf13/cobra"
 
 	"github.com/tenure-dev/tenure"
@@ -155,9 +157,9 @@ func (e *env) serve(ctx context.Context, stop context.CancelFunc, rep *replica) 
 	}
 	defer st.Close()
 
-	metrics := tenure.NewMetrics()
+	metrics := tmetrics.New()
 	cfg := rep.cfg
-	cfg.Store, cfg.Logger, cfg.Metrics = st, rep.log, metrics
+	cfg.Store, cfg.Logger, cfg.Observer = st, rep.log, metrics
 	sup, err := tenure.New(cfg)
 	if err == nil {
 		err = rep.setup(sup)

@@ -1,0 +1,105 @@
+package metrics_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/tenure-dev/tenure"
+	"github.com/tenure-dev/tenure/metrics"
+	"github.com/tenure-dev/tenure/store/memstore"
+)
+
+// TestTheCollectorCountsWhatTheSupervisorDoes runs one key through a whole
+// term — acquire, start, renew, release — and reads each metric back
+// from a registry, as Prometheus would.
+func TestTheCollectorCountsWhatTheSupervisorDoes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := metrics.New()
+		reg := prometheus.NewPedanticRegistry()
+		reg.MustRegister(m)
+		sup, err := tenure.New(tenure.Config{
+			Store: memstore.New(memstore.Options{}), Owner: "r1", Observer: m,
+			TTL: 3 * time.Second, Grace: time.Second,
+			Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := sup.Set("job", tenure.Job{Runner: tenure.RunnerFunc(func(ctx context.Context, _ tenure.Lease) error {
+			<-ctx.Done()
+			return nil
+		})}); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error)
+		go func() { done <- sup.Run(ctx) }()
+		time.Sleep(5 * time.Second) // a few renewals on the bubble's clock
+		synctest.Wait()
+		for name, want := range map[string]float64{"tenure_leases_held": 1, "tenure_acquisitions_total": 1} {
+			if got := gathered(t, reg, name); got != want {
+				t.Errorf("%s = %v while held, want %v", name, got, want)
+			}
+		}
+		if got := gathered(t, reg, "tenure_renewals_total", "outcome", "renewed"); got < 1 {
+			t.Errorf("tenure_renewals_total{outcome=renewed} = %v after 5s at RenewEvery 1s", got)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		for name, want := range map[string]float64{"tenure_leases_held": 0, "tenure_releases_total": 1, "tenure_runner_starts_total": 1, "tenure_losses_total": 0} {
+			if got := gathered(t, reg, name); got != want {
+				t.Errorf("%s = %v after shutdown, want %v", name, got, want)
+			}
+		}
+		if n, err := testutil.GatherAndCount(reg, "tenure_renewal_seconds", "tenure_round_seconds", "tenure_handoff_seconds"); err != nil || n != 3 {
+			t.Errorf("histograms: %d, %v", n, err)
+		}
+	})
+}
+
+// gathered is the sum of a metric's samples, over every label set or,
+// given a label name and value, over those that carry it.
+func gathered(t *testing.T, reg *prometheus.Registry, name string, label ...string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum := 0.0
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+		for _, m := range mf.GetMetric() {
+			if len(label) == 2 && !hasLabel(m.GetLabel(), label[0], label[1]) {
+				continue
+			}
+			switch {
+			case m.Counter != nil:
+				sum += m.Counter.GetValue()
+			case m.Gauge != nil:
+				sum += m.Gauge.GetValue()
+			}
+		}
+	}
+	return sum
+}
+
+func hasLabel(pairs []*dto.LabelPair, name, value string) bool {
+	for _, p := range pairs {
+		if p.GetName() == name && p.GetValue() == value {
+			return true
+		}
+	}
+	return false
+}
