@@ -11,7 +11,6 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/tenure-dev/tenure/internal/storetesting"
 	"github.com/tenure-dev/tenure/internal/testenv"
 )
 
@@ -64,7 +63,7 @@ func TestStatusAndReleaseNeverCreateALeaseTable(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			base := server.URL(t)
-			table := storetesting.UniqueName("cli_absent_")
+			table := testenv.UniqueName("cli_absent_")
 			if name == "postgres" {
 				t.Cleanup(func() { dropTable(t, base, table) }) // were one made after all
 			}
@@ -85,7 +84,7 @@ func TestStatusWritesNothingToRedisOrEtcd(t *testing.T) {
 	t.Run("redis", func(t *testing.T) {
 		t.Parallel()
 		base := testenv.Redis.URL(t)
-		ns := storetesting.UniqueName("cli_absent_")
+		ns := testenv.UniqueName("cli_absent_")
 		t.Cleanup(func() { deleteNamespace(t, base, ns) })
 		checkLookingCommandsFindNoLeases(t, base+"?namespace="+ns)
 		opts, err := goredis.ParseURL(base)
@@ -102,7 +101,7 @@ func TestStatusWritesNothingToRedisOrEtcd(t *testing.T) {
 	t.Run("etcd", func(t *testing.T) {
 		t.Parallel()
 		base := testenv.Etcd.URL(t)
-		prefix := storetesting.UniqueName("cli_absent_")
+		prefix := testenv.UniqueName("cli_absent_")
 		checkLookingCommandsFindNoLeases(t, base+"?prefix="+prefix)
 		c, err := clientv3.New(clientv3.Config{Endpoints: []string{strings.TrimPrefix(base, "etcd://")}, DialTimeout: 5 * time.Second})
 		if err != nil {

@@ -14,7 +14,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/tenure-dev/tenure/internal/storetesting"
 	"github.com/tenure-dev/tenure/internal/testenv"
 )
 
@@ -111,7 +110,7 @@ func TestAPasswordWithAtSignsWorksAndIsNeverPrintedByARunningReplica(t *testing.
 // with all it holds.
 func scratchSchema(t *testing.T, url string) string {
 	t.Helper()
-	schema := storetesting.UniqueName("cli_schema_")
+	schema := testenv.UniqueName("cli_schema_")
 	exec := func(sql string) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
@@ -161,9 +160,9 @@ func readEnv(t *testing.T, path string) map[string]string {
 func TestCommandsGetTheStoreInUseWithoutItsCredentials(t *testing.T) {
 	t.Parallel()
 	base := testenv.Postgres.URL(t)
-	table := storetesting.UniqueName("cli_env_")
+	table := testenv.UniqueName("cli_env_")
 	t.Cleanup(func() { dropTable(t, base, table) })
-	withPassword := storetesting.WithPassword(t, base, "postgres", secret).String() + "&table=" + table
+	withPassword := testenv.WithPassword(t, base, "postgres", secret).String() + "&table=" + table
 	public := strings.Replace(withPassword, ":"+secret+"@", "@", 1)
 	state := t.TempDir()
 	defaultStore := (&url.URL{Scheme: "sqlite", Path: filepath.Join(state, "tenure", "tenure.db")}).String()
@@ -231,10 +230,10 @@ func TestPasswordsWithURLCharactersOrCommonWordsAreNeverPrinted(t *testing.T) {
 	outputs := map[string]string{}
 	key := func(cmd, url string) string { return cmd + " " + url }
 	var urls []string
-	for _, tmpl := range storetesting.UnreachableURLs {
+	for _, tmpl := range testenv.UnreachableURLs {
 		for _, pw := range []string{"p@ss:w0rd", "Qx7/Zr9", "tcp", "postgres"} {
-			for _, w := range storetesting.Writings(pw) {
-				urls = append(urls, strings.Replace(tmpl, "PW", w, 1), strings.Replace(tmpl, "PW", storetesting.Twin(w), 1))
+			for _, w := range testenv.Writings(pw) {
+				urls = append(urls, strings.Replace(tmpl, "PW", w, 1), strings.Replace(tmpl, "PW", testenv.Twin(w), 1))
 			}
 		}
 	}
@@ -263,13 +262,13 @@ func TestPasswordsWithURLCharactersOrCommonWordsAreNeverPrinted(t *testing.T) {
 	wg.Wait()
 
 	for cmd := range commands {
-		for _, tmpl := range storetesting.UnreachableURLs {
+		for _, tmpl := range testenv.UnreachableURLs {
 			scheme, _, _ := strings.Cut(tmpl, ":")
 			for _, pw := range []string{"p@ss:w0rd", "Qx7/Zr9", "tcp", "postgres"} {
-				for _, w := range storetesting.Writings(pw) {
+				for _, w := range testenv.Writings(pw) {
 					t.Run(cmd+"/"+scheme+"/"+w, func(t *testing.T) {
 						out := outputs[key(cmd, strings.Replace(tmpl, "PW", w, 1))]
-						storetesting.CheckHidesPassword(t, pw, w, out, outputs[key(cmd, strings.Replace(tmpl, "PW", storetesting.Twin(w), 1))])
+						testenv.CheckHidesPassword(t, pw, w, out, outputs[key(cmd, strings.Replace(tmpl, "PW", testenv.Twin(w), 1))])
 						if !strings.HasPrefix(out, "tenure: ") || strings.Count(out, "\n") != 1 {
 							t.Errorf("not one line of error: %s", out)
 						}

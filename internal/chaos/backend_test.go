@@ -11,7 +11,6 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/tenure-dev/tenure/internal/storetesting"
 	"github.com/tenure-dev/tenure/internal/testenv"
 	"github.com/tenure-dev/tenure/store"
 )
@@ -59,7 +58,7 @@ func viaProxies(t *testing.T, b backend) (closingStore, proxies) {
 
 func scratchBackend(t *testing.T, raw string) backend {
 	t.Helper()
-	b, err := parseBackend(raw, storetesting.UniqueName("chaos_test_"))
+	b, err := parseBackend(raw, testenv.UniqueName("chaos_test_"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +145,7 @@ func TestAnEtcdReplicaDialsEveryEndpointThroughAProxyOfItsOwn(t *testing.T) {
 
 func TestAnEtcdReplicaNeverDialsAnEndpointItHasNoProxyFor(t *testing.T) {
 	b := scratchBackend(t, testenv.Etcd.URL(t))
-	b.Via = map[string]string{"127.0.0.1:1": storetesting.ClosedAddr(t)}
+	b.Via = map[string]string{"127.0.0.1:1": testenv.ClosedAddr(t)}
 	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 	defer cancel()
 	if st, err := b.open(ctx); err == nil {
@@ -168,8 +167,8 @@ func TestSlowStoreCountsEachStoresRoundTrips(t *testing.T) {
 			st, ps := viaProxies(t, b)
 			ctx := t.Context()
 			ttl, grace := 5*time.Second, time.Second
-			e1 := storetesting.MustAcquire(t, st, "k1", "o", ttl, grace)
-			e2 := storetesting.MustAcquire(t, st, "k2", "o", ttl, grace)
+			e1 := testenv.MustAcquire(t, st, "k1", "o", ttl, grace)
+			e2 := testenv.MustAcquire(t, st, "k2", "o", ttl, grace)
 			items := []store.RenewItem{{Key: "k1", Epoch: e1, Running: true}, {Key: "k2", Epoch: e2, Running: true}}
 			calls := map[string]func() error{
 				"renewal": func() error { _, err := st.Renew(ctx, "o", ttl, items); return err },
@@ -216,10 +215,10 @@ func TestSlowStoreCountsEachStoresRoundTrips(t *testing.T) {
 // password set apart: no password, however written, shows in an error.
 func TestDirectConnectionsNeverShowAPassword(t *testing.T) {
 	ctx := t.Context()
-	for _, raw := range storetesting.UnreachableURLs {
+	for _, raw := range testenv.UnreachableURLs {
 		for _, pw := range []string{"p@ss:w0rd", "tcp"} { // an early end, a word of messages
-			for _, written := range storetesting.Writings(pw) {
-				if storetesting.Misread(written) {
+			for _, written := range testenv.Writings(pw) {
+				if testenv.Misread(written) {
 					continue
 				}
 				msgs := func(written string) string {
@@ -241,11 +240,11 @@ func TestDirectConnectionsNeverShowAPassword(t *testing.T) {
 				name := fmt.Sprintf("%s/%s", strings.SplitN(raw, ":", 2)[0], written)
 				t.Run(name, func(t *testing.T) {
 					t.Parallel() // each waits on a dial timeout
-					msg, twin := msgs(written), msgs(storetesting.Twin(written))
+					msg, twin := msgs(written), msgs(testenv.Twin(written))
 					if msg == "" {
 						t.Fatal("no error from an unreachable store")
 					}
-					storetesting.CheckHidesPassword(t, pw, written, msg, twin)
+					testenv.CheckHidesPassword(t, pw, written, msg, twin)
 				})
 			}
 		}
@@ -256,7 +255,7 @@ func TestDirectConnectionsNeverShowAPassword(t *testing.T) {
 // server trusts local connections and ignores it): the harness's own pool
 // gets it apart from the URL, as the store does.
 func TestAPasswordWithAnAtSignReachesPostgresUnharmed(t *testing.T) {
-	u := storetesting.WithPassword(t, testenv.Postgres.URL(t), "postgres", "p@ss@word")
+	u := testenv.WithPassword(t, testenv.Postgres.URL(t), "postgres", "p@ss@word")
 	b := scratchBackend(t, u.String())
 	rs := newResourceSpec(b, strings.TrimPrefix(b.Scratch, "chaos_test_"), t.TempDir())
 	ctx := t.Context()
@@ -271,9 +270,9 @@ func TestAPasswordWithAnAtSignReachesPostgresUnharmed(t *testing.T) {
 // The rewritten URL of a replica names the proxy and keeps the password
 // exactly, however it was written.
 func TestAProxiedURLKeepsItsPassword(t *testing.T) {
-	for _, pw := range storetesting.HardPasswords {
-		for _, written := range storetesting.Writings(pw) {
-			if storetesting.Misread(written) {
+	for _, pw := range testenv.HardPasswords {
+		for _, written := range testenv.Writings(pw) {
+			if testenv.Misread(written) {
 				continue
 			}
 			raw := "mysql://app:" + written + "@db.example:3306/ops?timeout=2s"
@@ -298,7 +297,7 @@ func TestCleanupLeavesNothingOfARunBehind(t *testing.T) {
 	for _, s := range networkedStores {
 		t.Run(s.kind, func(t *testing.T) {
 			ctx := t.Context()
-			b, err := parseBackend(s.server.URL(t), storetesting.UniqueName("chaos_test_"))
+			b, err := parseBackend(s.server.URL(t), testenv.UniqueName("chaos_test_"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -308,7 +307,7 @@ func TestCleanupLeavesNothingOfARunBehind(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer st.Close()
-			epoch := storetesting.MustAcquire(t, st, "k", "o", 5*time.Second, time.Second)
+			epoch := testenv.MustAcquire(t, st, "k", "o", 5*time.Second, time.Second)
 			if err := prepareResource(ctx, rs); err != nil {
 				t.Fatal(err)
 			}

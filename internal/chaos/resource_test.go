@@ -5,7 +5,6 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/tenure-dev/tenure/internal/storetesting"
 	"github.com/tenure-dev/tenure/internal/testenv"
 )
 
@@ -14,7 +13,7 @@ import (
 func resourceFor(t *testing.T, raw string) resource {
 	t.Helper()
 	b := scratchBackend(t, raw)
-	rs := newResourceSpec(b, storetesting.UniqueName("t"), t.TempDir())
+	rs := newResourceSpec(b, testenv.UniqueName("t"), t.TempDir())
 	ctx := t.Context()
 	if err := prepareResource(ctx, rs); err != nil {
 		t.Fatal(err)

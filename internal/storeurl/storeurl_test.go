@@ -16,7 +16,6 @@ import (
 	mysqldrv "github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/tenure-dev/tenure/internal/storetesting"
 	"github.com/tenure-dev/tenure/internal/testenv"
 	"github.com/tenure-dev/tenure/store"
 	"github.com/tenure-dev/tenure/store/etcd"
@@ -218,10 +217,10 @@ func TestPasswordsWithURLCharactersOrCommonWordsNeverShowNorGarbleMessages(t *te
 	}
 	// Every URL is opened at once: most wait for a refused connection.
 	results := map[string]*result{}
-	for _, tmpl := range storetesting.UnreachableURLs {
-		for _, pw := range storetesting.HardPasswords {
-			for _, w := range storetesting.Writings(pw) {
-				for _, v := range []string{w, storetesting.Twin(w)} {
+	for _, tmpl := range testenv.UnreachableURLs {
+		for _, pw := range testenv.HardPasswords {
+			for _, w := range testenv.Writings(pw) {
+				for _, v := range []string{w, testenv.Twin(w)} {
 					results[strings.Replace(tmpl, "PW", v, 1)] = &result{}
 				}
 			}
@@ -235,16 +234,16 @@ func TestPasswordsWithURLCharactersOrCommonWordsNeverShowNorGarbleMessages(t *te
 	}
 	wg.Wait()
 
-	for _, tmpl := range storetesting.UnreachableURLs {
+	for _, tmpl := range testenv.UnreachableURLs {
 		scheme, _, _ := strings.Cut(tmpl, ":")
-		for _, pw := range storetesting.HardPasswords {
-			for _, w := range storetesting.Writings(pw) {
+		for _, pw := range testenv.HardPasswords {
+			for _, w := range testenv.Writings(pw) {
 				t.Run(scheme+"/"+w, func(t *testing.T) {
 					r := results[strings.Replace(tmpl, "PW", w, 1)]
-					storetesting.CheckHidesPassword(t, pw, w, r.msg, results[strings.Replace(tmpl, "PW", storetesting.Twin(w), 1)].msg)
+					testenv.CheckHidesPassword(t, pw, w, r.msg, results[strings.Replace(tmpl, "PW", testenv.Twin(w), 1)].msg)
 					// A password is read whole, or the URL is refused as
 					// malformed: never read in part.
-					if r.urlFault != storetesting.Misread(w) {
+					if r.urlFault != testenv.Misread(w) {
 						t.Errorf("URL at fault: %t, want %t: %s", r.urlFault, !r.urlFault, r.msg)
 					}
 				})

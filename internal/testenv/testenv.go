@@ -1,9 +1,12 @@
-// Package testenv finds the real servers backend tests run against.
+// Package testenv is what Tenure's tests share: the real servers backend
+// tests run against, the scaffolding of the stores' own tests, and the
+// state of processes the end-to-end tests start.
 //
 // Each server's address comes from an environment variable with a default
 // for a developer machine. When the server does not answer, the test is
-// skipped with a message that says how to start it — unless CI=true is set,
-// where a missing server fails the test: CI must never pass by skipping.
+// skipped with a message that says how to start it — unless CI=true is
+// set, where a missing server fails the test: CI must never pass by
+// skipping.
 package testenv
 
 import (

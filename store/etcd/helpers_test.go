@@ -9,11 +9,10 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/tenure-dev/tenure/internal/storetesting"
 	"github.com/tenure-dev/tenure/internal/testenv"
 )
 
-func randomPrefix() string { return storetesting.UniqueName("t_") }
+func randomPrefix() string { return testenv.UniqueName("t_") }
 
 // newTestStore opens a store on the shared test etcd in a fresh namespace,
 // deleting the namespace and revoking its leases when the test ends.
@@ -28,7 +27,7 @@ func newTestStoreWith(t testing.TB, opts Options) *Store {
 	if opts.Prefix == "" {
 		opts.Prefix = randomPrefix()
 	}
-	return storetesting.Open(t, func(ctx context.Context) (*Store, error) {
+	return testenv.Open(t, func(ctx context.Context) (*Store, error) {
 		return Open(ctx, url, opts)
 	}, func(context.Context, *Store) error {
 		dropNamespace(t, opts.Prefix)

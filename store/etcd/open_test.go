@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tenure-dev/tenure/internal/storetesting"
 	"github.com/tenure-dev/tenure/internal/testenv"
 	"github.com/tenure-dev/tenure/store"
 	"github.com/tenure-dev/tenure/store/storetest"
@@ -123,7 +122,7 @@ func openURL(ctx context.Context, rawURL string) error {
 }
 
 func TestOpenAgainstAClosedPortFailsWithinItsDialTimeout(t *testing.T) {
-	addr := storetesting.ClosedAddr(t)
+	addr := testenv.ClosedAddr(t)
 	for _, u := range []string{
 		"etcd://" + addr + "?dial_timeout=1s",
 		"etcd://app:" + secret + "@" + addr + "?dial_timeout=1s", // authenticates while dialling
@@ -158,7 +157,7 @@ func TestOpenAgainstAClosedPortFailsWithinItsDialTimeout(t *testing.T) {
 }
 
 func TestOpenChecksThePrefixBeforeDialling(t *testing.T) {
-	_, err := Open(context.Background(), "etcd://"+storetesting.ClosedAddr(t), Options{Prefix: "no-dashes"})
+	_, err := Open(context.Background(), "etcd://"+testenv.ClosedAddr(t), Options{Prefix: "no-dashes"})
 	if !errors.Is(err, store.ErrInvalidName) {
 		t.Fatalf("Open with a bad prefix: %v, want store.ErrInvalidName", err)
 	}
@@ -176,7 +175,7 @@ func startEtcd(t *testing.T) *etcdServer {
 	if err != nil {
 		testenv.Unavailable(t, "etcd binary not found on PATH; install etcd-server to run this test")
 	}
-	client, peer := storetesting.ClosedAddr(t), storetesting.ClosedAddr(t)
+	client, peer := testenv.ClosedAddr(t), testenv.ClosedAddr(t)
 	dir := t.TempDir()
 	cmd := exec.Command(bin, "--name", "t", "--data-dir", filepath.Join(dir, "data"),
 		"--listen-client-urls", "http://"+client, "--advertise-client-urls", "http://"+client,
@@ -217,7 +216,7 @@ func startEtcd(t *testing.T) *etcdServer {
 func (e *etcdServer) enableAuth(t *testing.T, password string) {
 	t.Helper()
 	c := clientOf(t, e.url)
-	ctx := storetesting.Context(t)
+	ctx := testenv.Context(t)
 	for _, step := range []func() error{
 		func() error { _, err := c.UserAdd(ctx, "root", password); return err },
 		func() error { _, err := c.RoleAdd(ctx, "root"); return err },
@@ -235,7 +234,7 @@ func TestPasswordsAreCheckedAndNeverShown(t *testing.T) {
 	srv.enableAuth(t, secret)
 	host := strings.TrimPrefix(srv.url, "etcd://")
 
-	ctx := storetesting.Context(t)
+	ctx := testenv.Context(t)
 	wrong := "etcd://root:" + secret + "-not@" + host + "?dial_timeout=2s"
 	if s, err := Open(ctx, wrong, Options{}); err == nil {
 		s.Close()
@@ -260,8 +259,8 @@ func TestPasswordsAreCheckedAndNeverShown(t *testing.T) {
 		t.Fatalf("Open with the right password: %v", err)
 	}
 	defer s.Close()
-	epoch := storetesting.MustAcquire(t, s, "job", "a", 5*time.Second, time.Second)
-	if ok := storetesting.Renew(t, s, "a", 5*time.Second, store.RenewItem{Key: "job", Epoch: epoch}); !ok[0] {
+	epoch := testenv.MustAcquire(t, s, "job", "a", 5*time.Second, time.Second)
+	if ok := testenv.Renew(t, s, "a", 5*time.Second, store.RenewItem{Key: "job", Epoch: epoch}); !ok[0] {
 		t.Fatal("renewal refused")
 	}
 	if ls, err := s.List(ctx, ""); err != nil || len(ls) != 1 || !ls[0].Live {
@@ -274,14 +273,14 @@ func TestPasswordsAreCheckedAndNeverShown(t *testing.T) {
 func TestCredentialsAreHarmlessOnAServerWithoutAuth(t *testing.T) {
 	u := testenv.Etcd.URL(t)
 	withUser := strings.Replace(u, "etcd://", "etcd://app:"+secret+"@", 1)
-	s, err := Open(storetesting.Context(t), withUser, Options{Prefix: randomPrefix()})
+	s, err := Open(testenv.Context(t), withUser, Options{Prefix: randomPrefix()})
 	if err != nil {
 		storetest.CheckNoSecret(t, err, secret)
 		t.Fatal(err)
 	}
 	defer dropNamespace(t, s.prefix)
 	defer s.Close()
-	storetesting.MustAcquire(t, s, "job", "a", time.Minute, 0)
+	testenv.MustAcquire(t, s, "job", "a", time.Minute, 0)
 }
 
 func TestRedactedURLsShowNoPassword(t *testing.T) {

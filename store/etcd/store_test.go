@@ -8,7 +8,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/tenure-dev/tenure/internal/storetesting"
+	"github.com/tenure-dev/tenure/internal/testenv"
 	"github.com/tenure-dev/tenure/store"
 )
 
@@ -16,7 +16,7 @@ import (
 // etcd key is absent).
 func leaseOf(t *testing.T, s *Store, etcdKey string) clientv3.LeaseID {
 	t.Helper()
-	resp, err := s.client.Get(storetesting.Context(t), etcdKey)
+	resp, err := s.client.Get(testenv.Context(t), etcdKey)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -28,7 +28,7 @@ func leaseOf(t *testing.T, s *Store, etcdKey string) clientv3.LeaseID {
 
 func grantedTTL(t *testing.T, s *Store, id clientv3.LeaseID) int64 {
 	t.Helper()
-	resp, err := s.client.TimeToLive(storetesting.Context(t), id)
+	resp, err := s.client.TimeToLive(testenv.Context(t), id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -40,7 +40,7 @@ func grantedTTL(t *testing.T, s *Store, id clientv3.LeaseID) int64 {
 // would not say whether this store wrote.
 func revision(t *testing.T, s *Store) int64 {
 	t.Helper()
-	resp, err := s.client.Get(storetesting.Context(t), s.root, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
+	resp, err := s.client.Get(testenv.Context(t), s.root, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
 		clientv3.WithSort(clientv3.SortByModRevision, clientv3.SortDescend), clientv3.WithLimit(1))
 	if err != nil {
 		t.Fatal(err)
@@ -55,7 +55,7 @@ func revision(t *testing.T, s *Store) int64 {
 // after revision rev.
 func writesSince(t *testing.T, s *Store, rev int64) int {
 	t.Helper()
-	resp, err := s.client.Get(storetesting.Context(t), s.root, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMinModRev(rev+1))
+	resp, err := s.client.Get(testenv.Context(t), s.root, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMinModRev(rev+1))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,10 +72,10 @@ func TestSteadyRenewalsKeepSharedLeasesAliveWithoutWriting(t *testing.T) {
 	var items []store.RenewItem
 	for i := range 5 {
 		key := fmt.Sprintf("k%d", i)
-		items = append(items, store.RenewItem{Key: key, Epoch: storetesting.MustAcquire(t, s, key, "a", 4*time.Second, time.Second), Running: true})
+		items = append(items, store.RenewItem{Key: key, Epoch: testenv.MustAcquire(t, s, key, "a", 4*time.Second, time.Second), Running: true})
 	}
 	// The first renewal binds the batch to one live and one grace lease.
-	if ok := storetesting.Renew(t, s, "a", 4*time.Second, items...); slices.Contains(ok, false) {
+	if ok := testenv.Renew(t, s, "a", 4*time.Second, items...); slices.Contains(ok, false) {
 		t.Fatalf("first renewal = %v, want all renewed", ok)
 	}
 	live, grace := leaseOf(t, s, s.liveKey("k0")), leaseOf(t, s, s.graceKey("k0"))
@@ -93,23 +93,23 @@ func TestSteadyRenewalsKeepSharedLeasesAliveWithoutWriting(t *testing.T) {
 	before := revision(t, s)
 	for range 3 {
 		time.Sleep(1500 * time.Millisecond)
-		if ok := storetesting.Renew(t, s, "a", 4*time.Second, items...); slices.Contains(ok, false) {
+		if ok := testenv.Renew(t, s, "a", 4*time.Second, items...); slices.Contains(ok, false) {
 			t.Fatalf("steady renewal = %v, want all renewed", ok)
 		}
 	}
 	if n := writesSince(t, s, before); n != 0 {
 		t.Errorf("steady renewals wrote %d times; they should write nothing", n)
 	}
-	if l := storetesting.LeaseOf(t, s, "k4"); !l.Live || l.TimeLeft < 3*time.Second {
+	if l := testenv.LeaseOf(t, s, "k4"); !l.Live || l.TimeLeft < 3*time.Second {
 		t.Errorf("k4 after steady renewals: %+v, want live with about 4s left", l)
 	}
 
 	// A changed running flag is written, and the renewal still keeps the pair.
 	items[2].Running = false
-	if ok := storetesting.Renew(t, s, "a", 4*time.Second, items...); slices.Contains(ok, false) {
+	if ok := testenv.Renew(t, s, "a", 4*time.Second, items...); slices.Contains(ok, false) {
 		t.Fatalf("renewal with a new running flag = %v", ok)
 	}
-	if l := storetesting.LeaseOf(t, s, "k2"); l.Running {
+	if l := testenv.LeaseOf(t, s, "k2"); l.Running {
 		t.Errorf("k2 running flag not recorded: %+v", l)
 	}
 	if got := leaseOf(t, s, s.liveKey("k2")); got != live {
@@ -123,24 +123,24 @@ func TestSteadyRenewalsKeepSharedLeasesAliveWithoutWriting(t *testing.T) {
 func TestATermLeftOutOfARenewalExpires(t *testing.T) {
 	t.Parallel() // mostly waiting for whole-second leases
 	s := newTestStore(t)
-	ea := storetesting.MustAcquire(t, s, "keep", "a", 2*time.Second, time.Second)
-	ed := storetesting.MustAcquire(t, s, "drop", "a", 2*time.Second, time.Second)
+	ea := testenv.MustAcquire(t, s, "keep", "a", 2*time.Second, time.Second)
+	ed := testenv.MustAcquire(t, s, "drop", "a", 2*time.Second, time.Second)
 	keep := store.RenewItem{Key: "keep", Epoch: ea}
-	storetesting.Renew(t, s, "a", 2*time.Second, keep, store.RenewItem{Key: "drop", Epoch: ed})
+	testenv.Renew(t, s, "a", 2*time.Second, keep, store.RenewItem{Key: "drop", Epoch: ed})
 	for range 4 {
 		time.Sleep(time.Second)
-		if ok := storetesting.Renew(t, s, "a", 2*time.Second, keep); !ok[0] {
+		if ok := testenv.Renew(t, s, "a", 2*time.Second, keep); !ok[0] {
 			t.Fatal("renewal of keep was refused")
 		}
 	}
-	if l := storetesting.LeaseOf(t, s, "drop"); l.Live {
+	if l := testenv.LeaseOf(t, s, "drop"); l.Live {
 		t.Errorf("drop is still live 4s after its last renewal with a 2s ttl: %+v", l)
 	}
-	res, err := s.Acquire(storetesting.Context(t), store.AcquireRequest{Key: "drop", Owner: "b", TTL: 2 * time.Second, Grace: time.Second})
+	res, err := s.Acquire(testenv.Context(t), store.AcquireRequest{Key: "drop", Owner: "b", TTL: 2 * time.Second, Grace: time.Second})
 	if err != nil || !res.Acquired {
 		t.Errorf("b could not take drop 4s after it was last renewed (ttl 2s, grace 1s): %+v, %v", res, err)
 	}
-	if l := storetesting.LeaseOf(t, s, "keep"); !l.Live || l.Owner != "a" {
+	if l := testenv.LeaseOf(t, s, "keep"); !l.Live || l.Owner != "a" {
 		t.Errorf("keep: %+v, want a's live term", l)
 	}
 }
@@ -151,10 +151,10 @@ func TestATermLeftOutOfARenewalExpires(t *testing.T) {
 func TestRenewingABatchDoesNotExtendARevokedTerm(t *testing.T) {
 	t.Parallel() // mostly waiting for whole-second leases
 	s := newTestStore(t)
-	e1 := storetesting.MustAcquire(t, s, "k1", "a", 2*time.Second, time.Second)
-	e2 := storetesting.MustAcquire(t, s, "k2", "a", 2*time.Second, time.Second)
+	e1 := testenv.MustAcquire(t, s, "k1", "a", 2*time.Second, time.Second)
+	e2 := testenv.MustAcquire(t, s, "k2", "a", 2*time.Second, time.Second)
 	items := []store.RenewItem{{Key: "k1", Epoch: e1}, {Key: "k2", Epoch: e2}}
-	storetesting.Renew(t, s, "a", 2*time.Second, items...)
+	testenv.Renew(t, s, "a", 2*time.Second, items...)
 	// Revoked by an operator's process, which the holder's store knows nothing of.
 	op, err := New(s.client, Options{Prefix: s.prefix})
 	if err != nil {
@@ -162,20 +162,20 @@ func TestRenewingABatchDoesNotExtendARevokedTerm(t *testing.T) {
 	}
 	defer op.Close()
 	revokedAt := time.Now()
-	if ok, err := op.Revoke(storetesting.Context(t), "k2"); err != nil || !ok {
+	if ok, err := op.Revoke(testenv.Context(t), "k2"); err != nil || !ok {
 		t.Fatalf("Revoke(k2) = %t, %v", ok, err)
 	}
-	if ok := storetesting.Renew(t, s, "a", 2*time.Second, items...); !ok[0] || ok[1] {
+	if ok := testenv.Renew(t, s, "a", 2*time.Second, items...); !ok[0] || ok[1] {
 		t.Fatalf("renewal after revoking k2 = %v, want [true false]", ok)
 	}
 	for time.Since(revokedAt) < 4*time.Second {
 		time.Sleep(500 * time.Millisecond)
-		if ok := storetesting.Renew(t, s, "a", 2*time.Second, items[0]); !ok[0] {
+		if ok := testenv.Renew(t, s, "a", 2*time.Second, items[0]); !ok[0] {
 			t.Fatal("renewal of k1 was refused")
 		}
 	}
 	// k2's term ended at most 2s after the revocation; its grace 1s later.
-	res, err := s.Acquire(storetesting.Context(t), store.AcquireRequest{Key: "k2", Owner: "b", TTL: 2 * time.Second, Grace: time.Second})
+	res, err := s.Acquire(testenv.Context(t), store.AcquireRequest{Key: "k2", Owner: "b", TTL: 2 * time.Second, Grace: time.Second})
 	if err != nil || !res.Acquired {
 		t.Errorf("b could not take revoked k2 %v after the revocation: %+v, %v", time.Since(revokedAt), res, err)
 	}
@@ -190,13 +190,13 @@ func TestLargeBatchesRenewAndReleaseEveryTerm(t *testing.T) {
 	}{{8, 23}, {DefaultMaxTxnOps, 2*(DefaultMaxTxnOps-maxNestedOps) + 7}} {
 		t.Run(fmt.Sprintf("max-txn-ops=%d/keys=%d", tc.maxOps, tc.n), func(t *testing.T) {
 			s := newTestStoreWith(t, Options{MaxTxnOps: tc.maxOps})
-			ctx := storetesting.Context(t)
+			ctx := testenv.Context(t)
 			items := make([]store.RenewItem, tc.n)
 			terms := make([]store.Term, tc.n)
 			want := make([]bool, tc.n)
 			for i := range tc.n {
 				key := fmt.Sprintf("k%05d", i)
-				epoch := storetesting.MustAcquire(t, s, key, "me", time.Minute, time.Second)
+				epoch := testenv.MustAcquire(t, s, key, "me", time.Minute, time.Second)
 				want[i] = i%3 != 0
 				if !want[i] {
 					epoch++ // every third is stale
@@ -205,7 +205,7 @@ func TestLargeBatchesRenewAndReleaseEveryTerm(t *testing.T) {
 				terms[i] = store.Term{Key: key, Epoch: epoch}
 			}
 			for round := range 2 {
-				if got := storetesting.Renew(t, s, "me", time.Minute, items...); !slices.Equal(got, want) {
+				if got := testenv.Renew(t, s, "me", time.Minute, items...); !slices.Equal(got, want) {
 					t.Fatalf("round %d: Renew = %v, want %v", round, got, want)
 				}
 			}
@@ -242,7 +242,7 @@ func TestLeaseTTLsAreRoundedUpToWholeSecondsAndTheServerFloor(t *testing.T) {
 		{3 * time.Second, 2 * time.Second, 3, 2},
 	} {
 		key := fmt.Sprintf("ttl-%v-%v", tc.ttl, tc.grace)
-		storetesting.MustAcquire(t, s, key, "a", tc.ttl, tc.grace)
+		testenv.MustAcquire(t, s, key, "a", tc.ttl, tc.grace)
 		live := grantedTTL(t, s, leaseOf(t, s, s.liveKey(key)))
 		grace := grantedTTL(t, s, leaseOf(t, s, s.graceKey(key)))
 		if live < tc.minLive || grace-live < tc.minDiff {
@@ -258,9 +258,9 @@ func TestLeaseTTLsAreRoundedUpToWholeSecondsAndTheServerFloor(t *testing.T) {
 func TestPeersWaitForTheGraceTheHolderAcquiredWith(t *testing.T) {
 	t.Parallel() // mostly waiting for whole-second leases
 	s := newTestStore(t)
-	storetesting.MustAcquire(t, s, "job", "a", 2*time.Second, 2*time.Second)
+	testenv.MustAcquire(t, s, "job", "a", 2*time.Second, 2*time.Second)
 	time.Sleep(3 * time.Second) // expired 1s ago, within a's grace
-	res, err := s.Acquire(storetesting.Context(t), store.AcquireRequest{Key: "job", Owner: "b", TTL: 2 * time.Second})
+	res, err := s.Acquire(testenv.Context(t), store.AcquireRequest{Key: "job", Owner: "b", TTL: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,11 +274,11 @@ func TestPeersWaitForTheGraceTheHolderAcquiredWith(t *testing.T) {
 
 func TestEpochsOutliveADeletedNamespace(t *testing.T) {
 	s := newTestStore(t)
-	e := storetesting.MustAcquire(t, s, "job", "a", time.Minute, time.Minute)
-	if _, err := s.client.Delete(storetesting.Context(t), s.root, clientv3.WithPrefix()); err != nil {
+	e := testenv.MustAcquire(t, s, "job", "a", time.Minute, time.Minute)
+	if _, err := s.client.Delete(testenv.Context(t), s.root, clientv3.WithPrefix()); err != nil {
 		t.Fatal(err)
 	}
-	if next := storetesting.MustAcquire(t, s, "job", "b", time.Minute, time.Minute); next <= e {
+	if next := testenv.MustAcquire(t, s, "job", "b", time.Minute, time.Minute); next <= e {
 		t.Fatalf("epoch after the namespace was deleted: %d, want > %d", next, e)
 	}
 }
@@ -286,9 +286,9 @@ func TestEpochsOutliveADeletedNamespace(t *testing.T) {
 func TestNamespacesAreSeparate(t *testing.T) {
 	s1 := newTestStore(t)
 	s2 := newTestStore(t)
-	storetesting.MustAcquire(t, s1, "job", "a", time.Minute, 0)
-	storetesting.MustAcquire(t, s2, "job", "b", time.Minute, 0)
-	if ls, _ := s2.List(storetesting.Context(t), ""); len(ls) != 1 || ls[0].Owner != "b" {
+	testenv.MustAcquire(t, s1, "job", "a", time.Minute, 0)
+	testenv.MustAcquire(t, s2, "job", "b", time.Minute, 0)
+	if ls, _ := s2.List(testenv.Context(t), ""); len(ls) != 1 || ls[0].Owner != "b" {
 		t.Fatalf("List in the second namespace = %+v", ls)
 	}
 }
@@ -301,11 +301,11 @@ func TestCloseLeavesAGivenClientOpen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	storetesting.MustAcquire(t, s, "job", "a", time.Minute, 0)
+	testenv.MustAcquire(t, s, "job", "a", time.Minute, 0)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Get(storetesting.Context(t), "/"); err != nil {
+	if _, err := c.Get(testenv.Context(t), "/"); err != nil {
 		t.Fatalf("the client no longer works after the store was closed: %v", err)
 	}
 	if _, err := New(nil, Options{}); err == nil {
@@ -315,7 +315,7 @@ func TestCloseLeavesAGivenClientOpen(t *testing.T) {
 
 func TestBadOptionsAreRejected(t *testing.T) {
 	c := testClient(t)
-	storetesting.CheckBadNamesAreRefused(t, func(name string) error {
+	testenv.CheckBadNamesAreRefused(t, func(name string) error {
 		_, err := New(c, Options{Prefix: name})
 		return err
 	})
@@ -329,14 +329,14 @@ func TestBadOptionsAreRejected(t *testing.T) {
 func TestTimeLeftGoesNegativeAfterExpiry(t *testing.T) {
 	t.Parallel() // mostly waiting for whole-second leases
 	s := newTestStore(t)
-	storetesting.MustAcquire(t, s, "job", "a", 2*time.Second, 3*time.Second)
+	testenv.MustAcquire(t, s, "job", "a", 2*time.Second, 3*time.Second)
 	time.Sleep(3 * time.Second)
-	l := storetesting.LeaseOf(t, s, "job")
+	l := testenv.LeaseOf(t, s, "job")
 	if l.Live || l.TimeLeft > -250*time.Millisecond || l.TimeLeft < -1750*time.Millisecond {
 		t.Errorf("1s after expiry: %+v, want not live with about -1s left", l)
 	}
 	time.Sleep(3 * time.Second)
-	if l := storetesting.LeaseOf(t, s, "job"); l.TimeLeft != -3*time.Second {
+	if l := testenv.LeaseOf(t, s, "job"); l.TimeLeft != -3*time.Second {
 		t.Errorf("past the grace: TimeLeft %v, want -3s (at least the grace ago)", l.TimeLeft)
 	}
 }
@@ -348,20 +348,20 @@ func TestTimeLeftGoesNegativeAfterExpiry(t *testing.T) {
 func TestAKeepAliveTooLateLeavesTheGraceLeaseAlone(t *testing.T) {
 	t.Parallel() // mostly waiting for whole-second leases
 	s := newTestStore(t)
-	e := storetesting.MustAcquire(t, s, "job", "a", 2*time.Second, 2*time.Second)
+	e := testenv.MustAcquire(t, s, "job", "a", 2*time.Second, 2*time.Second)
 	item := store.RenewItem{Key: "job", Epoch: e}
-	storetesting.Renew(t, s, "a", 2*time.Second, item) // binds the term to a batch's leases
+	testenv.Renew(t, s, "a", 2*time.Second, item) // binds the term to a batch's leases
 	grace := leaseOf(t, s, s.graceKey("job"))
 	if len(s.batches["a"]) != 1 || s.batches["a"][0].leases.grace[2] != grace {
 		t.Fatalf("batches after the first renewal: %+v, grace key on %x", s.batches["a"], grace)
 	}
 	b := s.batches["a"][0]
 	time.Sleep(2600 * time.Millisecond)
-	alive, err := s.keepAlive(storetesting.Context(t), "a", b)
+	alive, err := s.keepAlive(testenv.Context(t), "a", b)
 	if err != nil || alive {
 		t.Fatalf("keep-alive after the live lease expired = %v, %v; want lost", alive, err)
 	}
-	resp, err := s.client.TimeToLive(storetesting.Context(t), grace)
+	resp, err := s.client.TimeToLive(testenv.Context(t), grace)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -381,17 +381,17 @@ func TestChangesToABatchRewriteOnlyWhatChanged(t *testing.T) {
 	const ttl = 10 * time.Second
 	var items []store.RenewItem
 	add := func(key string) {
-		items = append(items, store.RenewItem{Key: key, Epoch: storetesting.MustAcquire(t, s, key, "a", ttl, time.Second), Running: true})
+		items = append(items, store.RenewItem{Key: key, Epoch: testenv.MustAcquire(t, s, key, "a", ttl, time.Second), Running: true})
 	}
 	for i := range 5 {
 		add(fmt.Sprintf("k%d", i))
 	}
-	storetesting.Renew(t, s, "a", ttl, items...)
+	testenv.Renew(t, s, "a", ttl, items...)
 	first := leaseOf(t, s, s.liveKey("k0"))
 
 	add("new")
 	before := revision(t, s)
-	if ok := storetesting.Renew(t, s, "a", ttl, items...); slices.Contains(ok, false) {
+	if ok := testenv.Renew(t, s, "a", ttl, items...); slices.Contains(ok, false) {
 		t.Fatalf("renewal with a new key = %v", ok)
 	}
 	// The new key's live and grace keys, and nothing else.
@@ -407,13 +407,13 @@ func TestChangesToABatchRewriteOnlyWhatChanged(t *testing.T) {
 		t.Error("the new key joined the old lease")
 	}
 
-	if err := s.Release(storetesting.Context(t), "a", []store.Term{{Key: "k2", Epoch: items[2].Epoch}}); err != nil {
+	if err := s.Release(testenv.Context(t), "a", []store.Term{{Key: "k2", Epoch: items[2].Epoch}}); err != nil {
 		t.Fatal(err)
 	}
 	items = slices.Delete(items, 2, 3)
 	before = revision(t, s)
 	for range 2 {
-		if ok := storetesting.Renew(t, s, "a", ttl, items...); slices.Contains(ok, false) {
+		if ok := testenv.Renew(t, s, "a", ttl, items...); slices.Contains(ok, false) {
 			t.Fatalf("renewal after releasing k2 = %v", ok)
 		}
 	}
@@ -428,8 +428,8 @@ func TestAnOwnersTermsSpreadOverAFewLeasePairsAtMost(t *testing.T) {
 	var items []store.RenewItem
 	for i := range maxBatches + 3 {
 		key := fmt.Sprintf("k%d", i)
-		items = append(items, store.RenewItem{Key: key, Epoch: storetesting.MustAcquire(t, s, key, "a", ttl, time.Second)})
-		if ok := storetesting.Renew(t, s, "a", ttl, items...); slices.Contains(ok, false) {
+		items = append(items, store.RenewItem{Key: key, Epoch: testenv.MustAcquire(t, s, key, "a", ttl, time.Second)})
+		if ok := testenv.Renew(t, s, "a", ttl, items...); slices.Contains(ok, false) {
 			t.Fatalf("renewal %d = %v", i, ok)
 		}
 		s.batchMu.Lock()
@@ -447,7 +447,7 @@ func TestAnOwnersTermsSpreadOverAFewLeasePairsAtMost(t *testing.T) {
 		t.Errorf("%d terms are on %d live leases, want ≤ %d", len(items), len(pairs), maxBatches)
 	}
 	before := revision(t, s)
-	if ok := storetesting.Renew(t, s, "a", ttl, items...); slices.Contains(ok, false) {
+	if ok := testenv.Renew(t, s, "a", ttl, items...); slices.Contains(ok, false) {
 		t.Fatalf("final renewal = %v", ok)
 	}
 	if n := writesSince(t, s, before); n != 0 {
@@ -464,13 +464,13 @@ func TestOverlappingRenewalsAndReleasesOfOneOwner(t *testing.T) {
 	var items []store.RenewItem
 	for i := range 20 {
 		key := fmt.Sprintf("k%02d", i)
-		items = append(items, store.RenewItem{Key: key, Epoch: storetesting.MustAcquire(t, s, key, "a", ttl, time.Second)})
+		items = append(items, store.RenewItem{Key: key, Epoch: testenv.MustAcquire(t, s, key, "a", ttl, time.Second)})
 	}
-	storetesting.Renew(t, s, "a", ttl, items...)
+	testenv.Renew(t, s, "a", ttl, items...)
 	done := make(chan error, 1)
 	go func() {
 		for _, it := range items[:10] {
-			if err := s.Release(storetesting.Context(t), "a", []store.Term{{Key: it.Key, Epoch: it.Epoch}}); err != nil {
+			if err := s.Release(testenv.Context(t), "a", []store.Term{{Key: it.Key, Epoch: it.Epoch}}); err != nil {
 				done <- err
 				return
 			}
@@ -478,21 +478,21 @@ func TestOverlappingRenewalsAndReleasesOfOneOwner(t *testing.T) {
 		done <- nil
 	}()
 	for range 5 {
-		if _, err := s.Renew(storetesting.Context(t), "a", ttl, items); err != nil {
+		if _, err := s.Renew(testenv.Context(t), "a", ttl, items); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	ok := storetesting.Renew(t, s, "a", ttl, items...)
+	ok := testenv.Renew(t, s, "a", ttl, items...)
 	for i, it := range items {
 		if ok[i] != (i >= 10) {
 			t.Errorf("%s after the releases: renewed %t, want %t", it.Key, ok[i], i >= 10)
 		}
 	}
 	before := revision(t, s)
-	storetesting.Renew(t, s, "a", ttl, items[10:]...)
+	testenv.Renew(t, s, "a", ttl, items[10:]...)
 	if n := writesSince(t, s, before); n != 0 {
 		t.Errorf("a steady renewal after the overlap wrote %d times", n)
 	}

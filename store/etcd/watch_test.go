@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tenure-dev/tenure/internal/storetesting"
+	"github.com/tenure-dev/tenure/internal/testenv"
 	"github.com/tenure-dev/tenure/store"
 )
 
@@ -13,17 +13,17 @@ import (
 // starts, so a watch hears nothing.
 func TestRevocationIsNoEvent(t *testing.T) {
 	s := newTestStore(t)
-	ctx, cancel := context.WithCancel(storetesting.Context(t))
+	ctx, cancel := context.WithCancel(testenv.Context(t))
 	defer cancel()
 	ch, err := s.Watch(ctx, "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := storetesting.MustAcquire(t, s, "job", "a", time.Minute, time.Second)
-	if ev := storetesting.NextEvent(t, ch); ev != (store.Event{Kind: store.Acquired, Key: "job", Owner: "a", Epoch: e}) {
+	e := testenv.MustAcquire(t, s, "job", "a", time.Minute, time.Second)
+	if ev := testenv.NextEvent(t, ch); ev != (store.Event{Kind: store.Acquired, Key: "job", Owner: "a", Epoch: e}) {
 		t.Fatalf("event %+v, want a's acquisition", ev)
 	}
-	if ok, err := s.Revoke(storetesting.Context(t), "job"); err != nil || !ok {
+	if ok, err := s.Revoke(testenv.Context(t), "job"); err != nil || !ok {
 		t.Fatalf("Revoke = %t, %v", ok, err)
 	}
 	select {

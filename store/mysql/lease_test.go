@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tenure-dev/tenure/internal/storetesting"
+	"github.com/tenure-dev/tenure/internal/testenv"
 	"github.com/tenure-dev/tenure/store"
 )
 
@@ -25,13 +25,13 @@ func TestRenewalBlockedBehindARowLockStampsExpiryAfterTheWait(t *testing.T) {
 	s := tables.New(t)
 	var items []store.RenewItem
 	for _, k := range []string{"a", "b", "c"} {
-		items = append(items, store.RenewItem{Key: k, Epoch: storetesting.MustAcquire(t, s, k, "o", ttl, grace)})
+		items = append(items, store.RenewItem{Key: k, Epoch: testenv.MustAcquire(t, s, k, "o", ttl, grace)})
 	}
 	const wait = 800 * time.Millisecond
 	unlock := lockKey(t, s, "b")
 	time.AfterFunc(wait, unlock)
 	start := time.Now()
-	got, err := s.Renew(storetesting.Context(t), "o", ttl, items)
+	got, err := s.Renew(testenv.Context(t), "o", ttl, items)
 	if err != nil || !slices.Equal(got, []bool{true, true, true}) {
 		t.Fatalf("Renew = %v, %v", got, err)
 	}
@@ -39,7 +39,7 @@ func TestRenewalBlockedBehindARowLockStampsExpiryAfterTheWait(t *testing.T) {
 		t.Fatal("the renewal did not wait for the lock; the test proves nothing")
 	}
 	// Stamped before the wait, time left would be about ttl-wait.
-	if l := storetesting.LeaseOf(t, s, "b"); l.TimeLeft < ttl-wait/2 {
+	if l := testenv.LeaseOf(t, s, "b"); l.TimeLeft < ttl-wait/2 {
 		t.Fatalf("time left %v after a renewal that waited %v: expiry was stamped before the wait", l.TimeLeft, wait)
 	}
 }
@@ -54,7 +54,7 @@ func TestBatchesLargerThanOneStatementAreSplit(t *testing.T) {
 	var want []bool
 	for i := range 40 {
 		key := fmt.Sprintf("k/%02d", i)
-		epoch := storetesting.MustAcquire(t, s, key, "a", ttl, grace)
+		epoch := testenv.MustAcquire(t, s, key, "a", ttl, grace)
 		if i%7 == 3 {
 			epoch++ // lost: not the store's epoch
 		}
@@ -65,7 +65,7 @@ func TestBatchesLargerThanOneStatementAreSplit(t *testing.T) {
 		items[i], items[j] = items[j], items[i]
 		want[i], want[j] = want[j], want[i]
 	})
-	got, err := s.Renew(storetesting.Context(t), "a", ttl, items)
+	got, err := s.Renew(testenv.Context(t), "a", ttl, items)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,10 +76,10 @@ func TestBatchesLargerThanOneStatementAreSplit(t *testing.T) {
 	for i, it := range items {
 		terms[i] = store.Term{Key: it.Key, Epoch: it.Epoch}
 	}
-	if err := s.Release(storetesting.Context(t), "a", terms); err != nil {
+	if err := s.Release(testenv.Context(t), "a", terms); err != nil {
 		t.Fatal(err)
 	}
-	for i, l := range storetesting.List(t, s, "k/") {
+	for i, l := range testenv.List(t, s, "k/") {
 		if l.Released != (i%7 != 3) {
 			t.Errorf("after release: %+v", l)
 		}
@@ -98,7 +98,7 @@ func TestOverlappingBatchesNeverDeadlock(t *testing.T) {
 	owners := []string{"a", "b", "c", "d"}
 	epochs := make(map[string]int64)
 	for _, k := range keys {
-		epochs[k] = storetesting.MustAcquire(t, s, k, "a", time.Minute, grace)
+		epochs[k] = testenv.MustAcquire(t, s, k, "a", time.Minute, grace)
 	}
 	before := deadlocks(t, s)
 	var wg sync.WaitGroup
@@ -112,7 +112,7 @@ func TestOverlappingBatchesNeverDeadlock(t *testing.T) {
 				for i, k := range order {
 					items[i] = store.RenewItem{Key: k, Epoch: epochs[k]}
 				}
-				if _, err := s.Renew(storetesting.Context(t), owner, time.Minute, items); err != nil {
+				if _, err := s.Renew(testenv.Context(t), owner, time.Minute, items); err != nil {
 					t.Error(err)
 					return
 				}
@@ -129,7 +129,7 @@ func deadlocks(t *testing.T, s *Store) int64 {
 	t.Helper()
 	var name string
 	var n int64
-	err := s.db.QueryRowContext(storetesting.Context(t), "SHOW GLOBAL STATUS LIKE 'Innodb_deadlocks'").Scan(&name, &n)
+	err := s.db.QueryRowContext(testenv.Context(t), "SHOW GLOBAL STATUS LIKE 'Innodb_deadlocks'").Scan(&name, &n)
 	if err != nil {
 		t.Skipf("the server does not count deadlocks: %v", err)
 	}
@@ -137,7 +137,7 @@ func deadlocks(t *testing.T, s *Store) int64 {
 }
 
 func TestTheLastRunningStateOfARepeatedTermIsRecorded(t *testing.T) {
-	storetesting.CheckTheLastRunningStateOfARepeatedTermWins(t, tables.New(t))
+	testenv.CheckTheLastRunningStateOfARepeatedTermWins(t, tables.New(t))
 }
 
 func TestConcurrentFirstCallsCreateTheTableOnce(t *testing.T) {

@@ -11,7 +11,6 @@ import (
 
 	mysqldrv "github.com/go-sql-driver/mysql"
 
-	"github.com/tenure-dev/tenure/internal/storetesting"
 	"github.com/tenure-dev/tenure/internal/testenv"
 	"github.com/tenure-dev/tenure/store"
 	"github.com/tenure-dev/tenure/store/storetest"
@@ -21,7 +20,7 @@ const secret = "S3cr3t-hunter2"
 
 // withPassword returns the test server's URL with a password.
 func withPassword(t *testing.T) *url.URL {
-	u := storetesting.WithPassword(t, testenv.MySQL.URL(t), "root", secret)
+	u := testenv.WithPassword(t, testenv.MySQL.URL(t), "root", secret)
 	q := u.Query()
 	q.Set("timeout", "5s")
 	u.RawQuery = q.Encode()
@@ -30,7 +29,7 @@ func withPassword(t *testing.T) *url.URL {
 
 func TestOpenErrorsNeverShowThePassword(t *testing.T) {
 	closed := withPassword(t)
-	closed.Host = storetesting.ClosedAddr(t)
+	closed.Host = testenv.ClosedAddr(t)
 	// The test server's user has no password (or another one), so the
 	// server refuses this one.
 	says := map[string]string{"closed port": "refused", "wrong password": "Access denied"}
@@ -121,27 +120,27 @@ func TestOpenUsesTheURLsTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	table := storetesting.UniqueName("tenure_test_")
+	table := testenv.UniqueName("tenure_test_")
 	q := u.Query()
 	q.Set("table", table)
 	u.RawQuery = q.Encode()
-	s, err := Open(storetesting.Context(t), u.String(), Options{})
+	s, err := Open(testenv.Context(t), u.String(), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
 	defer func() {
-		if err := dropTable(storetesting.Context(t), s); err != nil {
+		if err := dropTable(testenv.Context(t), s); err != nil {
 			t.Error(err)
 		}
 	}()
 	if s.Table() != table {
 		t.Fatalf("table %q, want %q", s.Table(), table)
 	}
-	storetesting.MustAcquire(t, s, "job", "a", ttl, grace)
+	testenv.MustAcquire(t, s, "job", "a", ttl, grace)
 
-	other := storetesting.UniqueName("tenure_test_")
-	s2, err := Open(storetesting.Context(t), u.String(), Options{Table: other})
+	other := testenv.UniqueName("tenure_test_")
+	s2, err := Open(testenv.Context(t), u.String(), Options{Table: other})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,8 +164,8 @@ func TestTableNamesMustBePlainIdentifiers(t *testing.T) {
 
 func TestTableNameMayBeAReservedWord(t *testing.T) {
 	s := tables.OpenTable(t, "select", true)
-	storetesting.MustAcquire(t, s, "job", "a", ttl, grace)
-	if ls := storetesting.List(t, s, ""); len(ls) != 1 {
+	testenv.MustAcquire(t, s, "job", "a", ttl, grace)
+	if ls := testenv.List(t, s, ""); len(ls) != 1 {
 		t.Fatalf("List = %+v", ls)
 	}
 }
@@ -197,18 +196,18 @@ func openHandle(t *testing.T, params string) *sql.DB {
 }
 
 func TestNewUsesTheCallersHandleAndLeavesItOpen(t *testing.T) {
-	ctx := storetesting.Context(t)
+	ctx := testenv.Context(t)
 	db := openHandle(t, "")
-	s, err := New(db, Options{Table: storetesting.UniqueName("tenure_test_")})
+	s, err := New(db, Options{Table: testenv.UniqueName("tenure_test_")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() {
-		if err := dropTable(storetesting.Context(t), s); err != nil {
+		if err := dropTable(testenv.Context(t), s); err != nil {
 			t.Error(err)
 		}
 	}()
-	storetesting.MustAcquire(t, s, "job", "a", ttl, grace)
+	testenv.MustAcquire(t, s, "job", "a", ttl, grace)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -242,14 +241,14 @@ func TestCallersHandleSettingsChangeNoKeyAndNoClock(t *testing.T) {
 			owner := "owner-" + name
 			var items []store.RenewItem
 			for _, k := range keys {
-				items = append(items, store.RenewItem{Key: k, Epoch: storetesting.MustAcquire(t, s, k, owner, ttl, grace)})
+				items = append(items, store.RenewItem{Key: k, Epoch: testenv.MustAcquire(t, s, k, owner, ttl, grace)})
 			}
-			got, err := s.Renew(storetesting.Context(t), owner, ttl, items)
+			got, err := s.Renew(testenv.Context(t), owner, ttl, items)
 			if err != nil || slices.Contains(got, false) {
 				t.Fatalf("Renew = %v, %v", got, err)
 			}
 			// The reference store reads with its own UTC session.
-			ls := storetesting.List(t, ref, "")
+			ls := testenv.List(t, ref, "")
 			var seen []string
 			for _, l := range ls {
 				if l.Owner != owner {
@@ -266,7 +265,7 @@ func TestCallersHandleSettingsChangeNoKeyAndNoClock(t *testing.T) {
 				t.Errorf("keys stored %q, want %q", seen, want)
 			}
 			for _, p := range []string{"é", "\xc3", "😀", "job "} {
-				for _, l := range storetesting.List(t, s, p) {
+				for _, l := range testenv.List(t, s, p) {
 					if !strings.HasPrefix(l.Key, p) {
 						t.Errorf("List(%q) returned %q", p, l.Key)
 					}
@@ -276,10 +275,10 @@ func TestCallersHandleSettingsChangeNoKeyAndNoClock(t *testing.T) {
 			for i, it := range items {
 				terms[i] = store.Term{Key: it.Key, Epoch: it.Epoch}
 			}
-			if err := s.Release(storetesting.Context(t), owner, terms); err != nil {
+			if err := s.Release(testenv.Context(t), owner, terms); err != nil {
 				t.Fatal(err)
 			}
-			for _, l := range storetesting.List(t, ref, "") {
+			for _, l := range testenv.List(t, ref, "") {
 				if l.Owner == owner && !l.Released {
 					t.Errorf("not released: %+v", l)
 				}

@@ -6,7 +6,6 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/tenure-dev/tenure/internal/storetesting"
 	"github.com/tenure-dev/tenure/internal/testenv"
 	"github.com/tenure-dev/tenure/store"
 )
@@ -16,7 +15,7 @@ func TestMain(m *testing.M) {
 }
 
 // tables opens stores on tables of the test server.
-var tables = storetesting.Tables[*Store]{
+var tables = testenv.Tables[*Store]{
 	Server: testenv.Postgres,
 	Open: func(ctx context.Context, url, table string, migrate bool) (*Store, error) {
 		return Open(ctx, url, Options{Table: table, NoAutoMigrate: !migrate})

@@ -9,7 +9,6 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/tenure-dev/tenure/internal/storetesting"
 	"github.com/tenure-dev/tenure/internal/testenv"
 	"github.com/tenure-dev/tenure/store"
 	"github.com/tenure-dev/tenure/store/storetest"
@@ -20,7 +19,7 @@ const secret = "S3cr3t-hunter2"
 // withPassword returns the test server's URL with a password, in another
 // database when database is not empty.
 func withPassword(t *testing.T, database string) *url.URL {
-	u := storetesting.WithPassword(t, testenv.Postgres.URL(t), "postgres", secret)
+	u := testenv.WithPassword(t, testenv.Postgres.URL(t), "postgres", secret)
 	if database != "" {
 		u.Path = "/" + database
 	}
@@ -32,7 +31,7 @@ func withPassword(t *testing.T, database string) *url.URL {
 
 func TestOpenErrorsNeverShowThePassword(t *testing.T) {
 	closed := withPassword(t, "")
-	closed.Host = storetesting.ClosedAddr(t)
+	closed.Host = testenv.ClosedAddr(t)
 	errs := storetest.CheckOpenRefuses(t, openURL, map[string]string{
 		"closed port":    closed.String(),
 		"wrong database": withPassword(t, "tenure_no_such_database").String(),
@@ -73,24 +72,24 @@ func TestTableNamesMustBePlainIdentifiers(t *testing.T) {
 }
 
 func TestTableNameKeepsItsCase(t *testing.T) {
-	s := tables.OpenTable(t, "Mixed_"+storetesting.UniqueName("tenure_test_"), true)
-	storetesting.MustAcquire(t, s, "job", "a", time.Minute, time.Second)
+	s := tables.OpenTable(t, "Mixed_"+testenv.UniqueName("tenure_test_"), true)
+	testenv.MustAcquire(t, s, "job", "a", time.Minute, time.Second)
 	var n int
-	err := s.pool.QueryRow(storetesting.Context(t), `SELECT count(*) FROM pg_tables WHERE tablename = $1`, s.table).Scan(&n)
+	err := s.pool.QueryRow(testenv.Context(t), `SELECT count(*) FROM pg_tables WHERE tablename = $1`, s.table).Scan(&n)
 	if err != nil || n != 1 {
 		t.Fatalf("table %q not found with its exact name: %d, %v", s.table, n, err)
 	}
 }
 
 func TestNewUsesTheCallersPoolAndLeavesItOpen(t *testing.T) {
-	ctx := storetesting.Context(t)
+	ctx := testenv.Context(t)
 	url := testenv.Postgres.URL(t)
 	pool, err := pgxpool.New(ctx, url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	s, err := New(pool, Options{Table: storetesting.UniqueName("tenure_test_")})
+	s, err := New(pool, Options{Table: testenv.UniqueName("tenure_test_")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +101,7 @@ func TestNewUsesTheCallersPoolAndLeavesItOpen(t *testing.T) {
 	if err := s.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}
-	storetesting.MustAcquire(t, s, "job", "a", time.Minute, time.Second)
+	testenv.MustAcquire(t, s, "job", "a", time.Minute, time.Second)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}

@@ -4,30 +4,30 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tenure-dev/tenure/internal/storetesting"
+	"github.com/tenure-dev/tenure/internal/testenv"
 )
 
 func TestWatchEndsWhenItsConnectionBreaks(t *testing.T) {
 	s := tables.New(t)
-	ch, err := s.Watch(storetesting.Context(t), "")
+	ch, err := s.Watch(testenv.Context(t), "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	var killed int
-	err = s.pool.QueryRow(storetesting.Context(t), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+	err = s.pool.QueryRow(testenv.Context(t), `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
 		WHERE pid <> pg_backend_pid() AND query = $1`, "LISTEN "+s.ident).Scan(&killed)
 	if err != nil || killed != 1 {
 		t.Fatalf("terminated %d listening backends: %v", killed, err)
 	}
-	storetesting.WaitClosed(t, ch)
+	testenv.WaitClosed(t, ch)
 }
 
 func TestWatchDoesNotTakeAConnectionFromThePool(t *testing.T) {
 	s := tables.New(t)
 	for range s.pool.Config().MaxConns + 1 {
-		if _, err := s.Watch(storetesting.Context(t), ""); err != nil {
+		if _, err := s.Watch(testenv.Context(t), ""); err != nil {
 			t.Fatal(err)
 		}
 	}
-	storetesting.MustAcquire(t, s, "job", "a", time.Minute, time.Second)
+	testenv.MustAcquire(t, s, "job", "a", time.Minute, time.Second)
 }

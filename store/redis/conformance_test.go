@@ -4,7 +4,6 @@ import (
 	"context"
 	"testing"
 
-	"github.com/tenure-dev/tenure/internal/storetesting"
 	"github.com/tenure-dev/tenure/internal/testenv"
 	"github.com/tenure-dev/tenure/store"
 	"github.com/tenure-dev/tenure/store/storetest"
@@ -25,7 +24,7 @@ func TestWatch(t *testing.T) {
 // as another process would.
 func anotherClient(t *testing.T, s store.Store) store.Store {
 	url, ns := testenv.Redis.URL(t), s.(*Store).namespace
-	return storetesting.Open(t, func(ctx context.Context) (*Store, error) {
+	return testenv.Open(t, func(ctx context.Context) (*Store, error) {
 		return Open(ctx, url, Options{Namespace: ns})
 	}, nil)
 }

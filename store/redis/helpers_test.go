@@ -12,11 +12,10 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/tenure-dev/tenure/internal/storetesting"
 	"github.com/tenure-dev/tenure/internal/testenv"
 )
 
-func randomNamespace() string { return storetesting.UniqueName("t_") }
+func randomNamespace() string { return testenv.UniqueName("t_") }
 
 // newTestStore opens a store on the shared test Redis in a fresh namespace,
 // deleting the namespace's keys when the test ends.
@@ -24,7 +23,7 @@ func newTestStore(t testing.TB) *Store {
 	t.Helper()
 	url := testenv.Redis.URL(t)
 	ns := randomNamespace()
-	return storetesting.Open(t, func(ctx context.Context) (*Store, error) {
+	return testenv.Open(t, func(ctx context.Context) (*Store, error) {
 		return Open(ctx, url, Options{Namespace: ns})
 	}, func(ctx context.Context, s *Store) error { return dropNamespace(ctx, url, s) })
 }
@@ -57,7 +56,7 @@ func openURL(ctx context.Context, rawURL string) error {
 // freePort returns a TCP port on 127.0.0.1 with nothing listening.
 func freePort(t testing.TB) int {
 	t.Helper()
-	_, port, _ := net.SplitHostPort(storetesting.ClosedAddr(t))
+	_, port, _ := net.SplitHostPort(testenv.ClosedAddr(t))
 	n, err := strconv.Atoi(port)
 	if err != nil {
 		t.Fatal(err)

@@ -8,7 +8,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/tenure-dev/tenure/internal/storetesting"
+	"github.com/tenure-dev/tenure/internal/testenv"
 	"github.com/tenure-dev/tenure/store"
 	"github.com/tenure-dev/tenure/store/storetest"
 )
@@ -23,11 +23,11 @@ func TestEpochsKeepRisingAfterARestartThatLostAllData(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	ctx := storetesting.Context(t)
+	ctx := testenv.Context(t)
 
 	var last int64
 	for i := range 5 {
-		e := storetesting.MustAcquire(t, s, "nightly-report", "worker-1", time.Minute, time.Minute)
+		e := testenv.MustAcquire(t, s, "nightly-report", "worker-1", time.Minute, time.Minute)
 		if e <= last {
 			t.Fatalf("acquisition %d: epoch %d not above %d", i, e, last)
 		}
@@ -41,7 +41,7 @@ func TestEpochsKeepRisingAfterARestartThatLostAllData(t *testing.T) {
 
 	// The same Store and client carry on: go-redis reconnects, and EVALSHA
 	// falls back to EVAL for the emptied script cache.
-	next := storetesting.MustAcquire(t, s, "nightly-report", "worker-2", time.Minute, time.Minute)
+	next := testenv.MustAcquire(t, s, "nightly-report", "worker-2", time.Minute, time.Minute)
 	if next <= last {
 		t.Fatalf("first epoch after the data loss is %d, not above %d from before it: a stale holder could write again", next, last)
 	}
@@ -58,19 +58,19 @@ func TestWatchChannelClosesWhenTheServerGoesAway(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	events, err := s.Watch(storetesting.Context(t), "")
+	events, err := s.Watch(testenv.Context(t), "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	srv.stop()
 	// A closed channel tells the engine to poll and watch again; events
 	// published while nobody listened are gone.
-	storetesting.WaitClosed(t, events)
+	testenv.WaitClosed(t, events)
 }
 
 func TestOpenErrorsNeverShowThePassword(t *testing.T) {
 	const password = "hunter2-s3cret"
-	addr := storetesting.ClosedAddr(t)
+	addr := testenv.ClosedAddr(t)
 	errs := storetest.CheckOpenRefuses(t, openURL, map[string]string{
 		"closed port":      "redis://app:" + password + "@" + addr + "/0?dial_timeout=200ms&max_retries=-1",
 		"closed port, TLS": "rediss://:" + password + "@" + addr + "/0?dial_timeout=200ms&max_retries=-1",
@@ -98,7 +98,7 @@ func TestCloseLeavesAGivenClientOpen(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Ping(storetesting.Context(t)).Err(); err != nil {
+	if err := c.Ping(testenv.Context(t)).Err(); err != nil {
 		t.Fatalf("the caller's client stopped working after Store.Close: %v", err)
 	}
 }
@@ -118,7 +118,7 @@ func startCluster(t *testing.T) *goredis.ClusterClient {
 	t.Helper()
 	srv := startRedis(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
 	node := srv.client()
-	ctx := storetesting.Context(t)
+	ctx := testenv.Context(t)
 	slots := make([]int, 16384)
 	for i := range slots {
 		slots[i] = i
@@ -160,7 +160,7 @@ func TestConformanceOnCluster(t *testing.T) {
 		Advance: storetest.Sleep,
 		Unit:    200 * time.Millisecond,
 		LockKey: func(t *testing.T, s store.Store, _ string) func() {
-			ctx := storetesting.Context(t)
+			ctx := testenv.Context(t)
 			// The pause's own timeout frees the node should the test die.
 			if err := c.Do(ctx, "CLIENT", "PAUSE", "30000", "WRITE").Err(); err != nil {
 				t.Fatalf("CLIENT PAUSE: %v", err)

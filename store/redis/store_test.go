@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tenure-dev/tenure/internal/storetesting"
+	"github.com/tenure-dev/tenure/internal/testenv"
 	"github.com/tenure-dev/tenure/store"
 )
 
@@ -15,12 +15,12 @@ const unit = 200 * time.Millisecond
 
 func TestFirstEpochIsAtLeastTheServerClockInMicroseconds(t *testing.T) {
 	s := newTestStore(t)
-	ctx := storetesting.Context(t)
+	ctx := testenv.Context(t)
 	now, err := s.client.Time(ctx).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
-	epoch := storetesting.MustAcquire(t, s, "job", "a", unit, unit)
+	epoch := testenv.MustAcquire(t, s, "job", "a", unit, unit)
 	if epoch < now.UnixMicro() {
 		t.Fatalf("epoch %d is below server time %d µs", epoch, now.UnixMicro())
 	}
@@ -31,9 +31,9 @@ func TestFirstEpochIsAtLeastTheServerClockInMicroseconds(t *testing.T) {
 
 func TestOwnersMayHoldCommasAndSpaces(t *testing.T) {
 	s := newTestStore(t)
-	ctx := storetesting.Context(t)
+	ctx := testenv.Context(t)
 	const owner = "host-1, pid 42,0,1,"
-	epoch := storetesting.MustAcquire(t, s, "job", owner, time.Minute, 0)
+	epoch := testenv.MustAcquire(t, s, "job", owner, time.Minute, 0)
 	got, err := s.Renew(ctx, owner, time.Minute, []store.RenewItem{{Key: "job", Epoch: epoch, Running: true}})
 	if err != nil || !got[0] {
 		t.Fatalf("Renew = %v, %v", got, err)
@@ -46,13 +46,13 @@ func TestOwnersMayHoldCommasAndSpaces(t *testing.T) {
 
 func TestLargeBatchesRenewAndReleaseEveryTerm(t *testing.T) {
 	s := newTestStore(t)
-	ctx := storetesting.Context(t)
+	ctx := testenv.Context(t)
 	n := 2*maxBatch + 7 // three script calls in one pipeline
 	items := make([]store.RenewItem, n)
 	terms := make([]store.Term, n)
 	for i := range n {
 		key := fmt.Sprintf("k%05d", i)
-		epoch := storetesting.MustAcquire(t, s, key, "me", time.Minute, time.Minute)
+		epoch := testenv.MustAcquire(t, s, key, "me", time.Minute, time.Minute)
 		if i%3 == 0 {
 			epoch++ // every third is stale
 		}
@@ -95,10 +95,10 @@ func TestListReadsEveryPageOfALargeNamespace(t *testing.T) {
 	var want []string
 	for _, i := range []int{0, 1, 2, 3, 4, 5, 6, 7, 8, 10} {
 		key := fmt.Sprintf("p/%02d", i)
-		storetesting.MustAcquire(t, s, key, "a", time.Minute, 0)
+		testenv.MustAcquire(t, s, key, "a", time.Minute, 0)
 		want = append(want, key)
 	}
-	storetesting.MustAcquire(t, s, "q", "a", time.Minute, 0)
+	testenv.MustAcquire(t, s, "q", "a", time.Minute, 0)
 	for _, tc := range []struct {
 		prefix string
 		want   []string
@@ -107,7 +107,7 @@ func TestListReadsEveryPageOfALargeNamespace(t *testing.T) {
 		{"p/0", want[:9]}, // exactly three full pages
 		{"", append(slices.Clone(want), "q")},
 	} {
-		leases, err := s.List(storetesting.Context(t), tc.prefix)
+		leases, err := s.List(testenv.Context(t), tc.prefix)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -123,7 +123,7 @@ func TestListReadsEveryPageOfALargeNamespace(t *testing.T) {
 
 func TestNamespacesMustBePlainIdentifiers(t *testing.T) {
 	s := newTestStore(t)
-	storetesting.CheckBadNamesAreRefused(t, func(name string) error {
+	testenv.CheckBadNamesAreRefused(t, func(name string) error {
 		_, err := New(s.client, Options{Namespace: name})
 		return err
 	})
@@ -132,9 +132,9 @@ func TestNamespacesMustBePlainIdentifiers(t *testing.T) {
 func TestNamespacesAreIsolatedAndShareOneHashSlotEach(t *testing.T) {
 	a := newTestStore(t)
 	b := newTestStore(t)
-	storetesting.MustAcquire(t, a, "job", "x", time.Minute, 0)
-	storetesting.MustAcquire(t, b, "job", "y", time.Minute, 0)
-	la, _ := a.List(storetesting.Context(t), "")
+	testenv.MustAcquire(t, a, "job", "x", time.Minute, 0)
+	testenv.MustAcquire(t, b, "job", "y", time.Minute, 0)
+	la, _ := a.List(testenv.Context(t), "")
 	if len(la) != 1 || la[0].Owner != "x" {
 		t.Fatalf("namespace a sees %+v", la)
 	}

@@ -12,7 +12,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/tenure-dev/tenure/internal/storetesting"
+	"github.com/tenure-dev/tenure/internal/testenv"
 	"github.com/tenure-dev/tenure/store"
 )
 
@@ -51,12 +51,12 @@ func acquire(t testing.TB, s *Store, key, owner string, ttl, grace time.Duration
 
 func mustAcquire(t testing.TB, s *Store, key, owner string) int64 {
 	t.Helper()
-	return storetesting.MustAcquire(t, s, key, owner, time.Minute, time.Second)
+	return testenv.MustAcquire(t, s, key, owner, time.Minute, time.Second)
 }
 
 // The Renew documentation promises it.
 func TestTheLastRunningStateOfARepeatedTermIsRecorded(t *testing.T) {
-	storetesting.CheckTheLastRunningStateOfARepeatedTermWins(t, openTemp(t, Options{}))
+	testenv.CheckTheLastRunningStateOfARepeatedTermWins(t, openTemp(t, Options{}))
 }
 
 // lockDatabase holds SQLite's write lock (BEGIN IMMEDIATE) until unlock.
@@ -104,7 +104,7 @@ func TestDatabaseRunsInWALMode(t *testing.T) {
 
 func TestTableNameIsValidated(t *testing.T) {
 	dir := t.TempDir()
-	storetesting.CheckBadNamesAreRefused(t, func(name string) error {
+	testenv.CheckBadNamesAreRefused(t, func(name string) error {
 		s, err := Open(context.Background(), filepath.Join(dir, "x.db"), Options{Table: name})
 		if err == nil {
 			s.Close()
@@ -162,7 +162,7 @@ func TestOpenCreatesAPrivateParentDirectory(t *testing.T) {
 func TestReadOnlyNeverCreatesTheFileOrTheTableAndRefusesWrites(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "typo", "leases.db")
-	storetesting.CheckReadOnlyOpenCreatesNothing(t,
+	testenv.CheckReadOnlyOpenCreatesNothing(t,
 		func(ctx context.Context) (store.Store, error) { return Open(ctx, path, Options{ReadOnly: true}) },
 		func() store.Store {
 			if entries, _ := os.ReadDir(dir); len(entries) != 0 {

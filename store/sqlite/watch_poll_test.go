@@ -14,7 +14,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/tenure-dev/tenure/internal/storetesting"
+	"github.com/tenure-dev/tenure/internal/testenv"
 	"github.com/tenure-dev/tenure/store"
 )
 
@@ -160,7 +160,7 @@ func TestForeignChangesArriveOnceAndOwnChangesAreNotRepeated(t *testing.T) {
 	}
 
 	mine := mustAcquire(t, here, "job/mine", "here")
-	if ev := storetesting.NextEvent(t, evs); ev != (store.Event{Kind: store.Acquired, Key: "job/mine", Owner: "here", Epoch: mine}) {
+	if ev := testenv.NextEvent(t, evs); ev != (store.Event{Kind: store.Acquired, Key: "job/mine", Owner: "here", Epoch: mine}) {
 		t.Fatalf("own acquisition: %+v", ev)
 	}
 	quiet(t, evs, 100*time.Millisecond) // the poller saw the row and skipped it
@@ -173,7 +173,7 @@ func TestForeignChangesArriveOnceAndOwnChangesAreNotRepeated(t *testing.T) {
 		{Kind: store.Acquired, Key: "job/b", Owner: "there", Epoch: b},
 	}
 	for _, w := range want {
-		if ev := storetesting.NextEvent(t, evs); ev != w {
+		if ev := testenv.NextEvent(t, evs); ev != w {
 			t.Fatalf("got %+v, want %+v", ev, w)
 		}
 	}
@@ -190,7 +190,7 @@ func TestForeignChangesArriveOnceAndOwnChangesAreNotRepeated(t *testing.T) {
 	if err := there.Release(ctx, "there", []store.Term{{Key: "job/a", Epoch: a}, {Key: "job/b", Epoch: b}}); err != nil {
 		t.Fatal(err)
 	}
-	got := []store.Event{storetesting.NextEvent(t, evs), storetesting.NextEvent(t, evs)}
+	got := []store.Event{testenv.NextEvent(t, evs), testenv.NextEvent(t, evs)}
 	slices.SortFunc(got, func(x, y store.Event) int { return bytes.Compare([]byte(x.Key), []byte(y.Key)) })
 	if got[0] != (store.Event{Kind: store.Released, Key: "job/a", Owner: "there", Epoch: a}) ||
 		got[1] != (store.Event{Kind: store.Released, Key: "job/b", Owner: "there", Epoch: b}) {
@@ -305,7 +305,7 @@ func TestNegativeWatchPollLeavesOtherProcessesUnwatched(t *testing.T) {
 	quiet(t, evs, 150*time.Millisecond)
 	// In-process changes still arrive.
 	e := mustAcquire(t, s, "mine", "here")
-	if ev := storetesting.NextEvent(t, evs); ev != (store.Event{Kind: store.Acquired, Key: "mine", Owner: "here", Epoch: e}) {
+	if ev := testenv.NextEvent(t, evs); ev != (store.Event{Kind: store.Acquired, Key: "mine", Owner: "here", Epoch: e}) {
 		t.Fatalf("own acquisition: %+v", ev)
 	}
 }
@@ -361,7 +361,7 @@ VALUES (?1, 'old', 1, ` + nowUS + ` + 60000000, 0, 1, ` + nowUS + `)`
 	}
 	quiet(t, evs, 100*time.Millisecond)
 	e := mustAcquire(t, openForeign(t, path), "new-writer", "there")
-	if ev := storetesting.NextEvent(t, evs); ev != (store.Event{Kind: store.Acquired, Key: "new-writer", Owner: "there", Epoch: e}) {
+	if ev := testenv.NextEvent(t, evs); ev != (store.Event{Kind: store.Acquired, Key: "new-writer", Owner: "there", Epoch: e}) {
 		t.Fatalf("event after migration: %+v", ev)
 	}
 }

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tenure-dev/tenure/internal/storetesting"
+	"github.com/tenure-dev/tenure/internal/testenv"
 	"github.com/tenure-dev/tenure/store"
 )
 
@@ -21,6 +21,6 @@ func TestWatchesOfAnotherTableInTheFileHearNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := mustAcquire(t, a, "job/1", "a")
-	storetesting.Release(t, a, "a", store.Term{Key: "job/1", Epoch: e})
+	testenv.Release(t, a, "a", store.Term{Key: "job/1", Epoch: e})
 	quiet(t, evs, 100*time.Millisecond)
 }

@@ -1,4 +1,4 @@
-package storetesting
+package testenv
 
 import (
 	"net/url"

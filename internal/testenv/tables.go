@@ -1,11 +1,10 @@
-package storetesting
+package testenv
 
 import (
 	"context"
 	"testing"
 	"time"
 
-	"github.com/tenure-dev/tenure/internal/testenv"
 	"github.com/tenure-dev/tenure/store"
 )
 
@@ -16,7 +15,7 @@ type Tables[S interface {
 	store.Migrator
 	Close() error
 }] struct {
-	Server testenv.Server
+	Server Server
 
 	// Open opens a store on table of the server at url. With migrate
 	// false the store never creates its table on first use.

@@ -1,10 +1,10 @@
-// Package storetesting is the scaffolding the lease stores' tests share:
-// names no other test uses, bounded contexts, stores closed and cleaned up
-// when a test ends, and one-line store calls that fail the test on error.
-//
-// What every store must do is tested by store/storetest; this package only
-// saves the backends' own tests from writing the same plumbing again.
-package storetesting
+// The scaffolding the lease stores' tests share: names no other test uses,
+// bounded contexts, stores closed and cleaned up when a test ends, and
+// one-line store calls that fail the test on error. What every store must
+// do is tested by store/storetest; this only saves the backends' own tests
+// from writing the same plumbing again.
+
+package testenv
 
 import (
 	"context"
