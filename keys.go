@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/tenure-dev/tenure/internal/poolkey"
+	"github.com/tenure-dev/tenure/internal/engine/poolkey"
 	"github.com/tenure-dev/tenure/store"
 )
 

@@ -7,9 +7,9 @@ import (
 	"math"
 	"time"
 
-	"github.com/tenure-dev/tenure/internal/balance"
-	"github.com/tenure-dev/tenure/internal/poolcoord"
-	"github.com/tenure-dev/tenure/internal/poolkey"
+	"github.com/tenure-dev/tenure/internal/engine/balance"
+	"github.com/tenure-dev/tenure/internal/engine/poolcoord"
+	"github.com/tenure-dev/tenure/internal/engine/poolkey"
 	"github.com/tenure-dev/tenure/store"
 )
 

@@ -4,7 +4,7 @@ import (
 	"context"
 	"time"
 
-	"github.com/tenure-dev/tenure/internal/hold"
+	"github.com/tenure-dev/tenure/internal/engine/hold"
 	"github.com/tenure-dev/tenure/store"
 )
 

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/tenure-dev/tenure/internal/hold"
+	"github.com/tenure-dev/tenure/internal/engine/hold"
 )
 
 // shutdown stops every runner, waits up to StopTimeout, and releases the

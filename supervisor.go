@@ -8,8 +8,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/tenure-dev/tenure/internal/clock"
-	"github.com/tenure-dev/tenure/internal/hold"
+	"github.com/tenure-dev/tenure/internal/engine/clock"
+	"github.com/tenure-dev/tenure/internal/engine/hold"
 	"github.com/tenure-dev/tenure/store"
 )
 

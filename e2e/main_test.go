@@ -4,7 +4,7 @@
 // push channels, handoffs between two processes sharing an SQLite file,
 // and the benchmarks behind BENCHMARKS.md.
 //
-// PostgreSQL and Redis come from internal/testenv: the tests skip when the
+// PostgreSQL and Redis come from internal/harness/testenv: the tests skip when the
 // servers are not reachable, and fail instead under CI=true.
 package e2e_test
 

@@ -19,8 +19,8 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/tenure-dev/tenure"
-	"github.com/tenure-dev/tenure/internal/storeurl"
-	"github.com/tenure-dev/tenure/internal/testenv"
+	"github.com/tenure-dev/tenure/internal/cli/storeurl"
+	"github.com/tenure-dev/tenure/internal/harness/testenv"
 	"github.com/tenure-dev/tenure/store"
 )
 

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tenure-dev/tenure/internal/testenv"
+	"github.com/tenure-dev/tenure/internal/harness/testenv"
 )
 
 // A frozen tenure (SIGSTOP here; a starved or deadlocked process is the

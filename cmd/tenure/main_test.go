@@ -20,7 +20,7 @@ import (
 	"time"
 
 	"github.com/tenure-dev/tenure"
-	"github.com/tenure-dev/tenure/internal/testenv"
+	"github.com/tenure-dev/tenure/internal/harness/testenv"
 )
 
 // tenureBin is the binary under test, built by TestMain.

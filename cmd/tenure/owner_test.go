@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tenure-dev/tenure/internal/storeurl"
-	"github.com/tenure-dev/tenure/internal/testenv"
+	"github.com/tenure-dev/tenure/internal/cli/storeurl"
+	"github.com/tenure-dev/tenure/internal/harness/testenv"
 )
 
 func TestTwoReplicasGivenOneOwnerNameRunTheCommandOneAtATimeOnSQLite(t *testing.T) {

@@ -15,9 +15,9 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
-	"github.com/tenure-dev/tenure/internal/chaos"
-	"github.com/tenure-dev/tenure/internal/child"
-	"github.com/tenure-dev/tenure/internal/storeurl"
+	"github.com/tenure-dev/tenure/internal/cli/child"
+	"github.com/tenure-dev/tenure/internal/cli/storeurl"
+	"github.com/tenure-dev/tenure/internal/harness/chaos"
 	"github.com/tenure-dev/tenure/store"
 )
 

@@ -14,8 +14,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/tenure-dev/tenure"
-	"github.com/tenure-dev/tenure/internal/child"
-	"github.com/tenure-dev/tenure/internal/storeurl"
+	"github.com/tenure-dev/tenure/internal/cli/child"
+	"github.com/tenure-dev/tenure/internal/cli/storeurl"
 )
 
 func testEnv(vars map[string]string) (*env, *bytes.Buffer, *bytes.Buffer) {

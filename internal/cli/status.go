@@ -15,8 +15,8 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
-	"github.com/tenure-dev/tenure/internal/poolkey"
-	"github.com/tenure-dev/tenure/internal/storeurl"
+	"github.com/tenure-dev/tenure/internal/cli/storeurl"
+	"github.com/tenure-dev/tenure/internal/engine/poolkey"
 	"github.com/tenure-dev/tenure/store"
 )
 
@@ -138,7 +138,7 @@ func writeTable(w io.Writer, leases []store.Lease) {
 	tw.Flush()
 }
 
-// worker is a pool member's lease (see internal/poolkey).
+// worker is a pool member's lease (see internal/engine/poolkey).
 type worker struct {
 	m     poolkey.Member
 	lease store.Lease

@@ -10,8 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/tenure-dev/tenure/internal/chaos"
-	"github.com/tenure-dev/tenure/internal/storeurl"
+	"github.com/tenure-dev/tenure/internal/cli/storeurl"
+	"github.com/tenure-dev/tenure/internal/harness/chaos"
 )
 
 // replicaCommand is the name of the hidden subcommand that chaos.Run

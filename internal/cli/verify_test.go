@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/tenure-dev/tenure/internal/storeurl"
+	"github.com/tenure-dev/tenure/internal/cli/storeurl"
 )
 
 func TestVerifyRefusesAFaultKindItCannotInject(t *testing.T) {

@@ -11,7 +11,7 @@ import (
 
 	mysqldrv "github.com/go-sql-driver/mysql"
 
-	"github.com/tenure-dev/tenure/internal/testenv"
+	"github.com/tenure-dev/tenure/internal/harness/testenv"
 	"github.com/tenure-dev/tenure/store"
 	"github.com/tenure-dev/tenure/store/storetest"
 )

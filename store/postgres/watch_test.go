@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tenure-dev/tenure/internal/testenv"
+	"github.com/tenure-dev/tenure/internal/harness/testenv"
 )
 
 func TestWatchEndsWhenItsConnectionBreaks(t *testing.T) {

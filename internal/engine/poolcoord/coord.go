@@ -1,0 +1,273 @@
+// Package poolcoord is a pool's coordinator: the part of the engine that
+// decides which of a pool's keys this worker claims and which it gives
+// back. It owns the pool's key set, its layout in the lease table (through
+// package poolkey) and its balance policy; it makes no store call and
+// starts nothing. Each round the engine hands it the holder's view of the
+// lease table and gets back the lease keys to claim and to release; the
+// engine acquires, runs, stops and releases them like any other key.
+//
+// The pool simulator (internal/harness/poolsim) drives this same type, so its
+// tables describe the engine that ships.
+package poolcoord
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/tenure-dev/tenure/internal/engine/balance"
+	"github.com/tenure-dev/tenure/internal/engine/poolkey"
+	"github.com/tenure-dev/tenure/store"
+)
+
+// Config describes one worker's membership in one pool.
+type Config struct {
+	// Prefix is the namespace every lease key lives under (Config.Prefix).
+	Prefix string
+	// Pool is the pool's name, already validated.
+	Pool string
+	// Self is this worker's owner id, as the store sees it.
+	Self string
+	// Weight is this worker's finite positive weight.
+	Weight float64
+	// NameOf maps an owner id to the name its key preferences are hashed
+	// from, so a restarted worker is preferred for the keys it had.
+	// Default: the id itself.
+	NameOf func(owner string) string
+	// Policy plans each round.
+	Policy balance.Policy
+}
+
+// Coordinator is one pool as one worker coordinates it. It is not safe for
+// concurrent use: the engine calls it under its own lock.
+type Coordinator struct {
+	cfg           Config
+	keysPrefix    string
+	membersPrefix string
+	memberKey     string
+
+	keys    []string // latest from the source, without repeats; nil until first loaded
+	keySet  map[string]bool
+	dups    int // keys the source listed more than once, last time
+	lastErr error
+
+	plan     balance.Plan
+	badPeers map[string]bool // membership keys already reported malformed
+}
+
+// New returns the coordinator of cfg, or an error if this worker's
+// membership key cannot be stored.
+func New(cfg Config) (*Coordinator, error) {
+	if cfg.NameOf == nil {
+		cfg.NameOf = func(owner string) string { return owner }
+	}
+	member := poolkey.Member{Prefix: cfg.Prefix, Pool: cfg.Pool, Owner: cfg.Self, Weight: cfg.Weight}.Key()
+	if err := store.ValidateKey(member); err != nil {
+		return nil, fmt.Errorf("owner id too long for a membership key: %w", err)
+	}
+	return &Coordinator{
+		cfg:           cfg,
+		keysPrefix:    poolkey.KeysPrefix(cfg.Prefix, cfg.Pool),
+		membersPrefix: poolkey.MembersPrefix(cfg.Prefix, cfg.Pool),
+		memberKey:     member,
+		badPeers:      make(map[string]bool),
+	}, nil
+}
+
+// MemberKey is this worker's membership lease key: held like any other
+// lease, its running flag saying the worker is not draining.
+func (c *Coordinator) MemberKey() string { return c.memberKey }
+
+// LeaseKey is the lease key of the pool's key k.
+func (c *Coordinator) LeaseKey(k string) string { return c.keysPrefix + k }
+
+// PoolKey is the source's key leased as leaseKey, if it is one of the
+// pool's current keys.
+func (c *Coordinator) PoolKey(leaseKey string) (string, bool) {
+	k, ok := c.poolKey(leaseKey)
+	return k, ok && c.keySet[k]
+}
+
+func (c *Coordinator) poolKey(leaseKey string) (string, bool) {
+	if len(leaseKey) <= len(c.keysPrefix) || leaseKey[:len(c.keysPrefix)] != c.keysPrefix {
+		return "", false
+	}
+	return leaseKey[len(c.keysPrefix):], true
+}
+
+func (c *Coordinator) isMember(leaseKey string) bool {
+	return len(leaseKey) > len(c.membersPrefix) && leaseKey[:len(c.membersPrefix)] == c.membersPrefix
+}
+
+// Concerns reports whether a change to leaseKey can change this pool's
+// plan: it is one of its current keys or a membership.
+func (c *Coordinator) Concerns(leaseKey string) bool {
+	_, ok := c.PoolKey(leaseKey)
+	return ok || c.isMember(leaseKey)
+}
+
+// Wants reports whether leaseKey is one of the pool's keys the source
+// still lists; a key that left the source is stopped and released.
+func (c *Coordinator) Wants(leaseKey string) bool {
+	_, ok := c.PoolKey(leaseKey)
+	return ok
+}
+
+// Loaded reports whether the source has been read successfully once.
+func (c *Coordinator) Loaded() bool { return c.keys != nil }
+
+// SetKeys replaces the pool's keys with a fresh read of its source. Each
+// key is validated, also as leased in the pool's namespace, and repeats
+// are dropped, keeping the first: a key listed twice would otherwise be
+// planned twice and bounce between workers forever. On error the previous
+// set stays in force. newDups reports a change in how many repeats the
+// source lists, worth a warning.
+func (c *Coordinator) SetKeys(keys []string) (dups int, newDups bool, err error) {
+	set := make(map[string]bool, len(keys))
+	uniq := make([]string, 0, len(keys))
+	for _, k := range keys {
+		if err := store.ValidateKey(k); err != nil {
+			c.lastErr = err
+			return 0, false, err
+		}
+		if err := store.ValidateKey(c.LeaseKey(k)); err != nil {
+			err = fmt.Errorf("key %q of pool %s is too long once in the pool's namespace: %w", k, c.cfg.Pool, err)
+			c.lastErr = err
+			return 0, false, err
+		}
+		if set[k] {
+			dups++
+			continue
+		}
+		set[k] = true
+		uniq = append(uniq, k)
+	}
+	newDups = dups > 0 && dups != c.dups
+	c.keys, c.keySet, c.dups, c.lastErr = uniq, set, dups, nil
+	return dups, newDups, nil
+}
+
+// SourceFailed records a failed read of the source; the last good key set
+// stays in force.
+func (c *Coordinator) SourceFailed(err error) { c.lastErr = err }
+
+// Entry is one lease as the holder sees it: a live lease, or one whose
+// holder's term ended less than grace ago (still blocked for everyone
+// else), with the owner's running flag.
+type Entry struct {
+	Key, Owner    string
+	Live, Running bool
+}
+
+// Self is this worker's own standing in the pool this round.
+type Self struct {
+	// Member: it holds its membership lease.
+	Member bool
+	// Settled: it has held membership for a round, so it has seen the
+	// peers that started with it. It claims nothing before.
+	Settled bool
+	// HeldSince says when this worker acquired a key it holds.
+	HeldSince func(leaseKey string) (time.Time, bool)
+}
+
+// Round is what the engine does for the pool this round.
+type Round struct {
+	// Claim and Release are lease keys, best first.
+	Claim, Release []string
+	// Recheck, when not zero, is when to plan again before the next round.
+	Recheck time.Time
+	// Malformed are membership keys first seen this round whose weight
+	// cannot be read: the peer is ignored; the engine logs each once.
+	Malformed []string
+}
+
+// Plan takes the holder's view of the lease table — each entry passed to
+// the yield of table — and plans this worker's round.
+func (c *Coordinator) Plan(now time.Time, self Self, table func(yield func(Entry))) Round {
+	if c.keys == nil {
+		return Round{}
+	}
+	view := balance.View{Self: c.cfg.Self, Now: now, Keys: c.keys, Owner: make(map[string]string), HeldSince: make(map[string]time.Time)}
+	var out Round
+	// A key whose holder crashed is still blocked during grace: counting
+	// it as owned keeps the first worker around from taking keys it does
+	// not prefer before their preferred worker can.
+	table(func(e Entry) {
+		if c.isMember(e.Key) {
+			if e.Live {
+				c.addWorker(&view, &out, e, self.Member)
+			}
+			return
+		}
+		if k, ok := c.PoolKey(e.Key); ok {
+			view.Owner[k] = e.Owner
+		}
+	})
+	for k, owner := range view.Owner {
+		if owner != c.cfg.Self || self.HeldSince == nil {
+			continue
+		}
+		if t, ok := self.HeldSince(c.LeaseKey(k)); ok {
+			view.HeldSince[k] = t
+		}
+	}
+	c.plan = balance.Plan{}
+	if self.Settled {
+		c.plan = c.cfg.Policy.Plan(view)
+	}
+	out.Recheck = c.plan.Recheck
+	for _, k := range c.plan.Claim {
+		out.Claim = append(out.Claim, c.LeaseKey(k))
+	}
+	for _, k := range c.plan.Release {
+		out.Release = append(out.Release, c.LeaseKey(k))
+	}
+	return out
+}
+
+// addWorker adds a live membership to the view, or reports it malformed.
+// This worker drains once it no longer holds its own membership; a peer
+// drains when its membership's running flag is off.
+func (c *Coordinator) addWorker(view *balance.View, out *Round, e Entry, member bool) {
+	m, err := poolkey.ParseMember(e.Key)
+	if err != nil || m.Owner != e.Owner {
+		if !c.badPeers[e.Key] {
+			c.badPeers[e.Key] = true
+			out.Malformed = append(out.Malformed, e.Key)
+		}
+		return
+	}
+	w := balance.Worker{ID: e.Owner, Name: c.cfg.NameOf(e.Owner), Weight: m.Weight, Draining: !e.Running}
+	if e.Owner == c.cfg.Self {
+		w.Draining = !member
+	}
+	view.Workers = append(view.Workers, w)
+}
+
+// Status is the pool as this worker last saw it.
+type Status struct {
+	Name    string
+	Keys    int
+	Held    int
+	Target  int
+	Cap     int
+	Workers map[string]int // live worker → keys it holds
+	Error   error          // the last failed read of the source, if the latest failed
+}
+
+// Status counts the pool's keys per live worker in the table.
+func (c *Coordinator) Status(table func(yield func(Entry))) Status {
+	st := Status{Name: c.cfg.Pool, Keys: len(c.keys), Target: c.plan.Target, Cap: c.plan.Cap, Workers: map[string]int{}, Error: c.lastErr}
+	table(func(e Entry) {
+		if c.isMember(e.Key) {
+			if m, err := poolkey.ParseMember(e.Key); err == nil && m.Owner == e.Owner {
+				st.Workers[e.Owner] += 0
+			}
+		} else if _, ok := c.PoolKey(e.Key); ok {
+			st.Workers[e.Owner]++
+			if e.Owner == c.cfg.Self {
+				st.Held++
+			}
+		}
+	})
+	return st
+}

@@ -1,0 +1,150 @@
+package poolcoord
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/tenure-dev/tenure/internal/engine/balance"
+	"github.com/tenure-dev/tenure/internal/engine/poolkey"
+	"github.com/tenure-dev/tenure/store"
+)
+
+func newCoord(t *testing.T, self string) *Coordinator {
+	t.Helper()
+	c, err := New(Config{Prefix: "app/", Pool: "mail", Self: self, Weight: 1, Policy: balance.NewBalanced(balance.Config{})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func tableOf(entries ...Entry) func(func(Entry)) {
+	return func(yield func(Entry)) {
+		for _, e := range entries {
+			yield(e)
+		}
+	}
+}
+
+func member(owner, weight string) Entry {
+	return Entry{Key: "app/~workers/mail/" + owner + "@" + weight, Owner: owner, Live: true, Running: true}
+}
+
+func TestTheLayoutIsThePoolsNamespace(t *testing.T) {
+	c := newCoord(t, "w1")
+	want := poolkey.Member{Prefix: "app/", Pool: "mail", Owner: "w1", Weight: 1}.Key()
+	if got := c.MemberKey(); got != want {
+		t.Errorf("MemberKey = %q, want %q", got, want)
+	}
+	if _, _, err := c.SetKeys([]string{"a", "b"}); err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]bool{
+		"app/~pool/mail/a":        true,
+		"app/~pool/mail/c":        false, // not in the source
+		"app/~pool/other/a":       false, // another pool's key of the same name
+		"a":                       false, // a singleton
+		"app/~workers/mail/w2@1":  true,
+		"app/~workers/other/w2@1": false,
+	} {
+		if got := c.Concerns(key); got != want {
+			t.Errorf("Concerns(%q) = %v, want %v", key, got, want)
+		}
+	}
+	if k, ok := c.PoolKey(c.LeaseKey("b")); !ok || k != "b" {
+		t.Errorf("PoolKey(LeaseKey(b)) = %q, %v", k, ok)
+	}
+}
+
+func TestASourceIsDeduplicatedAndABadReadKeepsTheLastGoodSet(t *testing.T) {
+	c := newCoord(t, "w1")
+	if c.Loaded() {
+		t.Fatal("loaded before any read")
+	}
+	dups, newDups, err := c.SetKeys([]string{"a", "b", "a", "a"})
+	if err != nil || dups != 2 || !newDups {
+		t.Fatalf("SetKeys = %d, %v, %v; want 2 repeats, newly", dups, newDups, err)
+	}
+	if _, newDups, _ := c.SetKeys([]string{"a", "b", "a", "a"}); newDups {
+		t.Error("the same repeats reported twice")
+	}
+	if _, _, err := c.SetKeys([]string{"ok", ""}); !errors.Is(err, store.ErrInvalidKey) {
+		t.Fatalf("SetKeys with an empty key: %v", err)
+	}
+	if !c.Wants(c.LeaseKey("b")) || c.Wants(c.LeaseKey("ok")) {
+		t.Error("a failed read replaced the key set")
+	}
+	if st := c.Status(tableOf()); st.Keys != 2 || st.Error == nil {
+		t.Errorf("Status = %+v; want 2 keys and the read's error", st)
+	}
+}
+
+func TestAWorkerClaimsOnlyOnceSettledAndCountsKeysInGraceAsOwned(t *testing.T) {
+	c := newCoord(t, "w1")
+	now := time.Unix(1_700_000_000, 0)
+	if r := c.Plan(now, Self{Member: true, Settled: true}, tableOf(member("w1", "1"))); len(r.Claim) != 0 {
+		t.Fatalf("planned %v before the source was read", r.Claim)
+	}
+	keys := []string{"a", "b", "c", "d"}
+	if _, _, err := c.SetKeys(keys); err != nil {
+		t.Fatal(err)
+	}
+	table := tableOf(member("w1", "1"),
+		// b's holder crashed and is in grace: not free.
+		Entry{Key: "app/~pool/mail/b", Owner: "gone", Live: false, Running: true},
+		// The same name in another pool says nothing about this one.
+		Entry{Key: "app/~pool/other/c", Owner: "x", Live: true, Running: true})
+	if r := c.Plan(now, Self{Member: true}, table); len(r.Claim) != 0 {
+		t.Fatalf("claimed %v before membership settled", r.Claim)
+	}
+	r := c.Plan(now, Self{Member: true, Settled: true}, table)
+	want := []string{"app/~pool/mail/a", "app/~pool/mail/c", "app/~pool/mail/d"}
+	got := slices.Clone(r.Claim)
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
+		t.Errorf("Claim = %v, want %v (b is blocked by its holder's grace)", r.Claim, want)
+	}
+}
+
+func TestAMalformedPeerIsIgnoredAndReportedOnce(t *testing.T) {
+	c := newCoord(t, "w1")
+	if _, _, err := c.SetKeys([]string{"a", "b", "c", "d"}); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1_700_000_000, 0)
+	table := tableOf(member("w1", "1"), member("w2", "Inf"), member("w3", "NaN"))
+	r := c.Plan(now, Self{Member: true, Settled: true}, table)
+	slices.Sort(r.Malformed)
+	if want := []string{"app/~workers/mail/w2@Inf", "app/~workers/mail/w3@NaN"}; !slices.Equal(r.Malformed, want) {
+		t.Errorf("Malformed = %v, want %v", r.Malformed, want)
+	}
+	if len(r.Claim) != 4 {
+		t.Errorf("claimed %d of 4 keys; malformed peers must not take a share", len(r.Claim))
+	}
+	if r := c.Plan(now, Self{Member: true, Settled: true}, table); len(r.Malformed) != 0 {
+		t.Errorf("reported again: %v", r.Malformed)
+	}
+}
+
+func TestAWorkerWithoutItsMembershipClaimsNothing(t *testing.T) {
+	c := newCoord(t, "w1")
+	if _, _, err := c.SetKeys([]string{"a", "b"}); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1_700_000_000, 0)
+	held := Entry{Key: "app/~pool/mail/a", Owner: "w1", Live: true, Running: true}
+	since := func(string) (time.Time, bool) { return now.Add(-time.Hour), true }
+	table := tableOf(member("w1", "1"), held)
+	if r := c.Plan(now, Self{Member: false, Settled: true, HeldSince: since}, table); len(r.Claim) != 0 {
+		t.Errorf("Claim = %v; a worker that lost its membership is draining", r.Claim)
+	}
+	if r := c.Plan(now, Self{Member: true, Settled: true, HeldSince: since}, table); len(r.Claim) == 0 {
+		t.Error("claimed nothing as a member with a free key; the test proves nothing")
+	}
+	st := c.Status(tableOf(member("w1", "1"), member("w2", "1"), held))
+	if st.Held != 1 || st.Workers["w1"] != 1 || st.Workers["w2"] != 0 || len(st.Workers) != 2 {
+		t.Errorf("Status = %+v", st)
+	}
+}

@@ -1,0 +1,103 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os/exec"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/tenure-dev/tenure/internal/harness/testenv"
+)
+
+// TestChaosRedisRestarts crashes the store itself, again and again, on a
+// redis-server of its own that fsyncs every write before answering, so a
+// crash loses nothing it acknowledged. The other faults are covered by the
+// other tests; here every step is a store restart.
+func TestChaosRedisRestarts(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs replicas under faults for tens of seconds")
+	}
+	srv := startRedis(t)
+	rep := runChaosWith(t, srv.url(), 25*time.Second, func(o *Options) {
+		o.RestartStore = srv.restart
+		o.Faults = []string{FaultStoreRestart}
+	})
+	if rep != nil && rep.Faults[FaultStoreRestart] < 3 {
+		t.Errorf("only %d store restarts", rep.Faults[FaultStoreRestart])
+	}
+}
+
+// redisServer is a redis-server this test owns.
+type redisServer struct {
+	t    *testing.T
+	dir  string
+	port int
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+func startRedis(t *testing.T) *redisServer {
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		testenv.Unavailable(t, "redis-server is not installed")
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	s := &redisServer{t: t, dir: t.TempDir(), port: port}
+	if err := s.start(bin, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.kill() })
+	return s
+}
+
+func (s *redisServer) url() string { return fmt.Sprintf("redis://127.0.0.1:%d/0", s.port) }
+
+func (s *redisServer) start(bin string, wait time.Duration) error {
+	cmd := exec.Command(bin, "--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--dir", s.dir,
+		"--appendonly", "yes", "--appendfsync", "always", "--save", "", "--daemonize", "no")
+	cmd.Stdout, cmd.Stderr = nil, nil
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start redis-server: %w", err)
+	}
+	s.cmd, s.done = cmd, make(chan struct{})
+	go func() { _ = cmd.Wait(); close(s.done) }()
+	deadline := time.Now().Add(wait)
+	for {
+		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", s.port), 100*time.Millisecond)
+		if err == nil {
+			c.Close()
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("redis-server did not listen on %d within %v", s.port, wait)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func (s *redisServer) kill() {
+	if s.cmd != nil {
+		_ = s.cmd.Process.Kill()
+		<-s.done
+	}
+}
+
+// restart crashes the server (SIGKILL) and starts it again after down.
+func (s *redisServer) restart(ctx context.Context, down time.Duration) error {
+	s.kill()
+	t := time.NewTimer(down)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+	return s.start(s.cmd.Path, 10*time.Second)
+}
