@@ -8,14 +8,48 @@ import (
 	"time"
 )
 
+// phase is where one key's runner stands on this replica:
+//
+//	idle ──start──▶ starting ──fence passed──▶ running ──cancel──▶ stopping
+//	 ▲ ▲                │                                             │
+//	 │ └─fence refused──┘                                             │
+//	 │ └─────────────────────────── returned ─────────────────────────┘
+//	 └─released── releasing ◀──lease held, no longer wanted── idle
+//
+// A start and a release begin only from idle: never while the runner of
+// the last term is winding down, nor while its lease is being handed
+// back. starting and releasing are actions in flight (keyState.pending);
+// running and stopping follow the run itself, whose watchdog may cancel
+// it without the supervisor's lock.
+type phase uint8
+
+const (
+	idle      phase = iota // no runner and nothing in flight
+	starting               // a start action is in flight: reload, the fence, the runner
+	running                // the runner is live
+	stopping               // the runner was cancelled and has not returned
+	releasing              // the lease is being handed back
+)
+
+// intent is what the operator wants of a key.
+type intent uint8
+
+const (
+	wanted   intent = iota // configured and enabled: run it, lease permitting
+	disabled               // configured with Job.Disabled: stopped, lease released
+	finished               // its runner returned ErrDone: stopped until Set again
+	removed                // Remove, or gone from its pool's source: release and forget
+)
+
 // keyState is the supervisor's record of one key. Guarded by Supervisor.mu.
 type keyState struct {
 	key        string
 	job        Job
 	configured bool // false once removed; the record lives on until released
+	done       bool // the runner returned ErrDone: finished until Set again
 
-	run      *runState // the live runner, nil when none
-	starting bool      // a start action is in flight
+	run     *runState // the runner of the running or stopping phase, else nil
+	pending phase     // starting or releasing while that action is in flight, else idle
 
 	newTerm     bool      // a new term began: Reload before the next start
 	acquiredAt  time.Time // when the current term was acquired, until its runner starts
@@ -23,8 +57,6 @@ type keyState struct {
 	retryAt     time.Time // no start before this (backoff)
 	nextAcquire time.Time // no acquisition attempt before this
 	restart     bool      // start again at once when the runner returns
-	done        bool      // the runner returned ErrDone: finished until Set again
-	releasing   bool      // a release of its lease is in flight
 	lastErr     error
 
 	removed chan struct{} // closed when a removal has finished
@@ -36,8 +68,32 @@ type keyState struct {
 	heldSince time.Time  // when the current term was acquired
 }
 
+// phase is the key's phase now.
+func (ks *keyState) phase() phase {
+	switch {
+	case ks.run != nil && ks.run.stopped():
+		return stopping
+	case ks.run != nil:
+		return running
+	}
+	return ks.pending
+}
+
+// intent is what the operator wants of the key.
+func (ks *keyState) intent() intent {
+	switch {
+	case !ks.configured:
+		return removed
+	case ks.done:
+		return finished
+	case ks.job.Disabled:
+		return disabled
+	}
+	return wanted
+}
+
 // wantsRun: the key should have a runner here, lease permitting.
-func (ks *keyState) wantsRun() bool { return ks.configured && !ks.job.Disabled && !ks.done }
+func (ks *keyState) wantsRun() bool { return ks.intent() == wanted }
 
 // wantsLease: the key should be acquired by this replica.
 func (ks *keyState) wantsLease() bool {
@@ -59,41 +115,56 @@ func (s *Supervisor) reconcile() {
 }
 
 func (s *Supervisor) reconcileKey(ks *keyState, now time.Time) {
-	leased := s.leased && ks.job.Mode == Exclusive
-	if ks.run != nil {
-		switch {
-		case !ks.wantsRun():
-			ks.run.stop(ErrKeyRemoved)
-		case ks.pool != nil && !ks.claim:
-			ks.run.stop(ErrRebalance)
-		case leased != ks.run.leased:
-			ks.run.stop(ErrRestart) // mode changed
-		case leased && !s.keeper.Holds(ks.key):
-			if t, ok := s.keeper.Term(ks.key); ok && t.Epoch == ks.run.lease.Epoch {
-				ks.run.stop(ErrDeadline)
-			} else {
-				ks.run.stop(ErrLeaseLost)
-			}
-		}
-		return
+	switch ks.phase() {
+	case running, stopping:
+		s.reconcileRun(ks)
+	case idle:
+		s.reconcileIdle(ks, now)
+	case starting, releasing:
+		// The action in flight reconciles the key when it ends.
 	}
-	if s.leased && !ks.wantsLease() && !ks.starting && !ks.releasing {
+}
+
+// reconcileRun stops a run that must not go on: the key is no longer
+// wanted here, its pool gave it away, its mode changed, or its lease is
+// no longer held.
+func (s *Supervisor) reconcileRun(ks *keyState) {
+	leased := s.leased && ks.job.Mode == Exclusive
+	switch {
+	case !ks.wantsRun():
+		ks.run.stop(ErrKeyRemoved)
+	case ks.pool != nil && !ks.claim:
+		ks.run.stop(ErrRebalance)
+	case leased != ks.run.leased:
+		ks.run.stop(ErrRestart) // mode changed
+	case leased && !s.keeper.Holds(ks.key):
+		if t, ok := s.keeper.Term(ks.key); ok && t.Epoch == ks.run.lease.Epoch {
+			ks.run.stop(ErrDeadline)
+		} else {
+			ks.run.stop(ErrLeaseLost)
+		}
+	}
+}
+
+// reconcileIdle hands back a lease no runner uses and nobody wants,
+// finishes a removal, or starts the runner.
+func (s *Supervisor) reconcileIdle(ks *keyState, now time.Time) {
+	if s.leased && !ks.wantsLease() {
 		// Removed, disabled or turned Everywhere: hand the lease back now
 		// that no runner uses it.
 		if t, ok := s.keeper.Term(ks.key); ok {
-			ks.releasing = true
+			ks.pending = releasing
 			s.actions.Go(func() { s.release(ks, t.Epoch) })
 			return
 		}
 	}
 	if !ks.wantsRun() || ks.pool != nil && !ks.claim {
-		if !ks.starting && !ks.releasing {
-			s.finishRemoval(ks)
-		}
+		s.finishRemoval(ks)
 		return
 	}
-	if !ks.starting && !now.Before(ks.retryAt) && (!leased || s.keeper.Holds(ks.key)) {
-		ks.starting = true
+	leased := s.leased && ks.job.Mode == Exclusive
+	if !now.Before(ks.retryAt) && (!leased || s.keeper.Holds(ks.key)) {
+		ks.pending = starting
 		s.actions.Go(func() { s.start(ks.key) })
 	}
 }
@@ -126,10 +197,7 @@ func (s *Supervisor) release(ks *keyState, epoch int64) {
 	}
 	s.mu.Lock()
 	defer s.unlock()
-	ks.releasing = false
-	if ks.run == nil && !ks.starting {
-		s.finishRemoval(ks)
-	}
+	ks.pending = idle
 	s.reconcileKey(ks, time.Now())
 }
 
@@ -153,7 +221,7 @@ func (s *Supervisor) start(key string) {
 
 	s.mu.Lock()
 	defer s.unlock()
-	ks.starting = false
+	ks.pending = idle
 	if s.keys[key] != ks {
 		return
 	}

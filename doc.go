@@ -76,6 +76,14 @@
 //	  └── released ◀─────────┘ removed / disabled / shutdown:
 //	                           runner returned, then release
 //
+// While the lease is held, the key's runner goes idle → starting (reload,
+// then a last check of the lease under the supervisor's lock) → running →
+// stopping (cancelled, not yet returned) → idle, and a lease no longer
+// wanted is handed back (releasing) only from idle; a new start waits for
+// idle too. What the operator wants of the key — configured, disabled,
+// finished (its runner returned ErrDone), removed — decides which way it
+// goes.
+//
 // # What Tenure does not promise
 //
 //   - It cannot stop a runner that ignores its context. The lease is then

@@ -197,11 +197,17 @@ func (s *Supervisor) EnsureRunning(ctx context.Context, key string) (bool, error
 		s.unlock()
 		return running, nil
 	}
-	if ks.starting {
+	switch ks.phase() {
+	case starting:
 		s.unlock()
 		return true, nil
+	case releasing:
+		// The lease is being handed back: a start now would run on a term
+		// that ends in a moment.
+		s.unlock()
+		return false, nil
 	}
-	ks.starting = true
+	ks.pending = starting
 	ks.retryAt = time.Time{}
 	s.unlock()
 	s.start(key)

@@ -259,7 +259,7 @@ func (s *Supervisor) planPool(ps *poolState) {
 		if !ps.coord.Wants(key) {
 			ks.configured = false // left the source: stop, release, forget
 		}
-		if !ks.claim && ks.run == nil && !ks.starting && !ks.releasing {
+		if !ks.claim && ks.phase() == idle {
 			if _, held := s.keeper.Term(key); !held {
 				delete(s.keys, key)
 			}

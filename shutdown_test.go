@@ -5,11 +5,14 @@ package tenure_test
 
 import (
 	"context"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/tenure-dev/tenure"
+	"github.com/tenure-dev/tenure/store"
 	"github.com/tenure-dev/tenure/store/memstore"
 )
 
@@ -87,6 +90,96 @@ func TestLeasesStayRenewedWhileAShutdownWaitsForRunners(t *testing.T) {
 		}
 		if returned := got[0].ended.Add(windDown); got[1].began.Before(returned) {
 			t.Fatalf("B started %v before A's runner returned", returned.Sub(got[1].began))
+		}
+	})
+}
+
+// heldRelease is a store whose Release waits for a gate before it commits,
+// as a slow network or a busy database would make it.
+type heldRelease struct {
+	store.Store
+	gate    chan struct{}
+	waiting atomic.Bool
+}
+
+func (h *heldRelease) Release(ctx context.Context, owner string, terms []store.Term) error {
+	h.waiting.Store(true)
+	select {
+	case <-h.gate:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return h.Store.Release(ctx, owner, terms)
+}
+
+// A key enabled again while the release of its lease is in flight must not
+// start a runner on the term being released: once the release commits, a
+// peer starts at once, beside a runner that is only then told to stop.
+func TestAKeyEnabledAgainWhileItsLeaseIsBeingReleasedNeverRunsBesideThePeer(t *testing.T) {
+	bubble(t, func(t *testing.T, st *memstore.Store) {
+		type span struct {
+			who        string
+			begin, end time.Time
+		}
+		var mu sync.Mutex
+		var spans []*span
+		slowStop := func(who string) tenure.Runner {
+			return tenure.RunnerFunc(func(ctx context.Context, _ tenure.Lease) error {
+				sp := &span{who: who, begin: time.Now()}
+				mu.Lock()
+				spans = append(spans, sp)
+				mu.Unlock()
+				<-ctx.Done()
+				time.Sleep(time.Second) // winding down takes a moment
+				mu.Lock()
+				sp.end = time.Now()
+				mu.Unlock()
+				return nil
+			})
+		}
+		held := &heldRelease{Store: st, gate: make(chan struct{})}
+		a := newReplica(t, held, "A")
+		if err := a.Set("k", tenure.Job{Runner: slowStop("A")}); err != nil {
+			t.Fatal(err)
+		}
+		a.start()
+		defer a.stop()
+		advance(time.Second)
+		b := newReplica(t, st, "B")
+		if err := b.Set("k", tenure.Job{Runner: slowStop("B")}); err != nil {
+			t.Fatal(err)
+		}
+		b.start()
+		defer b.stop()
+
+		if err := a.SetEnabled("k", false); err != nil {
+			t.Fatal(err)
+		}
+		advance(1500 * time.Millisecond) // A's runner has returned; its release waits
+		if !held.waiting.Load() {
+			t.Fatal("A's release is not in flight; the test proves nothing")
+		}
+		if err := a.SetEnabled("k", true); err != nil {
+			t.Fatal(err)
+		}
+		synctest.Wait()
+		close(held.gate)
+		advance(5 * time.Second)
+
+		mu.Lock()
+		defer mu.Unlock()
+		for i, x := range spans {
+			for _, y := range spans[i+1:] {
+				if x.who == y.who {
+					continue
+				}
+				if (x.end.IsZero() || y.begin.Before(x.end)) && (y.end.IsZero() || x.begin.Before(y.end)) {
+					t.Errorf("%s ran %v–%v beside %s %v–%v", x.who, x.begin, x.end, y.who, y.begin, y.end)
+				}
+			}
+		}
+		if len(spans) < 2 {
+			t.Errorf("%d runs; want the first run and a second one after the release", len(spans))
 		}
 	})
 }
