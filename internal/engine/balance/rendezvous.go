@@ -33,6 +33,12 @@ func mix(x uint64) uint64 {
 	return x
 }
 
+// Score is the rendezvous score of key for worker, before weighting: the
+// same on every process and version. Other orderings of keys per worker
+// (the reference policy's scan order) use it rather than a hash of their
+// own.
+func Score(key, worker string) uint64 { return pairHash(hashString(key), hashString(worker)) }
+
 // pairHash combines a key's and a worker's hashes.
 func pairHash(key, worker uint64) uint64 {
 	return mix(key ^ (worker * 0x9e3779b97f4a7c15))

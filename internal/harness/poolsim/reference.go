@@ -161,14 +161,13 @@ func (r *Reference) scanOrder(v balance.View) []string {
 	if len(r.scanSrc) == len(v.Keys) && (len(v.Keys) == 0 || &r.scanSrc[0] == &v.Keys[0]) {
 		return r.scan
 	}
-	self := hash64(v.Self)
 	type ranked struct {
 		key  string
 		rank uint64
 	}
 	rs := make([]ranked, len(v.Keys))
 	for i, k := range v.Keys {
-		rs[i] = ranked{k, mix64(hash64(k) ^ self)}
+		rs[i] = ranked{k, balance.Score(k, v.Self)}
 	}
 	slices.SortFunc(rs, func(a, b ranked) int {
 		switch {
@@ -185,24 +184,4 @@ func (r *Reference) scanOrder(v balance.View) []string {
 	}
 	r.scanSrc = v.Keys
 	return r.scan
-}
-
-// hash64 is FNV-1a 64: stable, so a seed replays the same scan orders.
-func hash64(s string) uint64 {
-	h := uint64(14695981039346656037)
-	for i := 0; i < len(s); i++ {
-		h ^= uint64(s[i])
-		h *= 1099511628211
-	}
-	return h
-}
-
-// mix64 is the splitmix64 finalizer.
-func mix64(x uint64) uint64 {
-	x ^= x >> 30
-	x *= 0xbf58476d1ce4e5b9
-	x ^= x >> 27
-	x *= 0x94d049bb133111eb
-	x ^= x >> 31
-	return x
 }
