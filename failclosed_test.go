@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenure-dev/tenure/internal/harness/testenv"
+
 	"github.com/tenure-dev/tenure"
 	"github.com/tenure-dev/tenure/store"
 	"github.com/tenure-dev/tenure/store/memstore"
@@ -21,7 +23,7 @@ func TestAStalledLogSinkNeverDelaysTheDeadlineStop(t *testing.T) {
 	bubble(t, func(t *testing.T, st *memstore.Store) {
 		var g gate
 		runs := &runLog{}
-		cut := &partition{Store: st}
+		cut := &testenv.Partition{Store: st}
 		a := newReplica(t, cut, "A", withLogger(g.logger()))
 		a.Set("telegram", tenure.Job{Runner: runs.runner("A")})
 		a.start()
@@ -37,7 +39,7 @@ func TestAStalledLogSinkNeverDelaysTheDeadlineStop(t *testing.T) {
 		advance(renew) // A's renewal at this moment is the last one confirmed
 		confirmed := time.Now()
 		g.stall()
-		cut.cut.Store(true)
+		cut.Cut.Store(true)
 		advance(ttl + grace + renew)
 
 		wantNoOverlap(t, runs)
@@ -226,7 +228,7 @@ func TestAHostSuspendStopsRunnersAtOnceOnResume(t *testing.T) {
 // is pushed back by the whole time the host ever slept.
 func TestAReplicaWhoseHostOnceSleptTakesOverAtExpiryPlusGrace(t *testing.T) {
 	bubble(t, func(t *testing.T, st *memstore.Store) {
-		cut := &partition{Store: st}
+		cut := &testenv.Partition{Store: st}
 		a := newReplica(t, cut, "A")
 		a.Set("telegram", tenure.Job{Runner: a.rec.runner("t")})
 		a.start()
@@ -240,7 +242,7 @@ func TestAReplicaWhoseHostOnceSleptTakesOverAtExpiryPlusGrace(t *testing.T) {
 
 		advance(renew)
 		lastRenewal := time.Now().Add(-3 * time.Second)
-		cut.cut.Store(true) // A crashes
+		cut.Cut.Store(true) // A crashes
 		advance(ttl + grace + renew)
 		got := b.rec.startsOf("telegram")
 		if len(got) != 1 {

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"os"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -209,41 +208,4 @@ func testLogger() *slog.Logger {
 		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
-}
-
-// partition cuts one replica off from a shared store, as a crashed or
-// isolated process would be.
-type partition struct {
-	store.Store
-	cut atomic.Bool
-}
-
-var errPartitioned = errors.New("connection reset")
-
-func (p *partition) Acquire(ctx context.Context, req store.AcquireRequest) (store.AcquireResult, error) {
-	if p.cut.Load() {
-		return store.AcquireResult{}, errPartitioned
-	}
-	return p.Store.Acquire(ctx, req)
-}
-
-func (p *partition) Renew(ctx context.Context, owner string, ttl time.Duration, items []store.RenewItem) ([]bool, error) {
-	if p.cut.Load() {
-		return nil, errPartitioned
-	}
-	return p.Store.Renew(ctx, owner, ttl, items)
-}
-
-func (p *partition) Release(ctx context.Context, owner string, terms []store.Term) error {
-	if p.cut.Load() {
-		return errPartitioned
-	}
-	return p.Store.Release(ctx, owner, terms)
-}
-
-func (p *partition) List(ctx context.Context, prefix string) ([]store.Lease, error) {
-	if p.cut.Load() {
-		return nil, errPartitioned
-	}
-	return p.Store.List(ctx, prefix)
 }

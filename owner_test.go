@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/tenure-dev/tenure/internal/harness/testenv"
+
 	"github.com/tenure-dev/tenure"
 	"github.com/tenure-dev/tenure/store/memstore"
 )
@@ -52,7 +54,7 @@ func TestTwoReplicasGivenOneOwnerNameNeverRunAKeyAtOnce(t *testing.T) {
 func TestALeaseLostToATwinOfTheSameNameIsLoggedAsAnError(t *testing.T) {
 	bubble(t, func(t *testing.T, st *memstore.Store) {
 		logs := &logRecorder{}
-		cut := &partition{Store: st}
+		cut := &testenv.Partition{Store: st}
 		a := newReplica(t, cut, "host-1", withLogger(slog.New(logs)))
 		a.Set("telegram", tenure.Job{Runner: newRecorder().runner("t")})
 		a.start()
@@ -62,12 +64,12 @@ func TestALeaseLostToATwinOfTheSameNameIsLoggedAsAnError(t *testing.T) {
 		b.start()
 		defer b.stop()
 
-		cut.cut.Store(true) // A is cut off; B takes over after expiry + grace
+		cut.Cut.Store(true) // A is cut off; B takes over after expiry + grace
 		advance(ttl + grace + renew)
 		if got := lease(t, st, "telegram").Owner; got != b.Owner() {
 			t.Fatalf("telegram is held by %q, want the twin %q", got, b.Owner())
 		}
-		cut.cut.Store(false) // A's next renewal is refused
+		cut.Cut.Store(false) // A's next renewal is refused
 		advance(2 * renew)
 		msg, ok := logs.find(slog.LevelError, "owner name")
 		if !ok {

@@ -9,6 +9,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/tenure-dev/tenure/internal/harness/testenv"
+
 	"github.com/tenure-dev/tenure"
 	"github.com/tenure-dev/tenure/store"
 	"github.com/tenure-dev/tenure/store/memstore"
@@ -304,7 +306,7 @@ func TestAKeyLedByAPeerIsReportedAlthoughAbsentFromLocalConfig(t *testing.T) {
 
 func TestACrashedHolderIsReplacedAtExpiryPlusGraceAndNoSooner(t *testing.T) {
 	bubble(t, func(t *testing.T, st *memstore.Store) {
-		cut := &partition{Store: st}
+		cut := &testenv.Partition{Store: st}
 		a := newReplica(t, cut, "A")
 		a.Set("telegram", tenure.Job{Runner: a.rec.runner("t")})
 		a.start()
@@ -317,7 +319,7 @@ func TestACrashedHolderIsReplacedAtExpiryPlusGraceAndNoSooner(t *testing.T) {
 
 		advance(renew) // A renews at 10s; B must not take a live lease
 		lastRenewal := time.Now().Add(-3 * time.Second)
-		cut.cut.Store(true)
+		cut.Cut.Store(true)
 		advance(ttl + grace)
 		got := b.rec.startsOf("telegram")
 		if len(got) != 1 {

@@ -2,12 +2,10 @@ package poolsim
 
 import (
 	"context"
-	"errors"
 	"io"
 	"log/slog"
 	"math"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -15,6 +13,7 @@ import (
 	"github.com/tenure-dev/tenure"
 	"github.com/tenure-dev/tenure/internal/engine/balance"
 	"github.com/tenure-dev/tenure/internal/engine/poolkey"
+	"github.com/tenure-dev/tenure/internal/harness/testenv"
 	"github.com/tenure-dev/tenure/store"
 	"github.com/tenure-dev/tenure/store/memstore"
 )
@@ -125,7 +124,7 @@ type enginePool struct {
 type engineWorker struct {
 	cancel context.CancelFunc
 	done   chan error
-	dead   *atomic.Bool
+	cut    *testenv.Partition
 }
 
 type span struct {
@@ -141,8 +140,8 @@ func newEnginePool(t *testing.T, keys []string, push bool) *enginePool {
 // start runs worker name: a supervisor with the pool, TTL 15s, grace 5s,
 // a round every 5s — the simulator's timing.
 func (e *enginePool) start(name string) {
-	dead := new(atomic.Bool)
-	var st store.Store = &tap{Store: e.st, pool: e, dead: dead}
+	cut := &testenv.Partition{Store: e.st}
+	var st store.Store = &tap{Partition: cut, pool: e}
 	if e.push {
 		st = pushTap{tap: st.(*tap), w: e.st}
 	}
@@ -166,7 +165,7 @@ func (e *enginePool) start(name string) {
 		e.t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	w := &engineWorker{cancel: cancel, done: make(chan error, 1), dead: dead}
+	w := &engineWorker{cancel: cancel, done: make(chan error, 1), cut: cut}
 	go func() { w.done <- sup.Run(ctx) }()
 	e.workers[name] = w
 }
@@ -175,7 +174,7 @@ func (e *enginePool) start(name string) {
 // returns the keys it was running.
 func (e *enginePool) crash(name string) []string {
 	w := e.workers[name]
-	w.dead.Store(true)
+	w.cut.Cut.Store(true)
 	var held []string
 	e.mu.Lock()
 	for k, runs := range e.spans {
@@ -285,22 +284,16 @@ func (e *enginePool) moveCount() int {
 	return e.moves
 }
 
-var errDead = errors.New("poolsim: worker crashed")
-
 // tap passes calls to the store, counts a move whenever a pool key is
 // acquired by another worker than its last holder, and fails every call
-// once its worker has crashed.
+// once its worker has crashed (Partition.Cut).
 type tap struct {
-	store.Store
+	*testenv.Partition
 	pool *enginePool
-	dead *atomic.Bool
 }
 
 func (t *tap) Acquire(ctx context.Context, req store.AcquireRequest) (store.AcquireResult, error) {
-	if t.dead.Load() {
-		return store.AcquireResult{}, errDead
-	}
-	res, err := t.Store.Acquire(ctx, req)
+	res, err := t.Partition.Acquire(ctx, req)
 	if _, _, k, ok := poolkey.ParseKey(req.Key); ok && err == nil && res.Acquired {
 		name := tenure.OwnerName(req.Owner)
 		t.pool.mu.Lock()
@@ -313,27 +306,6 @@ func (t *tap) Acquire(ctx context.Context, req store.AcquireRequest) (store.Acqu
 	return res, err
 }
 
-func (t *tap) Renew(ctx context.Context, owner string, ttl time.Duration, items []store.RenewItem) ([]bool, error) {
-	if t.dead.Load() {
-		return nil, errDead
-	}
-	return t.Store.Renew(ctx, owner, ttl, items)
-}
-
-func (t *tap) Release(ctx context.Context, owner string, terms []store.Term) error {
-	if t.dead.Load() {
-		return errDead
-	}
-	return t.Store.Release(ctx, owner, terms)
-}
-
-func (t *tap) List(ctx context.Context, prefix string) ([]store.Lease, error) {
-	if t.dead.Load() {
-		return nil, errDead
-	}
-	return t.Store.List(ctx, prefix)
-}
-
 // pushTap is a tap on a store with a push channel.
 type pushTap struct {
 	*tap
@@ -341,8 +313,8 @@ type pushTap struct {
 }
 
 func (p pushTap) Watch(ctx context.Context, prefix string) (<-chan store.Event, error) {
-	if p.dead.Load() {
-		return nil, errDead
+	if p.Cut.Load() {
+		return nil, testenv.ErrPartitioned
 	}
 	return p.w.Watch(ctx, prefix)
 }
