@@ -270,7 +270,8 @@ func (s *Supervisor) startLocked(ks *keyState, runner Runner) error {
 	}
 	ks.newTerm = false
 	if !ks.acquiredAt.IsZero() {
-		s.obs.Handoff(time.Since(ks.acquiredAt))
+		took := time.Since(ks.acquiredAt)
+		s.observeLocked(func(o Observer) { o.Handoff(took) })
 		ks.acquiredAt = time.Time{}
 	}
 	ctx, cancel := context.WithCancelCause(s.runCtx)
@@ -279,7 +280,8 @@ func (s *Supervisor) startLocked(ks *keyState, runner Runner) error {
 	if leased {
 		s.guard(r)
 	}
-	s.obs.RunnerStarted(ks.failures > 0)
+	restart := ks.failures > 0
+	s.observeLocked(func(o Observer) { o.RunnerStarted(restart) })
 	s.logLocked(slog.LevelInfo, "runner started", "key", ks.key, "epoch", lease.Epoch)
 	s.actions.Go(func() { s.runRunner(ctx, ks, r, runner) })
 	return nil
@@ -343,7 +345,7 @@ func (s *Supervisor) startFailed(ks *keyState, err error) {
 	}
 	delay = min(delay, s.cfg.BackoffMax)
 	ks.retryAt = time.Now().Add(delay)
-	s.obs.RunnerFailed()
+	s.observeLocked(Observer.RunnerFailed)
 	s.logLocked(slog.LevelWarn, "runner failed; retrying with backoff", "key", ks.key, "failures", ks.failures, "retry_in", delay, "err", err)
 	s.poke()
 }

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/tenure-dev/tenure/internal/harness/testenv"
@@ -324,6 +325,50 @@ func TestEveryLeaseLostInOneRenewalStopsAtOnceWhateverTheLogSinkDoes(t *testing.
 			if len(got) != 1 || got[0].ended.IsZero() || !errors.Is(got[0].cause, tenure.ErrLeaseLost) {
 				t.Errorf("%s: runs %+v; want its one run stopped with ErrLeaseLost at the refused renewal", key, got)
 			}
+		}
+	})
+}
+
+// stalledObserver is an Observer whose RunnerStarted blocks while stalled,
+// like one that writes to a stuck metrics pipeline.
+type stalledObserver struct {
+	tenure.NopObserver
+	stalled atomic.Bool
+	release chan struct{}
+}
+
+func (o *stalledObserver) RunnerStarted(bool) {
+	if o.stalled.Load() {
+		<-o.release
+	}
+}
+
+// An Observer is user code: one that blocks must not hold the
+// supervisor's lock, or the runner of a lease lost meanwhile keeps
+// running until its deadline while the peer that took it already runs.
+// (With RunnerStarted called under the lock, this test hangs: the refused
+// renewal waits for the lock the stalled start holds.)
+func TestAStalledObserverNeverDelaysStoppingALostLeasesRunner(t *testing.T) {
+	bubble(t, func(t *testing.T, st *memstore.Store) {
+		obs := &stalledObserver{release: make(chan struct{})}
+		runs := &runLog{}
+		a := newReplica(t, st, "A", func(c *tenure.Config) { c.Observer = obs })
+		a.Set("telegram", tenure.Job{Runner: runs.runner("A")})
+		a.start()
+		defer func() {
+			close(obs.release)
+			a.stop()
+		}()
+		advance(renew / 2)
+		obs.stalled.Store(true)
+		a.Set("discord", tenure.Job{Runner: runs.runner("A")}) // its start meets the stalled observer
+		synctest.Wait()
+		old := lease(t, st, "telegram")
+		st.Put(store.Lease{Key: "telegram", Owner: "B", Epoch: old.Epoch + 1, TimeLeft: ttl})
+		advance(renew/2 + time.Second) // A's renewal at RenewEvery is refused for telegram
+		got := runs.of("telegram")
+		if len(got) != 1 || got[0].ended.IsZero() || !errors.Is(got[0].cause, tenure.ErrLeaseLost) {
+			t.Errorf("telegram: runs %+v; want its one run stopped with ErrLeaseLost at the refused renewal", got)
 		}
 	})
 }

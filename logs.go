@@ -5,27 +5,33 @@ import (
 	"log/slog"
 )
 
-// pendingLog is a log record made under the supervisor's lock. Records are
-// written only once the lock is released (unlock): a log handler may block
-// — a full stderr pipe, a stuck log shipper — and nothing that needs the
-// lock may wait on it.
-type pendingLog struct {
-	level slog.Level
-	msg   string
-	args  []any
+// Log records and observer calls made under the supervisor's lock run only
+// once the lock is released (unlock): a log handler may block — a full
+// stderr pipe, a stuck log shipper — and an Observer is user code, and
+// nothing that needs the lock (stopping the runner of a lost lease, for
+// one) may wait on either.
+
+// afterUnlock queues f to run once s.mu is released; s.mu is held.
+func (s *Supervisor) afterUnlock(f func()) {
+	s.pending = append(s.pending, f)
 }
 
-// logLocked queues a record; s.mu is held.
+// logLocked queues a log record; s.mu is held.
 func (s *Supervisor) logLocked(level slog.Level, msg string, args ...any) {
-	s.pendingLogs = append(s.pendingLogs, pendingLog{level, msg, args})
+	s.afterUnlock(func() { s.log.Log(context.Background(), level, msg, args...) })
 }
 
-// unlock releases s.mu, then writes the records queued under it.
+// observeLocked queues an observer call; s.mu is held.
+func (s *Supervisor) observeLocked(f func(Observer)) {
+	s.afterUnlock(func() { f(s.obs) })
+}
+
+// unlock releases s.mu, then runs what was queued under it, in order.
 func (s *Supervisor) unlock() {
-	logs := s.pendingLogs
-	s.pendingLogs = nil
+	pending := s.pending
+	s.pending = nil
 	s.mu.Unlock()
-	for _, l := range logs {
-		s.log.Log(context.Background(), l.level, l.msg, l.args...)
+	for _, f := range pending {
+		f()
 	}
 }

@@ -249,7 +249,7 @@ func (s *Supervisor) planPool(ps *poolState) {
 	for _, key := range round.Release {
 		if ks := s.keys[key]; ks != nil && ks.pool == ps {
 			ks.claim = false
-			s.obs.PoolHandover()
+			s.observeLocked(Observer.PoolHandover)
 		}
 	}
 	for key, ks := range s.keys {

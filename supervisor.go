@@ -72,11 +72,12 @@ type Supervisor struct {
 	// (clock.Suspended; a test may stage a suspend).
 	suspended func() time.Duration
 	lost      map[string]bool // keys lost since the last table read: say to whom
-	// pendingLogs are written once s.mu is released (see unlock).
-	pendingLogs []pendingLog
-	pools       map[string]*poolState
-	replan      bool      // a pool's keys or the lease table changed: plan again
-	replanAt    time.Time // plan again then: an orphan's delay ends
+	// pending are the log records and observer calls made under mu, run
+	// once it is released (see unlock).
+	pending  []func()
+	pools    map[string]*poolState
+	replan   bool      // a pool's keys or the lease table changed: plan again
+	replanAt time.Time // plan again then: an orphan's delay ends
 }
 
 // New validates cfg and returns a Supervisor.
@@ -304,7 +305,7 @@ func (s *Supervisor) acquirePass(ctx context.Context) {
 			ks.nextAcquire = now.Add(s.cfg.RenewEvery)
 		case res.OK && res.New:
 			s.logLocked(slog.LevelInfo, "acquired lease", "key", key, "epoch", res.Epoch)
-			s.obs.Acquired()
+			s.observeLocked(Observer.Acquired)
 			ks.newTerm = true
 			ks.acquiredAt = time.Now()
 			ks.heldSince = ks.acquiredAt
