@@ -67,6 +67,36 @@ type Pool struct {
 	HandoffRate float64
 }
 
+// poolSet is every pool of a supervisor, and when they plan next. Guarded
+// by Supervisor.mu.
+type poolSet struct {
+	byName   map[string]*poolState
+	replan   bool      // a pool's keys or the lease table changed: plan again
+	replanAt time.Time // plan again then: an orphan's delay ends
+}
+
+// due reports whether the pools must plan before the next round.
+func (p *poolSet) due(now time.Time) bool {
+	return p.replan || !p.replanAt.IsZero() && !now.Before(p.replanAt)
+}
+
+// recheckAt asks for a plan at t, unless one comes sooner.
+func (p *poolSet) recheckAt(t time.Time) {
+	if !t.IsZero() && (p.replanAt.IsZero() || t.Before(p.replanAt)) {
+		p.replanAt = t
+	}
+}
+
+// concerns reports whether a change to leaseKey can change a pool's plan.
+func (p *poolSet) concerns(leaseKey string) bool {
+	for _, ps := range p.byName {
+		if ps.coord.Concerns(leaseKey) {
+			return true
+		}
+	}
+	return false
+}
+
 // poolState is a pool's run-time state: its configuration and its
 // coordinator, which Supervisor.mu guards.
 type poolState struct {
@@ -123,13 +153,13 @@ func (s *Supervisor) AddPool(p Pool) error {
 	member := coord.MemberKey()
 	s.mu.Lock()
 	defer s.unlock()
-	if s.pools == nil {
-		s.pools = make(map[string]*poolState)
+	if s.pools.byName == nil {
+		s.pools.byName = make(map[string]*poolState)
 	}
-	if _, dup := s.pools[p.Name]; dup {
+	if _, dup := s.pools.byName[p.Name]; dup {
 		return fmt.Errorf("pool %s: already added: %w", p.Name, ErrConfig)
 	}
-	s.pools[p.Name] = ps
+	s.pools.byName[p.Name] = ps
 	// Membership is a lease like any other, renewed in the same batch; its
 	// runner only marks the worker as running (not draining).
 	s.keys[member] = &keyState{key: member, member: true, configured: true, job: Job{Runner: RunnerFunc(func(ctx context.Context, _ Lease) error {
@@ -142,7 +172,7 @@ func (s *Supervisor) AddPool(p Pool) error {
 // RefreshPool makes the pool read its key source now.
 func (s *Supervisor) RefreshPool(name string) error {
 	s.mu.Lock()
-	ps := s.pools[name]
+	ps := s.pools.byName[name]
 	s.unlock()
 	if ps == nil {
 		return fmt.Errorf("pool %q: %w", name, ErrUnknownKey)
@@ -175,7 +205,7 @@ func (s *Supervisor) refreshPool(ctx context.Context, ps *poolState) {
 			if newDups {
 				s.logLocked(slog.LevelWarn, "the pool's key source lists keys more than once; each runs once", "pool", ps.cfg.Name, "duplicates", dups)
 			}
-			s.replan = true
+			s.pools.replan = true
 		}
 		s.unlock()
 		s.poke()
@@ -195,11 +225,11 @@ func (s *Supervisor) refreshPool(ctx context.Context, ps *poolState) {
 // marks the keys to claim and to give back.
 func (s *Supervisor) planPools() {
 	s.mu.Lock()
-	pools := make([]*poolState, 0, len(s.pools))
-	for _, ps := range s.pools {
+	pools := make([]*poolState, 0, len(s.pools.byName))
+	for _, ps := range s.pools.byName {
 		pools = append(pools, ps)
 	}
-	s.replan, s.replanAt = false, time.Time{}
+	s.pools.replan, s.pools.replanAt = false, time.Time{}
 	s.unlock()
 	for _, ps := range pools {
 		s.planPool(ps)
@@ -232,9 +262,7 @@ func (s *Supervisor) planPool(ps *poolState) {
 	for _, key := range round.Malformed {
 		s.logLocked(slog.LevelWarn, "ignored a pool member whose membership lease is malformed (its weight must be a finite positive number)", "pool", ps.cfg.Name, "lease", key)
 	}
-	if !round.Recheck.IsZero() && (s.replanAt.IsZero() || round.Recheck.Before(s.replanAt)) {
-		s.replanAt = round.Recheck
-	}
+	s.pools.recheckAt(round.Recheck)
 	for _, key := range round.Claim {
 		ks := s.keys[key]
 		if ks == nil {
@@ -296,7 +324,7 @@ func (s *Supervisor) Pools() []PoolStatus {
 	s.mu.Lock()
 	defer s.unlock()
 	var out []PoolStatus
-	for _, ps := range s.pools {
+	for _, ps := range s.pools.byName {
 		c := ps.coord.Status(s.liveLeases(false))
 		st := PoolStatus{Name: c.Name, Keys: c.Keys, Held: c.Held, Target: c.Target, Cap: c.Cap, Workers: c.Workers}
 		if c.Error != nil {

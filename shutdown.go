@@ -79,8 +79,8 @@ func (s *Supervisor) waitActions(stuck []string) {
 // meanwhile stop counting it as a worker.
 func (s *Supervisor) drainPools() {
 	s.mu.Lock()
-	members := make(map[string]bool, len(s.pools))
-	for _, ps := range s.pools {
+	members := make(map[string]bool, len(s.pools.byName))
+	for _, ps := range s.pools.byName {
 		members[ps.coord.MemberKey()] = true
 	}
 	s.unlock()

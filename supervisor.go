@@ -74,10 +74,8 @@ type Supervisor struct {
 	lost      map[string]bool // keys lost since the last table read: say to whom
 	// pending are the log records and observer calls made under mu, run
 	// once it is released (see unlock).
-	pending  []func()
-	pools    map[string]*poolState
-	replan   bool      // a pool's keys or the lease table changed: plan again
-	replanAt time.Time // plan again then: an orphan's delay ends
+	pending []func()
+	pools   poolSet
 }
 
 // New validates cfg and returns a Supervisor.
@@ -157,7 +155,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		watchers.Go(func() { s.watch(watchCtx, w) })
 	}
 	s.mu.Lock()
-	for _, ps := range s.pools {
+	for _, ps := range s.pools.byName {
 		watchers.Go(func() { s.refreshPool(watchCtx, ps) })
 	}
 	s.unlock()
@@ -200,7 +198,7 @@ func (s *Supervisor) loop(ctx context.Context) {
 			now = time.Now()
 		} else {
 			s.mu.Lock()
-			replan := s.replan || !s.replanAt.IsZero() && !now.Before(s.replanAt)
+			replan := s.pools.due(now)
 			s.unlock()
 			if replan && s.leased {
 				if err := s.keeper.ObserveAll(ctx, s.cfg.Prefix); err == nil {
@@ -209,7 +207,7 @@ func (s *Supervisor) loop(ctx context.Context) {
 					// The next round plans (and reads) again; retrying a
 					// recheck now would spin while the table fails fast.
 					s.mu.Lock()
-					s.replanAt = time.Time{}
+					s.pools.replanAt = time.Time{}
 					s.unlock()
 				}
 			}
@@ -357,8 +355,8 @@ func (s *Supervisor) nextDue() (time.Time, bool) {
 			due, found = t, true
 		}
 	}
-	if !s.replanAt.IsZero() {
-		consider(s.replanAt)
+	if !s.pools.replanAt.IsZero() {
+		consider(s.pools.replanAt)
 	}
 	for key, ks := range s.keys {
 		if s.leased && ks.wantsLease() && ks.run == nil && !s.keeper.Holds(key) {

@@ -40,8 +40,8 @@ func (s *Supervisor) onSubscribed() {
 			ks.nextAcquire = time.Time{}
 		}
 	}
-	if len(s.pools) > 0 {
-		s.replan = true
+	if len(s.pools.byName) > 0 {
+		s.pools.replan = true
 	}
 	s.unlock()
 	s.poke()
@@ -49,12 +49,10 @@ func (s *Supervisor) onSubscribed() {
 
 func (s *Supervisor) onReleased(key string) {
 	s.mu.Lock()
-	for _, ps := range s.pools {
-		if ps.coord.Concerns(key) {
-			s.replan = true
-		}
+	if s.pools.concerns(key) {
+		s.pools.replan = true
 	}
-	replan := s.replan
+	replan := s.pools.replan
 	ks := s.keys[key]
 	wanted := ks != nil && ks.wantsLease()
 	if wanted {
