@@ -121,7 +121,9 @@ func (s *Supervisor) reconcileKey(ks *keyState, now time.Time) {
 	case idle:
 		s.reconcileIdle(ks, now)
 	case starting, releasing:
-		// The action in flight reconciles the key when it ends.
+		// Wait for the action in flight: a release reconciles the key when
+		// it ends; a start the fence refused is looked at again by the
+		// loop's next pass (poked by whatever changed).
 	}
 }
 
