@@ -233,6 +233,7 @@ func (s *Supervisor) start(key string) {
 	}
 	if err := s.startLocked(ks, runner); err != nil {
 		s.logLocked(slog.LevelDebug, "runner not started", "key", key, "reason", err)
+		s.poke() // whatever refused it (a removal, a lost lease) wants the loop now
 	}
 }
 

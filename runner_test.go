@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/tenure-dev/tenure"
@@ -170,6 +171,43 @@ func TestARunnerThatReturnsErrDoneReleasesItsLeaseAndIsNotRestarted(t *testing.T
 		}
 		if s := a.KeyStatus("nightly-report"); s.Running || s.LastError != "" {
 			t.Fatalf("status %+v", s)
+		}
+	})
+}
+
+// A key removed while its start is in flight (a slow Reload) is forgotten
+// as soon as that start is refused, not a whole round later: Remove waits
+// only StopTimeout.
+func TestRemovingAKeyWhoseStartIsInFlightFinishesWhenTheStartIsRefused(t *testing.T) {
+	bubble(t, func(t *testing.T, st *memstore.Store) {
+		reloading := make(chan struct{})
+		proceed := make(chan struct{})
+		a := newReplica(t, st, "A")
+		job := tenure.Job{Reload: func(ctx context.Context, key string) (tenure.Runner, error) {
+			close(reloading)
+			<-proceed
+			return tenure.RunnerFunc(func(ctx context.Context, _ tenure.Lease) error { <-ctx.Done(); return nil }), nil
+		}}
+		if err := a.Set("k", job); err != nil {
+			t.Fatal(err)
+		}
+		a.start()
+		defer a.stop()
+		<-reloading
+		removed := make(chan error, 1)
+		began := time.Now()
+		go func() { removed <- a.Remove(context.Background(), "k") }()
+		synctest.Wait()
+		time.Sleep(time.Second) // the reload takes a moment more
+		close(proceed)
+		if err := <-removed; err != nil {
+			t.Fatalf("Remove: %v after %v", err, time.Since(began))
+		}
+		if took := time.Since(began); took > 2*time.Second {
+			t.Errorf("Remove took %v; the refused start should finish it at once", took)
+		}
+		if l := lease(t, st, "k"); l.Live {
+			t.Errorf("lease %+v still live after Remove", l)
 		}
 	})
 }
