@@ -231,12 +231,22 @@ func (s *Supervisor) planPools() {
 	}
 	s.pools.replan, s.pools.replanAt = false, time.Time{}
 	s.unlock()
+	if len(pools) == 0 {
+		return
+	}
+	// Read the holder's view of the table before taking the lock: with
+	// many keys the scan takes a while, and a renewal that lost a lease
+	// needs the lock to stop its runner.
+	var table []poolcoord.Entry
+	s.keeper.LiveOwners(true, func(key, owner string, live, running bool) {
+		table = append(table, poolcoord.Entry{Key: key, Owner: owner, Live: live, Running: running})
+	})
 	for _, ps := range pools {
-		s.planPool(ps)
+		s.planPool(ps, table)
 	}
 }
 
-func (s *Supervisor) planPool(ps *poolState) {
+func (s *Supervisor) planPool(ps *poolState, table []poolcoord.Entry) {
 	now := time.Now()
 	s.mu.Lock()
 	defer s.unlock()
@@ -258,7 +268,11 @@ func (s *Supervisor) planPool(ps *poolState) {
 		}
 		return time.Time{}, false
 	}}
-	round := ps.coord.Plan(now, self, s.liveLeases(true))
+	round := ps.coord.Plan(now, self, func(yield func(poolcoord.Entry)) {
+		for _, e := range table {
+			yield(e)
+		}
+	})
 	for _, key := range round.Malformed {
 		s.logLocked(slog.LevelWarn, "ignored a pool member whose membership lease is malformed (its weight must be a finite positive number)", "pool", ps.cfg.Name, "lease", key)
 	}
@@ -296,12 +310,11 @@ func (s *Supervisor) planPool(ps *poolState) {
 	s.poke()
 }
 
-// liveLeases is the holder's view of the lease table for a pool
-// coordinator: every live lease, and with inGrace also those whose holder's
-// term ended less than grace ago.
-func (s *Supervisor) liveLeases(inGrace bool) func(yield func(poolcoord.Entry)) {
+// liveLeases is the holder's view of the lease table for a pool's
+// status: every live lease.
+func (s *Supervisor) liveLeases() func(yield func(poolcoord.Entry)) {
 	return func(yield func(poolcoord.Entry)) {
-		s.keeper.LiveOwners(inGrace, func(key, owner string, live, running bool) {
+		s.keeper.LiveOwners(false, func(key, owner string, live, running bool) {
 			yield(poolcoord.Entry{Key: key, Owner: owner, Live: live, Running: running})
 		})
 	}
@@ -325,7 +338,7 @@ func (s *Supervisor) Pools() []PoolStatus {
 	defer s.unlock()
 	var out []PoolStatus
 	for _, ps := range s.pools.byName {
-		c := ps.coord.Status(s.liveLeases(false))
+		c := ps.coord.Status(s.liveLeases())
 		st := PoolStatus{Name: c.Name, Keys: c.Keys, Held: c.Held, Target: c.Target, Cap: c.Cap, Workers: c.Workers}
 		if c.Error != nil {
 			st.Error = c.Error.Error()
