@@ -399,7 +399,8 @@ func (c *checker) resumes() {
 }
 
 // margins: a runner stopped for lack of confirmed renewals (not frozen
-// meanwhile, its term not released before the successor started) stops
+// meanwhile, neither its term nor a later one released before the
+// successor started) stops
 // at least RenewEvery + Grace before another replica starts the key. A
 // release sent after the successor started cannot have let it in: a
 // holder resumed from a freeze releases the term it lost meanwhile.
@@ -420,7 +421,7 @@ func (c *checker) margins() {
 			if nx.epoch <= iv.epoch {
 				continue // not a successor term: the epoch checks deal with it
 			}
-			if c.releasedBy(key, iv.epoch, nx.start) {
+			if c.releasedBetween(key, iv.epoch, nx.epoch, nx.start) {
 				continue
 			}
 			got := time.Duration(nx.start - iv.end)
@@ -437,11 +438,15 @@ func (c *checker) margins() {
 	}
 }
 
-// releasedBy reports whether a Release of the term was sent by at.
-func (c *checker) releasedBy(key string, epoch, at int64) bool {
+// releasedBetween reports whether a Release was sent by at for a term of
+// key from epoch from up to (not including) epoch to: the successor then
+// took over from a release, which owes no margin — also when the released
+// term came between the two, as when the holder took the key again once
+// the store answered and handed it over at once.
+func (c *checker) releasedBetween(key string, from, to, at int64) bool {
 	for _, t := range c.m.terms[key] {
-		if t.epoch == epoch {
-			return t.released && t.releaseSent <= at
+		if t.epoch >= from && t.epoch < to && t.released && t.releaseSent <= at {
+			return true
 		}
 	}
 	return false

@@ -331,6 +331,24 @@ func TestAReleaseAfterTheSuccessorStartedDoesNotExcuseAShortMargin(t *testing.T)
 	if rep := s.check(t); len(violations(rep, InvMargin)) > 0 || rep.Margin.N != 0 {
 		t.Errorf("a released term was held to the margin:\n%s", text(rep))
 	}
+	// The holder takes the key again once the store answers (epoch 2) and
+	// hands it over at once, before a runner starts: the successor (epoch
+	// 3) comes in through that release.
+	s = newStory("r1", "r2")
+	s.run("r1", 1, 0, 2600, causeDeadline)
+	s.add(Event{T: s.at(3000), Replica: "r1", Ev: evAcquire, Key: storyKey, Epoch: 2, Sent: s.at(2999), Outcome: outOK})
+	s.add(Event{T: s.at(3010), Replica: "r1", Ev: evRelease, Sent: s.at(3005), Items: []Item{{Key: storyKey, Epoch: 2}}})
+	s.run("r2", 3, 3100, 9000, causeStopping)
+	if rep := s.check(t); len(violations(rep, InvMargin)) > 0 || rep.Margin.N != 0 {
+		t.Errorf("a successor let in by the release of a later term was held to the margin:\n%s", text(rep))
+	}
+	// Released only after the successor started, it excuses nothing.
+	s = newStory("r1", "r2")
+	s.run("r1", 1, 0, 2600, causeDeadline)
+	s.add(Event{T: s.at(3000), Replica: "r1", Ev: evAcquire, Key: storyKey, Epoch: 2, Sent: s.at(2999), Outcome: outOK})
+	s.run("r2", 3, 3100, 9000, causeStopping)
+	s.add(Event{T: s.at(3210), Replica: "r1", Ev: evRelease, Sent: s.at(3205), Items: []Item{{Key: storyKey, Epoch: 2}}})
+	requireOnly(t, s.check(t), InvMargin)
 }
 
 func TestACrashedReplicaFailsTheRun(t *testing.T) {
