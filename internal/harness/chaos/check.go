@@ -155,7 +155,7 @@ func (c *checker) overlaps() {
 // runner wrote its start), and the runner stopped within ResumeBound of
 // that.
 func (c *checker) promptTail(iv *interval, s span) bool {
-	if !iv.stopped || s.to != iv.end || time.Duration(s.to-s.from) > ResumeBound {
+	if !iv.ended() || s.to != iv.end || time.Duration(s.to-s.from) > ResumeBound {
 		return false
 	}
 	for _, p := range iv.pauses() {
@@ -172,7 +172,7 @@ func (c *checker) promptTail(iv *interval, s span) bool {
 // cannot prevent this (a pause between checking and acting); fencing
 // orders its writes.
 func (c *checker) startedFromPause(iv *interval) bool {
-	if !iv.stopped || time.Duration(iv.end-iv.start) > ResumeBound {
+	if !iv.ended() || time.Duration(iv.end-iv.start) > ResumeBound {
 		return false
 	}
 	for _, p := range iv.pauses() {
@@ -328,7 +328,10 @@ func (c *checker) crashTakeovers() {
 		r := c.m.replicas[f.target]
 		for key, ivs := range c.m.intervals {
 			held := slices.ContainsFunc(ivs, func(iv *interval) bool { return iv.r == r && iv.start <= f.from && iv.end >= f.from })
-			if !held {
+			// A key a peer already runs (taken over while the killed
+			// replica was frozen) has nobody left to replace.
+			elsewhere := slices.ContainsFunc(ivs, func(iv *interval) bool { return iv.r != r && iv.start <= f.from && iv.end > f.from })
+			if !held || elsewhere {
 				continue
 			}
 			next := slices.IndexFunc(ivs, func(iv *interval) bool { return iv.r != r && iv.start >= f.from })
@@ -379,14 +382,14 @@ func (c *checker) resumes() {
 					}
 					tookOver := slices.ContainsFunc(ivs, func(o *interval) bool { return o.r != r && o.start >= p.from && o.start <= p.to })
 					d := time.Duration(iv.end - p.to)
-					if tookOver || iv.stopped && d < c.t.TTL && (iv.cause == causeDeadline || iv.cause == causeLost) {
+					if tookOver || iv.ended() && d < c.t.TTL && (iv.cause == causeDeadline || iv.cause == causeLost) {
 						lat = append(lat, d)
 					}
 					if !tookOver {
 						continue
 					}
 					c.checked(InvResume, 1)
-					if !iv.stopped || d > ResumeBound {
+					if !iv.ended() || d > ResumeBound {
 						c.violate(InvResume, p.to, key, r.name, d,
 							"%s resumed after a peer took epoch %d's key and kept working for %v (cause %q)", r.name, iv.epoch, d, iv.cause)
 					}

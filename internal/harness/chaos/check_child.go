@@ -111,6 +111,13 @@ func (m *model) orphan(r *replicaInfo, at int64, cause string) {
 // pauses are the stretches during which iv's work was frozen: its
 // replica's pauses, for work in the replica's own process; none for a
 // child's, which runs on while its wrapper is frozen.
+// ended: the run ended at iv.end for sure — its own stop record, or, for
+// a runner inside the replica's process, that process killed (a child's
+// work may outlive its wrapper and is judged apart).
+func (iv *interval) ended() bool {
+	return iv.stopped || iv.pid == 0 && iv.cause == causeKilled
+}
+
 func (iv *interval) pauses() []span {
 	if iv.pid != 0 {
 		return nil

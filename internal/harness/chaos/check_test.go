@@ -282,6 +282,34 @@ func TestAFrozenHolderThatStopsOnResumeIsExcused(t *testing.T) {
 	}
 }
 
+// Killed the moment it resumes, a frozen holder's runners end with the
+// process: that is a stop within ResumeBound, not work that went on.
+func TestAFrozenHolderKilledAsItResumesIsExcused(t *testing.T) {
+	for _, kind := range []string{FaultPause, FaultFreezeWrapper} {
+		s := newStory("r1", "r2")
+		s.run("r1", 1, 0, 1000, "")
+		s.fault(kind, "r1", 1000, 6000)
+		s.add(Event{T: s.at(6000), Ev: evFaultBegin, Fault: FaultKill, Target: "r1"})
+		s.add(Event{T: s.at(6003), Ev: evExited, Target: "r1", Err: "signal: killed"})
+		s.add(Event{T: s.at(6003), Ev: evFaultEnd, Fault: FaultKill, Target: "r1"})
+		s.run("r2", 2, 4000, 9000, causeStopping)
+		if rep := s.check(t); !rep.OK() {
+			t.Errorf("%s: violations:\n%s", kind, text(rep))
+		}
+		// Killed only after ResumeBound, it worked on beside r2.
+		s = newStory("r1", "r2")
+		s.run("r1", 1, 0, 1000, "")
+		s.fault(kind, "r1", 1000, 6000)
+		s.add(Event{T: s.at(7000), Ev: evFaultBegin, Fault: FaultKill, Target: "r1"})
+		s.add(Event{T: s.at(7003), Ev: evExited, Target: "r1", Err: "signal: killed"})
+		s.add(Event{T: s.at(7003), Ev: evFaultEnd, Fault: FaultKill, Target: "r1"})
+		s.run("r2", 2, 4000, 9000, causeStopping)
+		if rep := s.check(t); len(violations(rep, InvResume)) != 1 || len(violations(rep, InvOverlap)) != 1 {
+			t.Errorf("%s: want one resume and one overlap violation, got:\n%s", kind, text(rep))
+		}
+	}
+}
+
 func TestAFrozenHolderThatKeepsWorkingAfterResumeIsCaught(t *testing.T) {
 	s := newStory("r1", "r2")
 	s.run("r1", 1, 0, 1000, "")

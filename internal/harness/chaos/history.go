@@ -163,7 +163,7 @@ func buildModel(h *History) *model {
 			r.exit = e.T
 			cause := "exited"
 			if r.killed {
-				cause = "killed"
+				cause = causeKilled
 			}
 			closeAll(r, e.T, cause)
 			m.orphan(r, e.T, cause)

@@ -262,6 +262,9 @@ const (
 	causeDeadline = "deadline"
 	causeLost     = "lost"
 	causeStopping = "stopping"
+	// causeKilled ends every interval of a replica the harness killed,
+	// at its exit.
+	causeKilled = "killed"
 )
 
 func causeName(err error) string {
