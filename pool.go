@@ -237,10 +237,7 @@ func (s *Supervisor) planPools() {
 	// Read the holder's view of the table before taking the lock: with
 	// many keys the scan takes a while, and a renewal that lost a lease
 	// needs the lock to stop its runner.
-	var table []poolcoord.Entry
-	s.keeper.LiveOwners(true, func(key, owner string, live, running bool) {
-		table = append(table, poolcoord.Entry{Key: key, Owner: owner, Live: live, Running: running})
-	})
+	table := s.leaseEntries(true)
 	for _, ps := range pools {
 		s.planPool(ps, table)
 	}
@@ -268,11 +265,7 @@ func (s *Supervisor) planPool(ps *poolState, table []poolcoord.Entry) {
 		}
 		return time.Time{}, false
 	}}
-	round := ps.coord.Plan(now, self, func(yield func(poolcoord.Entry)) {
-		for _, e := range table {
-			yield(e)
-		}
-	})
+	round := ps.coord.Plan(now, self, table)
 	for _, key := range round.Malformed {
 		s.logLocked(slog.LevelWarn, "ignored a pool member whose membership lease is malformed (its weight must be a finite positive number)", "pool", ps.cfg.Name, "lease", key)
 	}
@@ -310,14 +303,15 @@ func (s *Supervisor) planPool(ps *poolState, table []poolcoord.Entry) {
 	s.poke()
 }
 
-// liveLeases is the holder's view of the lease table for a pool's
-// status: every live lease.
-func (s *Supervisor) liveLeases() func(yield func(poolcoord.Entry)) {
-	return func(yield func(poolcoord.Entry)) {
-		s.keeper.LiveOwners(false, func(key, owner string, live, running bool) {
-			yield(poolcoord.Entry{Key: key, Owner: owner, Live: live, Running: running})
-		})
-	}
+// leaseEntries is the holder's view of the lease table for the pool
+// coordinators: every live lease, and with inGrace also those whose
+// holder's term ended less than grace ago.
+func (s *Supervisor) leaseEntries(inGrace bool) []poolcoord.Entry {
+	var table []poolcoord.Entry
+	s.keeper.LiveOwners(inGrace, func(key, owner string, live, running bool) {
+		table = append(table, poolcoord.Entry{Key: key, Owner: owner, Live: live, Running: running})
+	})
+	return table
 }
 
 // PoolStatus is one pool as this replica sees it.
@@ -334,11 +328,12 @@ type PoolStatus struct {
 // Pools reports every pool: its keys, this replica's share and the keys
 // each live worker holds.
 func (s *Supervisor) Pools() []PoolStatus {
+	table := s.leaseEntries(false)
 	s.mu.Lock()
 	defer s.unlock()
 	var out []PoolStatus
 	for _, ps := range s.pools.byName {
-		c := ps.coord.Status(s.liveLeases())
+		c := ps.coord.Status(table)
 		st := PoolStatus{Name: c.Name, Keys: c.Keys, Held: c.Held, Target: c.Target, Cap: c.Cap, Workers: c.Workers}
 		if c.Error != nil {
 			st.Error = c.Error.Error()

@@ -12,6 +12,7 @@ package poolcoord
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/tenure-dev/tenure/internal/engine/balance"
@@ -88,14 +89,11 @@ func (c *Coordinator) PoolKey(leaseKey string) (string, bool) {
 }
 
 func (c *Coordinator) poolKey(leaseKey string) (string, bool) {
-	if len(leaseKey) <= len(c.keysPrefix) || leaseKey[:len(c.keysPrefix)] != c.keysPrefix {
-		return "", false
-	}
-	return leaseKey[len(c.keysPrefix):], true
+	return strings.CutPrefix(leaseKey, c.keysPrefix)
 }
 
 func (c *Coordinator) isMember(leaseKey string) bool {
-	return len(leaseKey) > len(c.membersPrefix) && leaseKey[:len(c.membersPrefix)] == c.membersPrefix
+	return strings.HasPrefix(leaseKey, c.membersPrefix)
 }
 
 // Concerns reports whether a change to leaseKey can change this pool's
@@ -180,9 +178,9 @@ type Round struct {
 	Malformed []string
 }
 
-// Plan takes the holder's view of the lease table — each entry passed to
-// the yield of table — and plans this worker's round.
-func (c *Coordinator) Plan(now time.Time, self Self, table func(yield func(Entry))) Round {
+// Plan takes the holder's view of the lease table and plans this worker's
+// round.
+func (c *Coordinator) Plan(now time.Time, self Self, table []Entry) Round {
 	if c.keys == nil {
 		return Round{}
 	}
@@ -191,17 +189,15 @@ func (c *Coordinator) Plan(now time.Time, self Self, table func(yield func(Entry
 	// A key whose holder crashed is still blocked during grace: counting
 	// it as owned keeps the first worker around from taking keys it does
 	// not prefer before their preferred worker can.
-	table(func(e Entry) {
+	for _, e := range table {
 		if c.isMember(e.Key) {
 			if e.Live {
 				c.addWorker(&view, &out, e, self.Member)
 			}
-			return
-		}
-		if k, ok := c.PoolKey(e.Key); ok {
+		} else if k, ok := c.PoolKey(e.Key); ok {
 			view.Owner[k] = e.Owner
 		}
-	})
+	}
 	for k, owner := range view.Owner {
 		if owner != c.cfg.Self || self.HeldSince == nil {
 			continue
@@ -255,9 +251,9 @@ type Status struct {
 }
 
 // Status counts the pool's keys per live worker in the table.
-func (c *Coordinator) Status(table func(yield func(Entry))) Status {
+func (c *Coordinator) Status(table []Entry) Status {
 	st := Status{Name: c.cfg.Pool, Keys: len(c.keys), Target: c.plan.Target, Cap: c.plan.Cap, Workers: map[string]int{}, Error: c.lastErr}
-	table(func(e Entry) {
+	for _, e := range table {
 		if c.isMember(e.Key) {
 			if m, err := poolkey.ParseMember(e.Key); err == nil && m.Owner == e.Owner {
 				st.Workers[e.Owner] += 0
@@ -268,6 +264,6 @@ func (c *Coordinator) Status(table func(yield func(Entry))) Status {
 				st.Held++
 			}
 		}
-	})
+	}
 	return st
 }

@@ -20,13 +20,7 @@ func newCoord(t *testing.T, self string) *Coordinator {
 	return c
 }
 
-func tableOf(entries ...Entry) func(func(Entry)) {
-	return func(yield func(Entry)) {
-		for _, e := range entries {
-			yield(e)
-		}
-	}
-}
+func tableOf(entries ...Entry) []Entry { return entries }
 
 func member(owner, weight string) Entry {
 	return Entry{Key: "app/~workers/mail/" + owner + "@" + weight, Owner: owner, Live: true, Running: true}

@@ -28,11 +28,10 @@ func (s *Sim) round(ctx context.Context, w *worker, renew bool) error {
 	}
 	// The worker plans through the engine's own pool coordinator, on the
 	// table as the engine's holder sees it.
-	table := func(yield func(poolcoord.Entry)) {
-		for _, l := range leases {
-			if l.HeldOrInGrace(s.cfg.Grace) {
-				yield(poolcoord.Entry{Key: l.Key, Owner: l.Owner, Live: l.Live, Running: l.Running})
-			}
+	var table []poolcoord.Entry
+	for _, l := range leases {
+		if l.HeldOrInGrace(s.cfg.Grace) {
+			table = append(table, poolcoord.Entry{Key: l.Key, Owner: l.Owner, Live: l.Live, Running: l.Running})
 		}
 	}
 	self := poolcoord.Self{
