@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tenure-dev/tenure/internal/engine/balance"
+	"github.com/tenure-dev/tenure/internal/engine/policyhook"
 	"github.com/tenure-dev/tenure/internal/engine/poolcoord"
 	"github.com/tenure-dev/tenure/internal/engine/poolkey"
 	"github.com/tenure-dev/tenure/store"
@@ -65,6 +66,18 @@ type Pool struct {
 	OrphanDelay time.Duration
 	MinHold     time.Duration
 	HandoffRate float64
+
+	// policy, when set (only through policyhook), replaces the balanced
+	// policy the fields above tune.
+	policy balance.Policy
+}
+
+func init() {
+	policyhook.WithPolicy = func(pool any, p balance.Policy) any {
+		pl := pool.(Pool)
+		pl.policy = p
+		return pl
+	}
 }
 
 // poolSet is every pool of a supervisor, and when they plan next. Guarded
@@ -139,12 +152,15 @@ func (s *Supervisor) AddPool(p Pool) error {
 	if p.OrphanDelay <= 0 {
 		p.OrphanDelay = s.cfg.RenewEvery * 3 / 2
 	}
-	coord, err := poolcoord.New(poolcoord.Config{
-		Prefix: s.cfg.Prefix, Pool: p.Name, Self: s.owner, Weight: p.Weight, NameOf: OwnerName,
-		Policy: balance.NewBalanced(balance.Config{
+	policy := p.policy
+	if policy == nil {
+		policy = balance.NewBalanced(balance.Config{
 			Epsilon: p.Epsilon, MaxKeys: p.MaxKeys, OrphanDelay: p.OrphanDelay,
 			MinHold: p.MinHold, HandoffRate: p.HandoffRate,
-		}),
+		})
+	}
+	coord, err := poolcoord.New(poolcoord.Config{
+		Prefix: s.cfg.Prefix, Pool: p.Name, Self: s.owner, Weight: p.Weight, NameOf: OwnerName, Policy: policy,
 	})
 	if err != nil {
 		return fmt.Errorf("pool %s: %w", p.Name, err)

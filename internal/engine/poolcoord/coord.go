@@ -6,8 +6,8 @@
 // lease table and gets back the lease keys to claim and to release; the
 // engine acquires, runs, stops and releases them like any other key.
 //
-// The pool simulator (internal/harness/poolsim) drives this same type, so its
-// tables describe the engine that ships.
+// The pool simulator (internal/harness/poolsim) runs whole supervisors, so
+// its tables describe the engine that ships.
 package poolcoord
 
 import (

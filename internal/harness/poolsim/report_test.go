@@ -7,9 +7,9 @@ import (
 	"log/slog"
 	"runtime"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/tenure-dev/tenure"
@@ -34,7 +34,6 @@ func TestReport(t *testing.T) {
 	if !strings.Contains(flag.Lookup("test.run").Value.String(), "TestReport") {
 		t.Skip("runs only with -run TestReport")
 	}
-	ctx := t.Context()
 	type job struct {
 		p    Policy
 		su   Setup
@@ -55,23 +54,24 @@ func TestReport(t *testing.T) {
 	add(balDefault, pushed)
 	add(balOrphan8, pushed)
 
-	// Two at a time: one simulation per core.
-	sem := make(chan struct{}, 2)
-	var wg sync.WaitGroup
-	for _, j := range jobs {
-		wg.Go(func() {
-			sem <- struct{}{}
-			defer func() { <-sem }()
-			if j.cold {
-				var r Row
-				r, j.err = ColdStart(ctx, j.p, j.su)
-				j.rows = []Row{r}
-			} else {
-				j.rows, j.err = Timeline(ctx, j.p, j.su)
-			}
-		})
-	}
-	wg.Wait()
+	// One simulation per core (go test's -parallel is GOMAXPROCS), each
+	// in a synctest bubble of its own.
+	t.Run("sims", func(t *testing.T) {
+		for i, j := range jobs {
+			t.Run(fmt.Sprint(i), func(t *testing.T) {
+				t.Parallel()
+				synctest.Test(t, func(t *testing.T) {
+					if j.cold {
+						var r Row
+						r, j.err = ColdStart(t.Context(), j.p, j.su)
+						j.rows = []Row{r}
+					} else {
+						j.rows, j.err = Timeline(t.Context(), j.p, j.su)
+					}
+				})
+			})
+		}
+	})
 	table := func(push bool) string {
 		var timeline [][]Row
 		var cold []Row
@@ -104,17 +104,32 @@ func TestReport(t *testing.T) {
 	var small []Row
 	var seeds strings.Builder
 	seeds.WriteString("| policy | store | rounds to ±10%, seeds 1–10 | moves (min 90), seeds 1–10 |\n|---|---|---|---|\n")
-	for _, c := range []struct {
+	cases := []struct {
 		p    Policy
 		push bool
-	}{{reference, false}, {balDefault, false}, {balDefault, true}, {balOrphan8, false}} {
+		rows [10]Row
+		errs [10]error
+	}{{p: reference}, {p: balDefault}, {p: balDefault, push: true}, {p: balOrphan8}}
+	t.Run("seeds", func(t *testing.T) {
+		for i := range cases {
+			c := &cases[i]
+			for seed := range c.rows {
+				t.Run(fmt.Sprint(i, seed), func(t *testing.T) {
+					t.Parallel()
+					synctest.Test(t, func(t *testing.T) {
+						c.rows[seed], c.errs[seed] = Join(t.Context(), c.p, Setup{Keys: 1000, Seed: uint64(seed + 1), Push: c.push})
+					})
+				})
+			}
+		}
+	})
+	for _, c := range cases {
 		var rounds, moves []string
-		for seed := uint64(1); seed <= 10; seed++ {
-			r, _, err := Join(ctx, c.p, Setup{Keys: 1000, Seed: seed, Push: c.push})
-			if err != nil {
+		for seed, r := range c.rows {
+			if err := c.errs[seed]; err != nil {
 				t.Fatal(err)
 			}
-			if seed == 1 {
+			if seed == 0 {
 				if c.push {
 					r.Policy += " (push)"
 				}

@@ -2,6 +2,7 @@ package poolsim
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -10,11 +11,14 @@ import (
 	"github.com/tenure-dev/tenure/internal/engine/balance"
 )
 
-// Policy names a policy, makes one per worker, and says how a pool that
-// has been running it for a while starts.
+// Policy names a policy, tunes or replaces Tenure's on every worker, and
+// says how a pool that has been running it for a while starts.
 type Policy struct {
 	Name string
-	New  func(worker string) balance.Policy
+	// Balance tunes Tenure's policy (Config.Balance).
+	Balance balance.Config
+	// New, when set, replaces Tenure's policy (Config.NewPolicy).
+	New func(worker string) balance.Policy
 	// Steady starts workers ids in the policy's own steady state, the
 	// state the events of a scenario start from.
 	Steady func(s *Sim, ctx context.Context, ids []string) error
@@ -25,9 +29,9 @@ type Policy struct {
 // claims the keys it is preferred for.
 func BalancedPolicy(name string, cfg balance.Config) Policy {
 	return Policy{
-		Name:   name,
-		New:    func(string) balance.Policy { return balance.NewBalanced(cfg) },
-		Steady: (*Sim).StartAll,
+		Name:    name,
+		Balance: cfg,
+		Steady:  (*Sim).StartAll,
 	}
 }
 
@@ -75,8 +79,9 @@ type Setup struct {
 	// Phase is how long each phase runs after its event. Default 5 min:
 	// long enough for the reference's 60s rebalance to act a few times.
 	Phase time.Duration
-	// Warm is how long a seeded pool runs before the first event, so
-	// every seeded key is past MinHold. Default 2 min.
+	// Warm is how long the pool runs before the first event, so that the
+	// hand-overs of its start are done and every key is past MinHold.
+	// Default 4 min.
 	Warm time.Duration
 	// Push: the store pushes releases (see Config.Push).
 	Push bool
@@ -92,7 +97,7 @@ func (su Setup) withDefaults() Setup {
 		su.Phase = 5 * time.Minute
 	}
 	if su.Warm <= 0 {
-		su.Warm = 2 * time.Minute
+		su.Warm = 4 * time.Minute
 	}
 	return su
 }
@@ -118,7 +123,7 @@ func workerIDs(n int) []string {
 }
 
 func (su Setup) newSim(p Policy) (*Sim, error) {
-	return New(Config{Keys: Keys(su.Keys), NewPolicy: p.New, Seed: su.Seed, Push: su.Push, MinHold: su.MinHold})
+	return New(Config{Keys: Keys(su.Keys), Balance: p.Balance, NewPolicy: p.New, Seed: su.Seed, Push: su.Push, MinHold: su.MinHold})
 }
 
 func (su Setup) row(s *Sim, scenario string, p Policy, minMoves int, w Window) Row {
@@ -126,13 +131,15 @@ func (su Setup) row(s *Sim, scenario string, p Policy, minMoves int, w Window) R
 }
 
 // ColdStart starts su.Workers workers on an empty store within one claim
-// interval and runs one phase.
-func ColdStart(ctx context.Context, p Policy, su Setup) (Row, error) {
+// interval and runs one phase. Like every scenario, it runs inside
+// synctest.Test.
+func ColdStart(ctx context.Context, p Policy, su Setup) (_ Row, err error) {
 	su = su.withDefaults()
 	s, err := su.newSim(p)
 	if err != nil {
 		return Row{}, err
 	}
+	defer closeSim(s, &err)
 	w := s.Mark()
 	for i, id := range workerIDs(su.Workers) {
 		// One process after another, a little apart, as a rollout does.
@@ -146,20 +153,41 @@ func ColdStart(ctx context.Context, p Policy, su Setup) (Row, error) {
 
 // Join starts su.Workers workers in the policy's steady state, warms up,
 // then adds one worker.
-func Join(ctx context.Context, p Policy, su Setup) (Row, *Sim, error) {
+func Join(ctx context.Context, p Policy, su Setup) (_ Row, err error) {
+	row, s, err := runJoin(ctx, p, su)
+	if err != nil {
+		return Row{}, err
+	}
+	defer closeSim(s, &err)
+	return row, nil
+}
+
+// runJoin is Join, and returns the Sim, still running, for the caller to
+// go on with and close; on an error it is closed already.
+func runJoin(ctx context.Context, p Policy, su Setup) (Row, *Sim, error) {
 	su = su.withDefaults()
 	s, err := su.newSim(p)
 	if err != nil {
 		return Row{}, nil, err
 	}
-	if err := p.Steady(s, ctx, workerIDs(su.Workers)); err != nil {
+	err = p.Steady(s, ctx, workerIDs(su.Workers))
+	if err == nil {
+		err = s.RunFor(ctx, su.Warm)
+	}
+	var row Row
+	if err == nil {
+		row, err = su.join(ctx, s, p, su.Workers)
+	}
+	if err != nil {
+		closeSim(s, &err)
 		return Row{}, nil, err
 	}
-	if err := s.RunFor(ctx, su.Warm); err != nil {
-		return Row{}, nil, err
-	}
-	row, err := su.join(ctx, s, p, su.Workers)
-	return row, s, err
+	return row, s, nil
+}
+
+// closeSim closes s and adds its error to *err.
+func closeSim(s *Sim, err *error) {
+	*err = errors.Join(*err, s.Close())
 }
 
 func (su Setup) join(ctx context.Context, s *Sim, p Policy, n int) (Row, error) {
@@ -178,12 +206,13 @@ func (su Setup) join(ctx context.Context, s *Sim, p Policy, n int) (Row, error) 
 // leaves (→10, →9), a crash (→8), then a rolling restart of every
 // remaining worker (each leaves, returns under the same id 10s later,
 // and the next goes 20s after that).
-func Timeline(ctx context.Context, p Policy, su Setup) ([]Row, error) {
+func Timeline(ctx context.Context, p Policy, su Setup) (_ []Row, err error) {
 	su = su.withDefaults()
-	join, s, err := Join(ctx, p, su)
+	join, s, err := runJoin(ctx, p, su)
 	if err != nil {
 		return nil, err
 	}
+	defer closeSim(s, &err)
 	rows := []Row{join}
 	n := su.Workers + 1
 	for i := range 2 {

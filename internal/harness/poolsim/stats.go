@@ -16,7 +16,9 @@ type Window struct {
 
 // Mark starts a window now.
 func (s *Sim) Mark() Window {
-	return Window{From: s.now, base: s.totals, samples: len(s.samples), episodes: len(s.episodes), recoveries: len(s.recoveries)}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return Window{From: time.Now(), base: s.totals, samples: len(s.samples), episodes: len(s.episodes), recoveries: len(s.recoveries)}
 }
 
 // Stats are what happened in a window.
@@ -24,32 +26,35 @@ type Stats struct {
 	From, To time.Time
 	// Totals are the counters' growth over the window.
 	Totals
-	// MaxUnowned is the longest spell a key spent without a live lease
-	// (from its release or expiry, or the start for a key never held),
-	// among spells that ended in the window or were still open at its end.
+	// MaxUnowned is the longest spell a key ran nowhere (from the end of
+	// its last run, or the start for a key never run), among spells that
+	// ended in the window or were still open at its end.
 	MaxUnowned time.Duration
-	// Unowned are the keys without a live lease at the end.
+	// Unowned are the keys running nowhere at the end.
 	Unowned int
 	// Recovery is the longest time from a crash until one of the crashed
-	// worker's keys was acquired again; spells still open count to the end
-	// and are also counted in Unrecovered.
+	// worker's keys ran again; spells still open count to the end and are
+	// also counted in Unrecovered.
 	Recovery    time.Duration
 	Unrecovered int
 	// Converged is how long after the window's start every active worker
 	// came within the tolerance of its fair share and stayed there at
 	// every later sample; negative when that had not happened by the end.
 	Converged time.Duration
-	// End is the keys each active worker holds at the end.
+	// End is the keys each active worker runs at the end.
 	End Sample
-	// Idle counts active workers holding no key at the end; Min and Max
-	// are the fewest and most keys an active worker holds then.
+	// Idle counts active workers running no key at the end; Min and Max
+	// are the fewest and most keys an active worker runs then.
 	Idle, Min, Max int
 }
 
 // Stats reports the window from w to now. tol is the convergence
 // tolerance as a fraction of fair share (0.1 for ±10%).
 func (s *Sim) Stats(w Window, tol float64) Stats {
-	st := Stats{From: w.From, To: s.now, Totals: s.totals.minus(w.base)}
+	now := time.Now()
+	st := Stats{From: w.From, To: now, End: s.counts()}
+	s.mu.Lock()
+	st.Totals = s.totals.minus(w.base)
 	for _, e := range s.episodes[w.episodes:] {
 		st.MaxUnowned = max(st.MaxUnowned, e.to.Sub(e.from))
 	}
@@ -57,19 +62,20 @@ func (s *Sim) Stats(w Window, tol float64) Stats {
 		switch {
 		case !kl.ever:
 			st.Unowned++
-			st.MaxUnowned = max(st.MaxUnowned, s.now.Sub(s.start))
-		case !s.now.Before(kl.expiry):
+			st.MaxUnowned = max(st.MaxUnowned, now.Sub(s.start))
+		case len(kl.open) == 0:
 			st.Unowned++
-			st.MaxUnowned = max(st.MaxUnowned, s.now.Sub(kl.expiry))
+			st.MaxUnowned = max(st.MaxUnowned, now.Sub(kl.last.end))
 		}
 		if crashed, ok := s.crashWatch[k]; ok && !crashed.Before(w.From) {
 			st.Unrecovered++
-			st.Recovery = max(st.Recovery, s.now.Sub(crashed))
+			st.Recovery = max(st.Recovery, now.Sub(crashed))
 		}
 	}
 	for _, e := range s.recoveries[w.recoveries:] {
 		st.Recovery = max(st.Recovery, e.to.Sub(e.from))
 	}
+	s.mu.Unlock()
 
 	st.Converged = -1
 	samples := s.samples[w.samples:]
@@ -80,7 +86,6 @@ func (s *Sim) Stats(w Window, tol float64) Stats {
 		st.Converged = samples[i].At.Sub(w.From)
 	}
 
-	st.End = s.counts()
 	st.Min = math.MaxInt
 	for _, n := range st.End.Counts {
 		if n == 0 {
@@ -92,23 +97,6 @@ func (s *Sim) Stats(w Window, tol float64) Stats {
 		st.Min = 0
 	}
 	return st
-}
-
-// counts is the keys each active worker holds now, by the simulator's
-// record (checked against the store at every sample).
-func (s *Sim) counts() Sample {
-	counts := make(map[string]int)
-	for _, id := range s.Active() {
-		counts[id] = 0
-	}
-	for _, kl := range s.keys {
-		if kl.ever && s.now.Before(kl.expiry) {
-			if _, ok := counts[kl.holder]; ok {
-				counts[kl.holder]++
-			}
-		}
-	}
-	return Sample{At: s.now, Counts: counts}
 }
 
 // within reports whether every worker's count is within tol of fair share.
@@ -127,15 +115,15 @@ func within(counts map[string]int, keys int, tol float64) bool {
 
 func (t Totals) minus(b Totals) Totals {
 	return Totals{
-		Plans:        t.Plans - b.Plans,
-		Acquires:     t.Acquires - b.Acquires,
-		Moves:        t.Moves - b.Moves,
-		Bounces:      t.Bounces - b.Bounces,
-		Released:     t.Released - b.Released,
-		FreshSheds:   t.FreshSheds - b.FreshSheds,
-		Refusals:     t.Refusals - b.Refusals,
-		Lost:         t.Lost - b.Lost,
-		Overlaps:     t.Overlaps - b.Overlaps,
-		Inconsistent: t.Inconsistent - b.Inconsistent,
+		Acquires:   t.Acquires - b.Acquires,
+		Moves:      t.Moves - b.Moves,
+		Bounces:    t.Bounces - b.Bounces,
+		Released:   t.Released - b.Released,
+		FreshSheds: t.FreshSheds - b.FreshSheds,
+		Refusals:   t.Refusals - b.Refusals,
+		Lost:       t.Lost - b.Lost,
+		Overlaps:   t.Overlaps - b.Overlaps,
+
+		DeadlineStops: t.DeadlineStops - b.DeadlineStops,
 	}
 }
