@@ -38,6 +38,7 @@ const (
 	wanted   intent = iota // configured and enabled: run it, lease permitting
 	disabled               // configured with Job.Disabled: stopped, lease released
 	finished               // its runner returned ErrDone: stopped until Set again
+	cooling                // handed over after a crash loop: not wanted here for a cooldown
 	removed                // Remove, or gone from its pool's source: release and forget
 )
 
@@ -53,11 +54,9 @@ type keyState struct {
 
 	newTerm     bool      // a new term began: Reload before the next start
 	acquiredAt  time.Time // when the current term was acquired, until its runner starts
-	failures    int       // consecutive runs that ended while held
-	retryAt     time.Time // no start before this (backoff)
+	fails       failureLog
 	nextAcquire time.Time // no acquisition attempt before this
 	restart     bool      // start again at once when the runner returns
-	lastErr     error
 
 	removed chan struct{} // closed when a removal has finished
 
@@ -66,6 +65,16 @@ type keyState struct {
 	member    bool       // a pool membership lease
 	claim     bool       // for pool keys: the policy wants this key held here
 	heldSince time.Time  // when the current term was acquired
+}
+
+// failureLog is a key's record of failed runs: the backoff before the
+// next start, and the crash-loop check that hands the key to a peer.
+type failureLog struct {
+	count     int         // consecutive runs that ended while held
+	last      error       // the last failure
+	retryAt   time.Time   // no start before this (backoff)
+	recent    []time.Time // failures within the crash-loop window
+	coolUntil time.Time   // handed over after a crash loop: not wanted here before this
 }
 
 // phase is the key's phase now.
@@ -88,6 +97,8 @@ func (ks *keyState) intent() intent {
 		return finished
 	case ks.job.Disabled:
 		return disabled
+	case time.Now().Before(ks.fails.coolUntil):
+		return cooling
 	}
 	return wanted
 }
@@ -165,7 +176,7 @@ func (s *Supervisor) reconcileIdle(ks *keyState, now time.Time) {
 		return
 	}
 	leased := s.leased && ks.job.Mode == Exclusive
-	if !now.Before(ks.retryAt) && (!leased || s.keeper.Holds(ks.key)) {
+	if !now.Before(ks.fails.retryAt) && (!leased || s.keeper.Holds(ks.key)) {
 		ks.pending = starting
 		s.actions.Go(func() { s.start(ks.key) })
 	}
@@ -283,7 +294,7 @@ func (s *Supervisor) startLocked(ks *keyState, runner Runner) error {
 	if leased {
 		s.guard(r)
 	}
-	restart := ks.failures > 0
+	restart := ks.fails.count > 0
 	s.observeLocked(func(o Observer) { o.RunnerStarted(restart) })
 	s.logLocked(slog.LevelInfo, "runner started", "key", ks.key, "epoch", lease.Epoch)
 	s.actions.Go(func() { s.runRunner(ctx, ks, r, runner) })
@@ -316,14 +327,14 @@ func (s *Supervisor) runRunner(ctx context.Context, ks *keyState, r *runState, r
 		s.logLocked(slog.LevelInfo, "runner stopped", "key", ks.key, "epoch", r.lease.Epoch, "cause", r.stopCause())
 		if ks.restart {
 			ks.restart = false
-			ks.retryAt = time.Time{}
+			ks.fails.retryAt = time.Time{}
 		}
 	case errors.Is(err, ErrDone):
 		s.logLocked(slog.LevelInfo, "runner finished; releasing its lease", "key", ks.key, "epoch", r.lease.Epoch)
-		ks.done, ks.failures, ks.lastErr = true, 0, nil
+		ks.done, ks.fails.count, ks.fails.last = true, 0, nil
 	default:
 		if ranFor >= s.cfg.BackoffMax {
-			ks.failures = 0
+			ks.fails.count = 0
 		}
 		if err == nil {
 			err = fmt.Errorf("runner returned while its lease was held")
@@ -340,17 +351,49 @@ func (s *Supervisor) runRunner(ctx context.Context, ks *keyState, r *runState, r
 // startFailed records a failed start and schedules the next try with
 // exponential backoff.
 func (s *Supervisor) startFailed(ks *keyState, err error) {
-	ks.failures++
-	ks.lastErr = err
+	ks.fails.count++
+	ks.fails.last = err
 	delay := s.cfg.BackoffMin
-	for i := 1; i < ks.failures && delay < s.cfg.BackoffMax; i++ {
+	for i := 1; i < ks.fails.count && delay < s.cfg.BackoffMax; i++ {
 		delay *= 2
 	}
 	delay = min(delay, s.cfg.BackoffMax)
-	ks.retryAt = time.Now().Add(delay)
+	ks.fails.retryAt = time.Now().Add(delay)
 	s.observeLocked(Observer.RunnerFailed)
-	s.logLocked(slog.LevelWarn, "runner failed; retrying with backoff", "key", ks.key, "failures", ks.failures, "retry_in", delay, "err", err)
+	if s.crashLooping(ks) {
+		return
+	}
+	s.logLocked(slog.LevelWarn, "runner failed; retrying with backoff", "key", ks.key, "failures", ks.fails.count, "retry_in", delay, "err", err)
 	s.poke()
+}
+
+// crashLooping reports whether ks has failed MaxFailures times within
+// FailureWindow, and if so hands it over: the key cools down, so
+// reconcile releases its lease and nothing here acquires it again before
+// the cooldown ends, and a healthy peer takes it at once. A key without a
+// lease has nobody to hand over to: it only backs off.
+func (s *Supervisor) crashLooping(ks *keyState) bool {
+	limits := ks.job.crashLoop(s.cfg)
+	if !s.leased || ks.job.Mode != Exclusive || limits.MaxFailures < 0 {
+		return false
+	}
+	now := time.Now()
+	recent := ks.fails.recent[:0]
+	for _, t := range ks.fails.recent {
+		if now.Sub(t) < limits.FailureWindow {
+			recent = append(recent, t)
+		}
+	}
+	ks.fails.recent = append(recent, now)
+	if len(ks.fails.recent) < limits.MaxFailures {
+		return false
+	}
+	ks.fails = failureLog{last: ks.fails.last, coolUntil: now.Add(limits.Cooldown)}
+	s.observeLocked(Observer.CrashLoop)
+	s.logLocked(slog.LevelError, "runner keeps failing; handing the key over to a peer",
+		"key", ks.key, "failures", limits.MaxFailures, "within", limits.FailureWindow, "cooldown", limits.Cooldown, "err", ks.fails.last)
+	s.poke()
+	return true
 }
 
 // runSafely turns a runner's panic into an error so one key's bug cannot

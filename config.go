@@ -102,6 +102,19 @@ type Config struct {
 	// resets the delay.
 	BackoffMin, BackoffMax time.Duration
 
+	// MaxFailures, FailureWindow and Cooldown hand a crash-looping key to
+	// a peer: when a key's runner fails MaxFailures times within
+	// FailureWindow (it returned or panicked while the lease was held, or
+	// its Reload failed), this replica releases the lease and does not
+	// ask for it again for Cooldown, so a healthy peer takes it at once.
+	// Defaults: 3 failures, 8×BackoffMin (room for three tries under the
+	// backoff: at 0, BackoffMin and 3×BackoffMin) and 12×RenewEvery.
+	// MaxFailures < 0 never hands a key over (it backs off forever, as a
+	// single replica should). A Job may override each.
+	MaxFailures   int
+	FailureWindow time.Duration
+	Cooldown      time.Duration
+
 	// Prefix is this supervisor's namespace in the store: every key given
 	// to Set must start with it, and pools keep their keys and memberships
 	// under it. Each round lists (and the push channel watches) only keys
@@ -192,6 +205,15 @@ func (c Config) withDefaults() (Config, error) {
 	if c.BackoffMax == 0 {
 		c.BackoffMax = 16 * c.RenewEvery
 	}
+	if c.MaxFailures == 0 {
+		c.MaxFailures = 3
+	}
+	if c.FailureWindow == 0 {
+		c.FailureWindow = 8 * c.BackoffMin
+	}
+	if c.Cooldown == 0 {
+		c.Cooldown = 12 * c.RenewEvery
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -218,6 +240,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, configErr("StopTimeout", "%v is negative", c.StopTimeout)
 	case c.BackoffMin <= 0 || c.BackoffMax < c.BackoffMin:
 		return c, configErr("BackoffMin", "%v..%v is not a valid range", c.BackoffMin, c.BackoffMax)
+	case c.FailureWindow < 0 || c.Cooldown < 0:
+		return c, configErr("FailureWindow", "%v and Cooldown %v must not be negative", c.FailureWindow, c.Cooldown)
 	}
 	if strings.Contains(c.Prefix, "~") {
 		return c, configErr("Prefix", "%q holds '~', which starts the segments reserved for pools", c.Prefix)

@@ -81,8 +81,9 @@
 // stopping (cancelled, not yet returned) → idle, and a lease no longer
 // wanted is handed back (releasing) only from idle; a new start waits for
 // idle too. What the operator wants of the key — configured, disabled,
-// finished (its runner returned ErrDone), removed — decides which way it
-// goes.
+// finished (its runner returned ErrDone), cooling (its runner failed
+// Config.MaxFailures times within FailureWindow, so the key was handed to
+// a peer for Cooldown), removed — decides which way it goes.
 //
 // # What Tenure does not promise
 //

@@ -134,7 +134,7 @@ func (s *Supervisor) Restart(ctx context.Context, key string) (bool, error) {
 		return false, nil
 	}
 	r := ks.run
-	ks.failures, ks.retryAt = 0, time.Time{}
+	ks.fails.count, ks.fails.retryAt = 0, time.Time{}
 	if r != nil {
 		ks.restart = true
 		r.stop(ErrRestart)
@@ -208,7 +208,7 @@ func (s *Supervisor) EnsureRunning(ctx context.Context, key string) (bool, error
 		return false, nil
 	}
 	ks.pending = starting
-	ks.retryAt = time.Time{}
+	ks.fails.retryAt = time.Time{}
 	s.unlock()
 	s.start(key)
 	s.mu.Lock()

@@ -38,6 +38,9 @@ type Observer interface {
 	Handoff(d time.Duration)
 	// PoolHandover: a pool key was given back to rebalance the pool.
 	PoolHandover()
+	// CrashLoop: a key's runner failed MaxFailures times within
+	// FailureWindow, and the key was handed over for a cooldown.
+	CrashLoop()
 }
 
 // NopObserver observes nothing. Embed it in an Observer that implements
@@ -56,3 +59,4 @@ func (NopObserver) RunnerFailed()             {}
 func (NopObserver) Round(time.Duration)       {}
 func (NopObserver) Handoff(time.Duration)     {}
 func (NopObserver) PoolHandover()             {}
+func (NopObserver) CrashLoop()                {}

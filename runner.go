@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Lease is what a runner is given: the key it runs for and the term that
@@ -76,6 +77,33 @@ type Job struct {
 	// (rotated credentials, settings changed on a peer). An error counts as
 	// a failed start and is retried with backoff.
 	Reload func(ctx context.Context, key string) (Runner, error)
+	// MaxFailures, FailureWindow and Cooldown override Config's for this
+	// key when not zero: the crash-loop handover (see Config.MaxFailures).
+	MaxFailures   int
+	FailureWindow time.Duration
+	Cooldown      time.Duration
+}
+
+// crashLimits are the crash-loop handover's settings of one key.
+type crashLimits struct {
+	MaxFailures   int
+	FailureWindow time.Duration
+	Cooldown      time.Duration
+}
+
+// crashLoop is j's crash-loop settings, Config's where j leaves them zero.
+func (j Job) crashLoop(c Config) crashLimits {
+	l := crashLimits{MaxFailures: c.MaxFailures, FailureWindow: c.FailureWindow, Cooldown: c.Cooldown}
+	if j.MaxFailures != 0 {
+		l.MaxFailures = j.MaxFailures
+	}
+	if j.FailureWindow != 0 {
+		l.FailureWindow = j.FailureWindow
+	}
+	if j.Cooldown != 0 {
+		l.Cooldown = j.Cooldown
+	}
+	return l
 }
 
 func (j Job) validate() error {
@@ -84,6 +112,9 @@ func (j Job) validate() error {
 	}
 	if j.Mode != Exclusive && j.Mode != Everywhere {
 		return fmt.Errorf("job mode %v: %w", j.Mode, ErrConfig)
+	}
+	if j.FailureWindow < 0 || j.Cooldown < 0 {
+		return fmt.Errorf("job FailureWindow %v and Cooldown %v must not be negative: %w", j.FailureWindow, j.Cooldown, ErrConfig)
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package tenure
 import (
 	"maps"
 	"slices"
+	"time"
 )
 
 // KeyStatus is one key as this replica sees it.
@@ -26,6 +27,10 @@ type KeyStatus struct {
 	Epoch int64 `json:"epoch,omitempty"`
 	// LastError is the last failure of this replica's runner, if any.
 	LastError string `json:"last_error,omitempty"`
+	// CoolingUntil, when set, is when this replica may ask for the key
+	// again: its runner kept failing here and the key was handed over
+	// (Config.MaxFailures).
+	CoolingUntil time.Time `json:"cooling_until,omitzero"`
 }
 
 // Status returns every key known here — configured locally or seen in the
@@ -65,8 +70,11 @@ func (s *Supervisor) statusLocked(key string) KeyStatus {
 	if ks != nil && ks.configured {
 		st.Configured, st.Enabled, st.Mode = true, !ks.job.Disabled, ks.job.Mode
 		st.Running = ks.run != nil && !ks.run.stopped()
-		if ks.lastErr != nil {
-			st.LastError = ks.lastErr.Error()
+		if ks.fails.last != nil {
+			st.LastError = ks.fails.last.Error()
+		}
+		if ks.intent() == cooling {
+			st.CoolingUntil = ks.fails.coolUntil
 		}
 	}
 	if !s.leased || st.Mode == Everywhere && st.Configured {

@@ -362,8 +362,11 @@ func (s *Supervisor) nextDue() (time.Time, bool) {
 		if s.leased && ks.wantsLease() && ks.run == nil && !s.keeper.Holds(key) {
 			consider(ks.nextAcquire)
 		}
-		if ks.run == nil && ks.retryAt.After(now) && ks.wantsRun() {
-			consider(ks.retryAt)
+		if ks.run == nil && ks.fails.retryAt.After(now) && ks.wantsRun() {
+			consider(ks.fails.retryAt)
+		}
+		if ks.fails.coolUntil.After(now) {
+			consider(ks.fails.coolUntil)
 		}
 	}
 	return due, found

@@ -31,6 +31,7 @@ type Collector struct {
 	renewalTime  prometheus.Histogram
 	handoff      prometheus.Histogram
 	poolMoves    prometheus.Counter
+	crashLoops   prometheus.Counter
 }
 
 var _ tenure.Observer = (*Collector)(nil)
@@ -73,6 +74,9 @@ func New() *Collector {
 		poolMoves: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tenure_pool_handovers_total", Help: "Pool keys this replica gave back to rebalance (shed or handed over).",
 		}),
+		crashLoops: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tenure_crash_loop_handovers_total", Help: "Keys handed over to a peer because their runner kept failing (MaxFailures within FailureWindow).",
+		}),
 		handoff: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "tenure_handoff_seconds", Help: "Time from acquiring a new term to its runner starting.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
@@ -81,7 +85,7 @@ func New() *Collector {
 }
 
 func (m *Collector) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.held, m.renewals, m.acquisitions, m.losses, m.deadlines, m.releases, m.starts, m.failures, m.round, m.renewalTime, m.handoff, m.poolMoves}
+	return []prometheus.Collector{m.held, m.renewals, m.acquisitions, m.losses, m.deadlines, m.releases, m.starts, m.failures, m.round, m.renewalTime, m.handoff, m.poolMoves, m.crashLoops}
 }
 
 // Describe implements prometheus.Collector.
@@ -139,3 +143,6 @@ func (m *Collector) Handoff(d time.Duration) { m.handoff.Observe(d.Seconds()) }
 
 // PoolHandover implements tenure.Observer.
 func (m *Collector) PoolHandover() { m.poolMoves.Inc() }
+
+// CrashLoop implements tenure.Observer.
+func (m *Collector) CrashLoop() { m.crashLoops.Inc() }

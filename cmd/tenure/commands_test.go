@@ -166,6 +166,8 @@ func TestBadInputIsAUsageErrorOnOneLine(t *testing.T) {
 		{"empty command after --", nil, []string{"run", "--key", "k", "--store", dbURL, "--"}, "missing command"},
 		{"ttl too short", nil, []string{"run", "--key", "k", "--store", dbURL, "--ttl", "1ms", "--", "true"}, "--ttl"},
 		{"stop timeout beyond the margin", nil, []string{"run", "--key", "k", "--store", dbURL, "--ttl", "3s", "--grace", "1s", "--", "true"}, "--stop-timeout"},
+		{"negative cooldown", nil, []string{"run", "--key", "k", "--store", dbURL, "--cooldown", "-1s", "--", "true"}, "--cooldown"},
+		{"negative max failures", nil, []string{"pool", "--keys", "a", "--store", dbURL, "--max-failures", "-1", "--", "true"}, "--max-failures"},
 		{"public http", nil, []string{"run", "--key", "k", "--store", dbURL, "--http", ":9090", "--", "true"}, "--http-public"},
 		{"unknown flag", nil, []string{"run", "--kee", "k", "--", "true"}, "--kee"},
 		{"unknown command", nil, []string{"frobnicate"}, "frobnicate"},

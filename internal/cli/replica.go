@@ -29,6 +29,8 @@ const killWait = 2 * time.Second
 type replicaFlags struct {
 	store, owner            string
 	ttl, grace, stopTimeout time.Duration
+	maxFailures             int
+	failureWindow, cooldown time.Duration
 	http                    string
 	httpPublic              bool
 }
@@ -40,6 +42,9 @@ func addReplicaFlags(cmd *cobra.Command, f *replicaFlags) {
 	fl.DurationVar(&f.ttl, "ttl", tenure.DefaultTTL, "how long a lease lives without renewal; renewed every ttl/3")
 	fl.DurationVar(&f.grace, "grace", tenure.DefaultGrace, "how long past a lost holder's expiry a peer waits before taking over")
 	fl.DurationVar(&f.stopTimeout, "stop-timeout", tenure.DefaultStopTimeout, "time between SIGTERM and SIGKILL when stopping the command")
+	fl.IntVar(&f.maxFailures, "max-failures", 3, "after this many failed runs of the command within --failure-window, release the key to a peer for --cooldown (0: never)")
+	fl.DurationVar(&f.failureWindow, "failure-window", 0, "the window --max-failures counts in (default 8×ttl/3: three tries under the restart backoff)")
+	fl.DurationVar(&f.cooldown, "cooldown", 0, "how long a replica that released a failing key waits before asking for it again (default 4×ttl)")
 	fl.StringVar(&f.http, "http", "", "serve /metrics, /status and /healthz on this address (loopback only, e.g. 127.0.0.1:9090)")
 	fl.BoolVar(&f.httpPublic, "http-public", false, "allow --http on a non-loopback address")
 }
@@ -94,6 +99,9 @@ func (e *env) prepare(cmd *cobra.Command, f replicaFlags, argv []string, keyed b
 	if f.ttl <= 0 || f.grace < 0 || f.stopTimeout < 0 {
 		return nil, usagef("--ttl must be positive, --grace and --stop-timeout not negative (got %v, %v, %v)", f.ttl, f.grace, f.stopTimeout)
 	}
+	if f.maxFailures < 0 || f.failureWindow < 0 || f.cooldown < 0 {
+		return nil, usagef("--max-failures, --failure-window and --cooldown must not be negative (got %d, %v, %v); --max-failures 0 never hands a failing key over", f.maxFailures, f.failureWindow, f.cooldown)
+	}
 	cfg := tenure.Config{
 		Leases:      tenure.LeasesOn,
 		Owner:       f.owner,
@@ -102,6 +110,13 @@ func (e *env) prepare(cmd *cobra.Command, f replicaFlags, argv []string, keyed b
 		NoGrace:     cmd.Flags().Changed("grace") && f.grace == 0,
 		StopTimeout: f.stopTimeout + killWait,
 		Store:       memstore.New(memstore.Options{}),
+
+		MaxFailures:   f.maxFailures,
+		FailureWindow: f.failureWindow,
+		Cooldown:      f.cooldown,
+	}
+	if f.maxFailures == 0 {
+		cfg.MaxFailures = -1 // the flag's 0 is "never"; the library's is "default"
 	}
 	v, err := tenure.New(cfg)
 	if err != nil {

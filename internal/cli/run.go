@@ -43,7 +43,10 @@ tenure in a cgroup (a systemd unit, a container) when that matters. Whatever
 the command leaves in its group when it exits is killed too.
 
 A command that exits while the lease is held is restarted with exponential
-backoff (from ttl/3 up to 16×ttl/3). With --once, tenure instead releases the
+backoff (from ttl/3 up to 16×ttl/3). A command that keeps failing here —
+--max-failures exits (default 3) within --failure-window (default 8×ttl/3) —
+is handed over: tenure releases the lease so a healthy peer takes it at
+once, and does not ask for it again for --cooldown (default 4×ttl). With --once, tenure instead releases the
 lease and exits with the command's exit status. --once does not remember that
 the work was done: every tenure --once that later gets the lease runs the
 command again; the lease only keeps the runs from overlapping.

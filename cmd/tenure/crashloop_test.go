@@ -1,0 +1,52 @@
+package main_test
+
+import (
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+func TestACrashLoopingReplicaHandsTheKeyToAHealthyPeerOnSQLite(t *testing.T) {
+	dir := t.TempDir()
+	testCrashLoop(t, "sqlite:"+filepath.Join(dir, "leases.db"), dir)
+}
+
+func TestACrashLoopingReplicaHandsTheKeyToAHealthyPeerOnPostgres(t *testing.T) {
+	testCrashLoop(t, postgresTable(t, "cli_crashloop"), t.TempDir())
+}
+
+// testCrashLoop starts a replica whose command fails at once, every time
+// (a host missing a file), then a healthy one: after --max-failures
+// failures within --failure-window (defaults: 3 within 8×ttl/3) the bad
+// replica releases the key, and the healthy one runs the command within
+// the window + 1s of the first failure, where before it waited until the
+// bad replica was stopped by hand.
+func testCrashLoop(t *testing.T, url, dir string) {
+	log := filepath.Join(dir, "commands.log")
+	args := func(owner string) []string {
+		return []string{"run", "--key", "job", "--store", url, "--owner", owner,
+			"--ttl", ttl.String(), "--grace", grace.String(), "--stop-timeout", stopTimeout.String(), "--", self(t)}
+	}
+	bad := start(t, childEnv("exit:3", log), args("bad")...)
+	waitOutput(t, bad, "runner failed", 10*time.Second)
+	firstFailure := time.Now()
+	start(t, childEnv("record", log), args("good")...)
+
+	window := 8 * ttl / 3
+	got := waitStarts(t, log, 1, window+time.Second)[0]
+	took := got.at.Sub(firstFailure)
+	t.Logf("the healthy replica ran the command %v after the first failure (failure window %v)", took.Round(time.Millisecond), window)
+	if took > window+time.Second {
+		t.Fatalf("the healthy replica started %v after the first failure, want within the failure window + 1s (%v)", took, window+time.Second)
+	}
+	if got.owner != "good" {
+		t.Fatalf("the command ran under %q, want the healthy replica", got.owner)
+	}
+	waitOutput(t, bad, "handing the key over to a peer", time.Second)
+	// The bad replica stays out for its cooldown (4×ttl): the key stays
+	// with the healthy one.
+	time.Sleep(2 * ttl)
+	if evs := readChildLog(t, log); len(evs) != 1 || evs[0].owner != "good" {
+		t.Fatalf("after the handover: %+v, want the healthy replica's one run", evs)
+	}
+}
