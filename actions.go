@@ -52,19 +52,28 @@ type keyState struct {
 	run     *runState // the runner of the running or stopping phase, else nil
 	pending phase     // starting or releasing while that action is in flight, else idle
 
-	newTerm     bool      // a new term began: Reload before the next start
-	acquiredAt  time.Time // when the current term was acquired, until its runner starts
+	termStart
 	fails       failureLog
-	nextAcquire time.Time // no acquisition attempt before this
-	restart     bool      // start again at once when the runner returns
+	nextAcquire time.Time     // no acquisition attempt before this
+	restart     bool          // start again at once when the runner returns
+	removed     chan struct{} // closed when a removal has finished
 
-	removed chan struct{} // closed when a removal has finished
+	poolRole
+}
 
-	pool      *poolState // the pool that manages this key, if any
-	poolKey   string     // for pool keys: the key as the pool's source gives it
-	member    bool       // a pool membership lease
-	claim     bool       // for pool keys: the policy wants this key held here
-	heldSince time.Time  // when the current term was acquired
+// termStart is what the key keeps of its current term's beginning.
+type termStart struct {
+	newTerm    bool      // a new term began: Reload before the next start
+	acquiredAt time.Time // when the current term was acquired, until its runner starts
+	heldSince  time.Time // when the current term was acquired
+}
+
+// poolRole is the part a pool gives a key: none for a singleton.
+type poolRole struct {
+	pool    *poolState // the pool that manages this key, if any
+	poolKey string     // for pool keys: the key as the pool's source gives it
+	member  bool       // a pool membership lease
+	claim   bool       // for pool keys: the policy wants this key held here
 }
 
 // failureLog is a key's record of failed runs: the backoff before the

@@ -178,7 +178,7 @@ func (s *Supervisor) AddPool(p Pool) error {
 	s.pools.byName[p.Name] = ps
 	// Membership is a lease like any other, renewed in the same batch; its
 	// runner only marks the worker as running (not draining).
-	s.keys[member] = &keyState{key: member, member: true, configured: true, job: Job{Runner: RunnerFunc(func(ctx context.Context, _ Lease) error {
+	s.keys[member] = &keyState{key: member, poolRole: poolRole{member: true}, configured: true, job: Job{Runner: RunnerFunc(func(ctx context.Context, _ Lease) error {
 		<-ctx.Done()
 		return nil
 	})}}
@@ -290,7 +290,7 @@ func (s *Supervisor) planPool(ps *poolState, table []poolcoord.Entry) {
 		ks := s.keys[key]
 		if ks == nil {
 			k, _ := ps.coord.PoolKey(key)
-			ks = &keyState{key: key, poolKey: k}
+			ks = &keyState{key: key, poolRole: poolRole{poolKey: k}}
 			s.keys[key] = ks
 		}
 		ks.pool, ks.configured, ks.claim = ps, true, true
