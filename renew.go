@@ -90,6 +90,7 @@ func (s *Supervisor) renew(ctx context.Context) bool {
 	outcomes, err := s.keeper.RenewAll(ctx, s.isRunning)
 	if len(outcomes) > 0 || err != nil {
 		s.obs.RenewalCall(time.Since(began))
+		s.storeAnswered(err)
 	}
 	if err != nil {
 		s.log.Warn("could not confirm lease renewals; their deadlines keep running", "keys", len(outcomes), "err", err)

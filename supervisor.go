@@ -67,7 +67,9 @@ type Supervisor struct {
 	// values, and are cancelled one by one, in order, by shutdown.
 	runCtx    context.Context
 	actions   sync.WaitGroup // start actions and runner goroutines
-	lastRound time.Time
+	lastRound time.Time      // when the loop last began a round (Live)
+	storeSeen time.Time      // when the store last answered (Ready)
+	storeErr  error          // why it did not since
 	// suspended is how long the host has slept since the process started
 	// (clock.Suspended; a test may stage a suspend).
 	suspended func() time.Duration
@@ -235,9 +237,14 @@ func (s *Supervisor) loop(ctx context.Context) {
 // key. Renewals run on their own schedule (renewLoop).
 func (s *Supervisor) round(ctx context.Context) {
 	start := time.Now()
+	s.mu.Lock()
+	s.lastRound = start
+	s.unlock()
 	if s.leased {
 		s.acquirePass(ctx)
-		if err := s.keeper.ObserveAll(ctx, s.cfg.Prefix); err != nil {
+		err := s.keeper.ObserveAll(ctx, s.cfg.Prefix)
+		s.storeAnswered(err)
+		if err != nil {
 			s.log.Debug("could not read the lease table", "err", err)
 		} else {
 			s.explainLosses()
@@ -247,9 +254,6 @@ func (s *Supervisor) round(ctx context.Context) {
 		s.acquirePass(ctx) // what the pools just claimed
 	}
 	s.reconcile()
-	s.mu.Lock()
-	s.lastRound = start
-	s.unlock()
 	s.obs.Round(time.Since(start))
 }
 

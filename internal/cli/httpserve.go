@@ -60,17 +60,28 @@ type httpServer struct {
 	done chan struct{}
 }
 
-// startHTTP listens on addr and serves /metrics, /status and /healthz.
-func startHTTP(addr string, sup *tenure.Supervisor, st store.Store, secrets []string, metrics *tmetrics.Collector, log *slog.Logger) (*httpServer, error) {
+// startHTTP listens on addr and serves /metrics, /status, /healthz and
+// /readyz. ready, when set, is what else the command needs to be ready.
+func startHTTP(addr string, sup *tenure.Supervisor, st store.Store, secrets []string, metrics *tmetrics.Collector, ready func() error, log *slog.Logger) (*httpServer, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(metrics,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	// /healthz: the process is alive and its loop turns (restart it if
+	// not); /readyz: it can do its job now (take it out of rotation if
+	// not). A store outage fails /readyz only: restarting every replica
+	// would not bring the store back.
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
-		fmt.Fprintln(w, "ok")
+		probe(w, sup.Live(), secrets)
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		err := sup.Ready()
+		if err == nil && ready != nil {
+			err = ready()
+		}
+		probe(w, err, secrets)
 	})
 	callTimeout := sup.Config().CallTimeout
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
@@ -102,8 +113,19 @@ func startHTTP(addr string, sup *tenure.Supervisor, st store.Store, secrets []st
 			log.Error("http server stopped", "err", err)
 		}
 	}()
-	log.Info("serving /metrics, /status and /healthz", "addr", ln.Addr().String())
+	log.Info("serving /metrics, /status, /healthz and /readyz", "addr", ln.Addr().String())
 	return h, nil
+}
+
+// probe answers a health probe: 200 "ok", or 503 and why.
+func probe(w http.ResponseWriter, err error, secrets []string) {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	if err != nil {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintln(w, store.RedactString(err.Error(), secrets...))
+		return
+	}
+	fmt.Fprintln(w, "ok")
 }
 
 func (h *httpServer) close() {

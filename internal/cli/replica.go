@@ -45,7 +45,7 @@ func addReplicaFlags(cmd *cobra.Command, f *replicaFlags) {
 	fl.IntVar(&f.maxFailures, "max-failures", 3, "after this many failed runs of the command within --failure-window, release the key to a peer for --cooldown (0: never)")
 	fl.DurationVar(&f.failureWindow, "failure-window", 0, "the window --max-failures counts in (default 8×ttl/3: three tries under the restart backoff)")
 	fl.DurationVar(&f.cooldown, "cooldown", 0, "how long a replica that released a failing key waits before asking for it again (default 4×ttl)")
-	fl.StringVar(&f.http, "http", "", "serve /metrics, /status and /healthz on this address (loopback only, e.g. 127.0.0.1:9090)")
+	fl.StringVar(&f.http, "http", "", "serve /metrics, /status, /healthz (alive) and /readyz (store reachable; for run, the key held here or by a known peer) on this address (loopback only, e.g. 127.0.0.1:9090)")
 	fl.BoolVar(&f.httpPublic, "http-public", false, "allow --http on a non-loopback address")
 }
 
@@ -80,6 +80,8 @@ type replica struct {
 	hangup func(*tenure.Supervisor)
 	// announce logs what the replica waits for, once connected.
 	announce func(*tenure.Supervisor)
+	// ready, when set, is what else /readyz needs beyond Supervisor.Ready.
+	ready func(*tenure.Supervisor) error
 }
 
 // prepare checks the flags, the timing and the command without connecting
@@ -183,7 +185,11 @@ func (e *env) serve(ctx context.Context, stop context.CancelFunc, rep *replica) 
 		return 0, withCode(ExitUsage, flagNames(err))
 	}
 	if rep.flags.http != "" {
-		srv, err := startHTTP(rep.flags.http, sup, st, rep.spec.Secrets, metrics, rep.log)
+		var ready func() error
+		if rep.ready != nil {
+			ready = func() error { return rep.ready(sup) }
+		}
+		srv, err := startHTTP(rep.flags.http, sup, st, rep.spec.Secrets, metrics, ready, rep.log)
 		if err != nil {
 			return 0, withCode(ExitFailure, err)
 		}

@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/spf13/cobra"
 
@@ -105,6 +106,12 @@ func (e *env) run(cmd *cobra.Command, f runFlags, args []string) error {
 	r.once, r.finished = f.once, stop
 	rep.setup = func(sup *tenure.Supervisor) error {
 		return sup.Set(f.key, tenure.Job{Runner: r})
+	}
+	rep.ready = func(sup *tenure.Supervisor) error {
+		if sup.KeyStatus(f.key).Leader == "" {
+			return fmt.Errorf("no live holder of %s known: none here, none seen on a peer", f.key)
+		}
+		return nil
 	}
 	rep.announce = func(sup *tenure.Supervisor) {
 		rep.log.Info("waiting for the lease", "key", f.key, "store", rep.spec.Shown, "owner", sup.Owner(), "ttl", f.ttl, "grace", f.grace)

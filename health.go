@@ -1,0 +1,67 @@
+package tenure
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ErrStoreUnreachable: the store has not answered recently (Ready).
+var ErrStoreUnreachable = errors.New("tenure: store not reached")
+
+// Live reports whether the supervisor is alive: Run is active and its
+// loop began a round within the last 3×RenewEvery. It says nothing about
+// the store, so a liveness probe that restarts the process on failure
+// (Kubernetes livenessProbe) never restarts every replica because their
+// shared store is down — which would not bring the store back.
+func (s *Supervisor) Live() error {
+	s.mu.Lock()
+	defer s.unlock()
+	if !s.active || s.stopping {
+		return ErrNotRunning
+	}
+	if since := time.Since(s.lastRound); !s.lastRound.IsZero() && since > 3*s.cfg.RenewEvery {
+		return fmt.Errorf("tenure: the supervision loop has not turned for %v (a round is due every %v)", since.Round(time.Millisecond), s.cfg.RenewEvery)
+	}
+	return nil
+}
+
+// Ready reports whether the supervisor can do its job now: it is Live and,
+// with leases, the store answered — a read of the lease table or a
+// confirmed renewal — within the last 2×RenewEvery (one missed round is
+// tolerated). The error wraps ErrStoreUnreachable with the store's last
+// error. A readiness probe takes an unready replica out of rotation
+// without restarting it.
+func (s *Supervisor) Ready() error {
+	if err := s.Live(); err != nil {
+		return err
+	}
+	if !s.leased {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.unlock()
+	why := ""
+	if s.storeErr != nil {
+		why = ": " + s.storeErr.Error()
+	}
+	if s.storeSeen.IsZero() {
+		return fmt.Errorf("%w yet%s", ErrStoreUnreachable, why)
+	}
+	if since := time.Since(s.storeSeen); since > 2*s.cfg.RenewEvery {
+		return fmt.Errorf("%w for %v%s", ErrStoreUnreachable, since.Round(time.Millisecond), why)
+	}
+	return nil
+}
+
+// storeAnswered records that the store answered a call (err nil), or why
+// it did not.
+func (s *Supervisor) storeAnswered(err error) {
+	s.mu.Lock()
+	defer s.unlock()
+	if err != nil {
+		s.storeErr = err
+		return
+	}
+	s.storeSeen, s.storeErr = time.Now(), nil
+}
