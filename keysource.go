@@ -35,8 +35,8 @@ func StaticKeys(keys ...string) KeySource {
 	return KeySourceFunc(func(context.Context) ([]string, error) { return keys, nil })
 }
 
-// KeysFromFile reads one key per line from path (blank lines and lines
-// starting with # are skipped). The file is read again only when its size
+// KeysFromFile reads one key per line from path, trimmed of surrounding
+// whitespace (blank lines and lines starting with # are skipped). The file is read again only when its size
 // or modification time changed.
 func KeysFromFile(path string) KeySource {
 	return &fileSource{path: path}
@@ -124,8 +124,8 @@ func KeysFromCmd(newCmd func(ctx context.Context) *exec.Cmd) KeySource {
 // after it exited or its context ended.
 const commandWaitDelay = 500 * time.Millisecond
 
-// parseKeys splits lines into keys, skipping blanks and # comments, and
-// validates each.
+// parseKeys splits lines into keys, trimmed of surrounding whitespace,
+// skipping blank lines and # comments, and validates each.
 func parseKeys(data []byte, from string) ([]string, error) {
 	var keys []string
 	sc := bufio.NewScanner(bytes.NewReader(data))
@@ -133,8 +133,10 @@ func parseKeys(data []byte, from string) ([]string, error) {
 	line := 0
 	for sc.Scan() {
 		line++
-		k := strings.TrimRight(sc.Text(), "\r")
-		if strings.TrimSpace(k) == "" || strings.HasPrefix(k, "#") {
+		// Surrounding blanks (an editor's trailing space, CRLF) are never
+		// part of a key: "acct-1 " and "acct-1" must not be two keys.
+		k := strings.TrimSpace(sc.Text())
+		if k == "" || strings.HasPrefix(k, "#") {
 			continue
 		}
 		if err := store.ValidateKey(k); err != nil {

@@ -22,6 +22,17 @@ func TestAKeyCommandsLinesAreItsKeys(t *testing.T) {
 	}
 }
 
+func TestKeysFromAFileAreTrimmedOfSurroundingWhitespace(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "keys")
+	if err := os.WriteFile(path, []byte("acct-1 \r\n\tacct-2\n  # a comment\n \nacct-1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	keys, err := tenure.KeysFromFile(path).Keys(t.Context())
+	if err != nil || !slices.Equal(keys, []string{"acct-1", "acct-2", "acct-1"}) {
+		t.Fatalf("keys %q, %v; want acct-1, acct-2, acct-1 (a pool counts a repeat once)", keys, err)
+	}
+}
+
 // A key command that hangs, or that leaves a process in the background
 // holding its output, returns once its context ends — the pool then keeps
 // its last good key set — and leaves nothing running.

@@ -172,6 +172,12 @@ func TestBadInputIsAUsageErrorOnOneLine(t *testing.T) {
 		{"unknown flag", nil, []string{"run", "--kee", "k", "--", "true"}, "--kee"},
 		{"unknown command", nil, []string{"frobnicate"}, "frobnicate"},
 		{"bad log level", nil, []string{"run", "--key", "k", "--store", dbURL, "--log-level", "loud", "--", "true"}, "--log-level"},
+		{"bad log level on a command that logs nothing", nil, []string{"status", "--store", dbURL, "--log-level", "loud"}, "--log-level"},
+		{"bad log format", nil, []string{"run", "--key", "k", "--store", dbURL, "--log-format", "yaml", "--", "true"}, "--log-format"},
+		{"empty key list", nil, []string{"pool", "--keys", "", "--store", dbURL, "--", "true"}, "--keys"},
+		{"key list of commas", nil, []string{"pool", "--keys", " , ,", "--store", dbURL, "--", "true"}, "--keys"},
+		{"unknown scheme from env", []string{"TENURE_STORE=mongodb://h/db"}, []string{"status"}, "TENURE_STORE (from the environment)"},
+		{"bad log format from env", []string{"TENURE_LOG_FORMAT=xml"}, []string{"status", "--store", dbURL}, "TENURE_LOG_FORMAT"},
 		{"release without a terminal", nil, []string{"release", "--key", "k", "--store", dbURL}, "--yes"},
 	}
 	for _, c := range cases {

@@ -1,6 +1,8 @@
 package main_test
 
 import (
+	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -162,5 +164,31 @@ func TestRunIsReadyOnlyWhileSomeoneHoldsTheKey(t *testing.T) {
 	waitProbe(t, base+"/readyz", http.StatusOK, ttl) // it sees the peer at its next read of the table
 	if code, _ := probe(t, base+"/healthz"); code != http.StatusOK {
 		t.Fatalf("/healthz %d, want 200 throughout", code)
+	}
+}
+
+func TestJSONLogsAreOneObjectALineWithTheKeyEpochAndOwner(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	_, stderr, code := runTenure(t, childEnv("exit:0", filepath.Join(dir, "log")), "run", "--once", "--key", "nightly",
+		"--store", "sqlite:"+filepath.Join(dir, "leases.db"), "--owner", "json-replica", "--log-format", "json", "--", self(t))
+	if code != 0 {
+		t.Fatalf("exit %d:\n%s", code, stderr)
+	}
+	var started bool
+	for line := range strings.Lines(strings.TrimSpace(stderr)) {
+		var rec map[string]any
+		if err := json.Unmarshal([]byte(line), &rec); err != nil {
+			t.Fatalf("not a JSON object: %q: %v", line, err)
+		}
+		if rec["msg"] == "runner started" {
+			started = rec["key"] == "nightly" && rec["epoch"] == float64(1) && strings.HasPrefix(fmt.Sprint(rec["owner"]), "json-replica#")
+		}
+		if ttl, ok := rec["ttl"]; ok && ttl != "15s" {
+			t.Errorf("ttl logged as %v, want \"15s\"", ttl)
+		}
+	}
+	if !started {
+		t.Fatalf("no \"runner started\" record with key, epoch and owner:\n%s", stderr)
 	}
 }

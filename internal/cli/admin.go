@@ -18,17 +18,17 @@ import (
 
 // withStore parses --store, opens it with open for one admin command and
 // closes it.
-func withStore(cmd *cobra.Command, open func(context.Context, storeurl.Spec) (storeurl.Store, error),
+func (e *env) withStore(cmd *cobra.Command, open func(context.Context, storeurl.Spec) (storeurl.Store, error),
 	fn func(ctx context.Context, spec storeurl.Spec, st storeurl.Store) error,
 ) error {
 	raw, _ := cmd.Flags().GetString("store")
-	spec, err := parseStore(raw)
+	spec, err := e.parseStore(raw)
 	if err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
 	defer cancel()
-	st, err := openStore(ctx, spec, open)
+	st, err := e.openStore(ctx, spec, open)
 	if err != nil {
 		return err
 	}
@@ -78,7 +78,7 @@ creates a store, and a URL that names none is an error (exit 3).
 			// The lease is looked up in the store as it is, read-only, so a
 			// wrong URL creates nothing; the store is opened to write only
 			// to revoke a live lease, when it exists.
-			return withStore(cmd, storeurl.OpenReadOnly, func(ctx context.Context, spec storeurl.Spec, st storeurl.Store) error {
+			return e.withStore(cmd, storeurl.OpenReadOnly, func(ctx context.Context, spec storeurl.Spec, st storeurl.Store) error {
 				if _, ok := st.(store.Revoker); !ok {
 					return withCode(ExitFailure, fmt.Errorf("the %s store cannot revoke leases", spec.Kind))
 				}
@@ -105,7 +105,7 @@ creates a store, and a URL that names none is an error (exit 3).
 						return silentExit(ExitFailure)
 					}
 				}
-				w, err := openStore(ctx, spec, storeurl.OpenSpec)
+				w, err := e.openStore(ctx, spec, storeurl.OpenSpec)
 				if err != nil {
 					return err
 				}
@@ -143,7 +143,7 @@ application's role may not create tables. Redis needs no schema.
   tenure migrate --store sqlite:/var/lib/app/tenure.db`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return withStore(cmd, storeurl.OpenSpec, func(ctx context.Context, spec storeurl.Spec, st storeurl.Store) error {
+			return e.withStore(cmd, storeurl.OpenSpec, func(ctx context.Context, spec storeurl.Spec, st storeurl.Store) error {
 				m, ok := st.(store.Migrator)
 				if !ok {
 					fmt.Fprintf(e.stdout, "the %s store needs no migration\n", spec.Kind)

@@ -72,6 +72,18 @@ type env struct {
 	stdin          *os.File
 	stdout, stderr io.Writer
 	getenv         func(string) string
+	// fromEnv maps a flag set from its TENURE_ variable (applyEnv) to the
+	// variable, so an error about its value names where it came from.
+	fromEnv map[string]string
+}
+
+// source is how an error names flag's value: "--flag", or the
+// TENURE_FLAG variable it came from.
+func (e *env) source(flag string) string {
+	if v, ok := e.fromEnv[flag]; ok {
+		return v
+	}
+	return "--" + flag
 }
 
 // Main runs the tool with args (without the program name) and returns the
@@ -152,7 +164,13 @@ TENURE_EPOCH is set too: they then describe the lease of a parent tenure.
 		SilenceErrors: true,
 		SilenceUsage:  true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
-			return e.applyEnv(cmd)
+			if err := e.applyEnv(cmd); err != nil {
+				return err
+			}
+			// Checked for every command, also those that log nothing, so
+			// a typo in a shared TENURE_LOG_LEVEL is caught anywhere.
+			_, err := e.logger(cmd, nil)
+			return err
 		},
 	}
 	root.SetOut(e.stdout)
@@ -161,6 +179,7 @@ TENURE_EPOCH is set too: they then describe the lease of a parent tenure.
 		return withCode(ExitUsage, err)
 	})
 	root.PersistentFlags().String("log-level", "info", "log level: debug, info, warn or error")
+	root.PersistentFlags().String("log-format", "text", "log format: text (key=value) or json (one object a line)")
 	root.AddCommand(e.runCommand(), e.poolCommand(), e.statusCommand(), e.releaseCommand(),
 		e.migrateCommand(), e.versionCommand(), e.demoCommand(), e.verifyCommand())
 	return root
@@ -192,21 +211,39 @@ func (e *env) applyEnv(cmd *cobra.Command) error {
 			return
 		}
 		f.Changed = true
+		if e.fromEnv == nil {
+			e.fromEnv = make(map[string]string)
+		}
+		e.fromEnv[f.Name] = name
 	})
 	return err
 }
 
-// logger logs to stderr at the --log-level, scrubbing secrets from every
-// value as a second line of defence behind the stores' own redaction.
+// logger logs to stderr at the --log-level in the --log-format, scrubbing
+// secrets from every value as a second line of defence behind the stores'
+// own redaction.
 func (e *env) logger(cmd *cobra.Command, secrets []string) (*slog.Logger, error) {
 	name, _ := cmd.Flags().GetString("log-level")
 	var level slog.Level
 	if err := level.UnmarshalText([]byte(name)); err != nil {
-		return nil, usagef("--log-level %q: want debug, info, warn or error", name)
+		return nil, usagef("%s %q: want debug, info, warn or error", e.source("log-level"), name)
 	}
-	h := slog.NewTextHandler(e.stderr, &slog.HandlerOptions{
+	format, _ := cmd.Flags().GetString("log-format")
+	newHandler := func(w io.Writer, o *slog.HandlerOptions) slog.Handler { return slog.NewTextHandler(w, o) }
+	switch format {
+	case "text":
+	case "json":
+		newHandler = func(w io.Writer, o *slog.HandlerOptions) slog.Handler { return slog.NewJSONHandler(w, o) }
+	default:
+		return nil, usagef("%s %q: want text or json", e.source("log-format"), format)
+	}
+	h := newHandler(e.stderr, &slog.HandlerOptions{
 		Level: level,
 		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+			if a.Value.Kind() == slog.KindDuration {
+				// "15s" in both formats; JSON would print nanoseconds.
+				return slog.String(a.Key, a.Value.Duration().String())
+			}
 			if len(secrets) == 0 {
 				return a
 			}
@@ -228,23 +265,32 @@ func (e *env) logger(cmd *cobra.Command, secrets []string) (*slog.Logger, error)
 // or storeurl.OpenReadOnly for commands that only look), mapping failures
 // to exit codes: the URL's fault is a usage error, anything else — no
 // such store included — means the store is unreachable or unusable.
-func openStore(ctx context.Context, spec storeurl.Spec, open func(context.Context, storeurl.Spec) (storeurl.Store, error)) (storeurl.Store, error) {
+func (e *env) openStore(ctx context.Context, spec storeurl.Spec, open func(context.Context, storeurl.Spec) (storeurl.Store, error)) (storeurl.Store, error) {
 	st, err := open(ctx, spec)
 	if err != nil {
 		if storeurl.IsURLError(err) {
-			return nil, withCode(ExitUsage, err)
+			return nil, withCode(ExitUsage, e.fromStoreVar(err))
 		}
-		return nil, withCode(ExitStore, scrubErr(err, spec.Secrets))
+		return nil, withCode(ExitStore, e.fromStoreVar(scrubErr(err, spec.Secrets)))
 	}
 	return st, nil
 }
 
-func parseStore(raw string) (storeurl.Spec, error) {
+func (e *env) parseStore(raw string) (storeurl.Spec, error) {
 	spec, err := storeurl.Parse(raw)
 	if err != nil {
-		return spec, withCode(ExitUsage, scrubErr(err, store.URLSecrets(raw)))
+		return spec, withCode(ExitUsage, e.fromStoreVar(scrubErr(err, store.URLSecrets(raw))))
 	}
 	return spec, nil
+}
+
+// fromStoreVar names TENURE_STORE in err when the store URL came from it,
+// so a user who never typed --store knows where to look.
+func (e *env) fromStoreVar(err error) error {
+	if v, ok := e.fromEnv["store"]; ok {
+		return fmt.Errorf("%s (from the environment): %w", v, err)
+	}
+	return err
 }
 
 // scrubErr keeps err's chain but removes secrets from its text.

@@ -197,6 +197,10 @@ func keySource(cmd *cobra.Command, f poolFlags, env []string) (tenure.KeySource,
 	if err != nil {
 		return nil, withCode(ExitUsage, fmt.Errorf("--keys: %w", err))
 	}
+	if len(keys) == 0 {
+		// A fixed list never grows: an empty one would wait forever.
+		return nil, usagef("--keys %q names no key: give them separated by commas, as in --keys a,b,c", f.keys)
+	}
 	return tenure.StaticKeys(keys...), nil
 }
 

@@ -89,7 +89,7 @@ type replica struct {
 // down. keyed says whether {key} in argv stands for the key.
 func (e *env) prepare(cmd *cobra.Command, f replicaFlags, argv []string, keyed bool) (*replica, error) {
 	f.store, _ = cmd.Flags().GetString("store")
-	spec, err := parseStore(f.store)
+	spec, err := e.parseStore(f.store)
 	if err != nil {
 		return nil, err
 	}
@@ -167,7 +167,7 @@ func (e *env) serve(ctx context.Context, stop context.CancelFunc, rep *replica) 
 	defer signal.Stop(sigs)
 
 	openCtx, cancelOpen := context.WithTimeout(ctx, 30*time.Second)
-	st, err := openStore(openCtx, rep.spec, storeurl.OpenSpec)
+	st, err := e.openStore(openCtx, rep.spec, storeurl.OpenSpec)
 	cancelOpen()
 	if err != nil {
 		return 0, err

@@ -216,7 +216,7 @@ until interrupted (with --json: one array per line).
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			raw, _ := cmd.Flags().GetString("store")
-			spec, err := parseStore(raw)
+			spec, err := e.parseStore(raw)
 			if err != nil {
 				return err
 			}
@@ -227,7 +227,7 @@ until interrupted (with --json: one array per line).
 				defer stop()
 			}
 			openCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-			st, err := openStore(openCtx, spec, storeurl.OpenReadOnly)
+			st, err := e.openStore(openCtx, spec, storeurl.OpenReadOnly)
 			cancel()
 			if err != nil {
 				return err

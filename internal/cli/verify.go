@@ -99,7 +99,7 @@ could not be carried out; 2 usage error.`,
 				}
 				raw = def
 			}
-			spec, err := parseStore(raw)
+			spec, err := e.parseStore(raw)
 			if err != nil {
 				return err
 			}
