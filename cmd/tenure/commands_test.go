@@ -168,6 +168,8 @@ func TestBadInputIsAUsageErrorOnOneLine(t *testing.T) {
 		{"stop timeout beyond the margin", nil, []string{"run", "--key", "k", "--store", dbURL, "--ttl", "3s", "--grace", "1s", "--", "true"}, "--stop-timeout"},
 		{"negative cooldown", nil, []string{"run", "--key", "k", "--store", dbURL, "--cooldown", "-1s", "--", "true"}, "--cooldown"},
 		{"negative max failures", nil, []string{"pool", "--keys", "a", "--store", dbURL, "--max-failures", "-1", "--", "true"}, "--max-failures"},
+		{"renew-every beyond ttl/2", nil, []string{"run", "--key", "k", "--store", dbURL, "--renew-every", "8s", "--", "true"}, "--renew-every"},
+		{"stop timeout beyond a short renew-every's margin", nil, []string{"run", "--key", "k", "--store", dbURL, "--renew-every", "1s", "--grace", "1s", "--stop-timeout", "3s", "--", "true"}, "--stop-timeout"},
 		{"public http", nil, []string{"run", "--key", "k", "--store", dbURL, "--http", ":9090", "--", "true"}, "--http-public"},
 		{"unknown flag", nil, []string{"run", "--kee", "k", "--", "true"}, "--kee"},
 		{"unknown command", nil, []string{"frobnicate"}, "frobnicate"},
@@ -317,8 +319,12 @@ func TestMigrateVersionAndHelp(t *testing.T) {
 	if stdout, stderr, code := runTenure(t, nil, "migrate", "--store", url); code != 0 || !strings.Contains(stdout, "migrated") {
 		t.Errorf("migrate: exit %d %s%s", code, stdout, stderr)
 	}
-	if stdout, _, code := runTenure(t, nil, "version"); code != 0 || !strings.HasPrefix(stdout, "tenure ") {
-		t.Errorf("version: exit %d %q", code, stdout)
+	version, _, code := runTenure(t, nil, "version")
+	if code != 0 || !strings.HasPrefix(version, "tenure ") {
+		t.Errorf("version: exit %d %q", code, version)
+	}
+	if stdout, _, code := runTenure(t, nil, "--version"); code != 0 || stdout != version {
+		t.Errorf("--version: exit %d %q, want what version prints (%q)", code, stdout, version)
 	}
 	for _, cmd := range []string{"run", "pool", "status", "release", "migrate", "version", "demo"} {
 		stdout, _, code := runTenure(t, nil, cmd, "--help")

@@ -173,6 +173,9 @@ TENURE_EPOCH is set too: they then describe the lease of a parent tenure.
 			return err
 		},
 	}
+	// --version prints what `tenure version` prints.
+	root.Version = versionString()
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.SetOut(e.stdout)
 	root.SetErr(e.stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {

@@ -76,7 +76,7 @@ first, skips the rest of --stop-timeout and kills the commands.
 
 Timing is that of tenure run: a crashed replica's keys run again elsewhere
 no sooner than ttl + grace after its last renewal, and a few seconds later
-at most; --stop-timeout must be shorter than ttl/3 + grace.
+at most; --stop-timeout must be shorter than --renew-every (ttl/3) + grace.
 
 ` + exitCodesHelp,
 		Example: `  # one IMAP sync per mailbox, spread over every replica

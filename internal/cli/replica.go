@@ -29,6 +29,7 @@ const killWait = 2 * time.Second
 type replicaFlags struct {
 	store, owner            string
 	ttl, grace, stopTimeout time.Duration
+	renewEvery              time.Duration
 	maxFailures             int
 	failureWindow, cooldown time.Duration
 	http                    string
@@ -40,6 +41,7 @@ func addReplicaFlags(cmd *cobra.Command, f *replicaFlags) {
 	addStoreFlag(cmd)
 	fl.StringVar(&f.owner, "owner", "", "this replica's name (default hostname:pid); the store sees NAME#INCARNATION, unique per start, so replicas sharing a name never share a lease")
 	fl.DurationVar(&f.ttl, "ttl", tenure.DefaultTTL, "how long a lease lives without renewal; renewed every ttl/3")
+	fl.DurationVar(&f.renewEvery, "renew-every", 0, "how often leases are renewed (default ttl/3; must be under ttl/2)")
 	fl.DurationVar(&f.grace, "grace", tenure.DefaultGrace, "how long past a lost holder's expiry a peer waits before taking over")
 	fl.DurationVar(&f.stopTimeout, "stop-timeout", tenure.DefaultStopTimeout, "time between SIGTERM and SIGKILL when stopping the command")
 	fl.IntVar(&f.maxFailures, "max-failures", 3, "after this many failed runs of the command within --failure-window, release the key to a peer for --cooldown (0: never)")
@@ -101,6 +103,9 @@ func (e *env) prepare(cmd *cobra.Command, f replicaFlags, argv []string, keyed b
 	if f.ttl <= 0 || f.grace < 0 || f.stopTimeout < 0 {
 		return nil, usagef("--ttl must be positive, --grace and --stop-timeout not negative (got %v, %v, %v)", f.ttl, f.grace, f.stopTimeout)
 	}
+	if f.renewEvery < 0 || f.renewEvery > 0 && f.renewEvery*2 >= f.ttl {
+		return nil, usagef("--renew-every %v must be positive and under ttl/2 (%v): a lease must survive one missed renewal", f.renewEvery, f.ttl/2)
+	}
 	if f.maxFailures < 0 || f.failureWindow < 0 || f.cooldown < 0 {
 		return nil, usagef("--max-failures, --failure-window and --cooldown must not be negative (got %d, %v, %v); --max-failures 0 never hands a failing key over", f.maxFailures, f.failureWindow, f.cooldown)
 	}
@@ -108,6 +113,7 @@ func (e *env) prepare(cmd *cobra.Command, f replicaFlags, argv []string, keyed b
 		Leases:      tenure.LeasesOn,
 		Owner:       f.owner,
 		TTL:         f.ttl,
+		RenewEvery:  f.renewEvery,
 		Grace:       f.grace,
 		NoGrace:     cmd.Flags().Changed("grace") && f.grace == 0,
 		StopTimeout: f.stopTimeout + killWait,
@@ -272,13 +278,18 @@ func (h *signalHandler) first() syscall.Signal {
 }
 
 // checkTiming refuses a stop timeout that could let a peer start while the
-// command is still being stopped: the engine cancels a runner ttl/3 before
-// its lease's local deadline, and a peer may start grace after expiry.
+// command is still being stopped: the engine cancels a runner one renewal
+// period (--renew-every, default ttl/3) before its lease's local deadline,
+// and a peer may start grace after expiry.
 func checkTiming(f replicaFlags) error {
-	margin := f.ttl/3 + f.grace
+	renew := f.renewEvery
+	if renew == 0 {
+		renew = f.ttl / 3
+	}
+	margin := renew + f.grace
 	if f.stopTimeout >= margin {
-		return usagef("--stop-timeout %v is too long for --ttl %v and --grace %v: a command stopped on a lost lease must be gone before a peer may start, %v (ttl/3 + grace) later; shorten it or raise --ttl or --grace",
-			f.stopTimeout, f.ttl, f.grace, margin)
+		return usagef("--stop-timeout %v is too long for --ttl %v, --renew-every %v and --grace %v: a command stopped on a lost lease must be gone before a peer may start, %v (renew-every + grace) later; shorten it or raise --renew-every or --grace",
+			f.stopTimeout, f.ttl, renew, f.grace, margin)
 	}
 	return nil
 }

@@ -59,7 +59,7 @@ more after the first, skips the rest of --stop-timeout and kills the group.
 
 Timing: a peer may start the command ttl + grace after this replica's last
 confirmed renewal; this replica stops it ttl/3 before its lease runs out, so
---stop-timeout must be shorter than ttl/3 + grace.
+--stop-timeout must be shorter than --renew-every (ttl/3) + grace.
 
 ` + exitCodesHelp,
 		Example: `  # one nightly report across all replicas, sharing a PostgreSQL database
