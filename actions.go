@@ -176,7 +176,14 @@ func (s *Supervisor) reconcileIdle(ks *keyState, now time.Time) {
 		// that no runner uses it.
 		if t, ok := s.keeper.Term(ks.key); ok {
 			ks.pending = releasing
-			s.actions.Go(func() { s.release(ks, t.Epoch) })
+			cause := HandoverReleased
+			switch {
+			case ks.intent() == cooling:
+				cause = HandoverCrashLoop
+			case ks.pool != nil && ks.configured && !ks.claim:
+				cause = HandoverRebalance
+			}
+			s.actions.Go(func() { s.release(ks, t.Epoch, cause) })
 			return
 		}
 	}
@@ -204,8 +211,9 @@ func (s *Supervisor) finishRemoval(ks *keyState) {
 	}
 }
 
-// release ends one term and finishes the key's removal if it was removed.
-func (s *Supervisor) release(ks *keyState, epoch int64) {
+// release ends one term, for cause (a Handover* constant), and finishes
+// the key's removal if it was removed.
+func (s *Supervisor) release(ks *keyState, epoch int64, cause string) {
 	key := ks.key
 	if t, ok := s.keeper.Term(key); ok && t.Epoch == epoch {
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.CallTimeout)
@@ -213,7 +221,7 @@ func (s *Supervisor) release(ks *keyState, epoch int64) {
 			s.log.Warn("could not release lease; it expires on its own", "key", key, "epoch", epoch, "err", err)
 		} else {
 			s.log.Info("released lease", "key", key, "epoch", epoch)
-			s.obs.Released()
+			s.obs.Handover(cause)
 		}
 		cancel()
 	}
@@ -398,7 +406,6 @@ func (s *Supervisor) crashLooping(ks *keyState) bool {
 		return false
 	}
 	ks.fails = failureLog{last: ks.fails.last, coolUntil: now.Add(limits.Cooldown)}
-	s.observeLocked(Observer.CrashLoop)
 	s.logLocked(slog.LevelError, "runner keeps failing; handing the key over to a peer",
 		"key", ks.key, "failures", limits.MaxFailures, "within", limits.FailureWindow, "cooldown", limits.Cooldown, "err", ks.fails.last)
 	s.poke()

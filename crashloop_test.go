@@ -17,7 +17,11 @@ type crashLoops struct {
 	n atomic.Int32
 }
 
-func (c *crashLoops) CrashLoop() { c.n.Add(1) }
+func (c *crashLoops) Handover(cause string) {
+	if cause == tenure.HandoverCrashLoop {
+		c.n.Add(1)
+	}
+}
 
 // failing is a runner that fails at once, every time, counting its runs.
 func failing(runs *atomic.Int32) tenure.Runner {

@@ -20,12 +20,11 @@ type Observer interface {
 	RenewalCall(d time.Duration)
 	// Acquired: a new term was acquired.
 	Acquired()
-	// Lost: a lease was lost (the store refused it).
-	Lost()
+	// Handover: a lease this replica held has left it, for cause, one of
+	// the Handover* constants.
+	Handover(cause string)
 	// DeadlineStop: a runner was stopped at its lease's safety deadline.
 	DeadlineStop()
-	// Released: a lease was released (a graceful handoff).
-	Released()
 	// RunnerStarted: a runner started; restart after a failure.
 	RunnerStarted(restart bool)
 	// RunnerFailed: a runner failed to start, or returned while holding
@@ -36,11 +35,28 @@ type Observer interface {
 	Round(d time.Duration)
 	// Handoff is the time from acquiring a new term to its runner starting.
 	Handoff(d time.Duration)
-	// PoolHandover: a pool key was given back to rebalance the pool.
-	PoolHandover()
-	// CrashLoop: a key's runner failed MaxFailures times within
-	// FailureWindow, and the key was handed over for a cooldown.
-	CrashLoop()
+	// Keys is, after every round, each singleton key configured here
+	// (Set; pool keys are counted per pool in Pools) and its state.
+	Keys(keys []KeyState)
+	// Pools is, after every round, how many keys of each pool this
+	// replica holds.
+	Pools(held map[string]int)
+}
+
+// The causes Observer.Handover reports.
+const (
+	HandoverReleased  = "released"   // given back: shutdown, Remove, Disabled, ErrDone
+	HandoverRebalance = "rebalance"  // a pool gave the key to another replica
+	HandoverCrashLoop = "crash-loop" // its runner kept failing here (Config.MaxFailures)
+	HandoverLost      = "lost"       // the store refused a renewal: taken or revoked
+	HandoverExpired   = "expired"    // its term ran out unrenewed (the store was unreachable)
+)
+
+// KeyState is a singleton key's state on this replica, for metrics.
+type KeyState struct {
+	Key     string
+	Held    bool // this replica holds the key's lease
+	Running bool // its runner runs here
 }
 
 // NopObserver observes nothing. Embed it in an Observer that implements
@@ -51,12 +67,11 @@ func (NopObserver) LeasesHeld(int)            {}
 func (NopObserver) Renewal(string)            {}
 func (NopObserver) RenewalCall(time.Duration) {}
 func (NopObserver) Acquired()                 {}
-func (NopObserver) Lost()                     {}
+func (NopObserver) Handover(string)           {}
 func (NopObserver) DeadlineStop()             {}
-func (NopObserver) Released()                 {}
 func (NopObserver) RunnerStarted(bool)        {}
 func (NopObserver) RunnerFailed()             {}
 func (NopObserver) Round(time.Duration)       {}
 func (NopObserver) Handoff(time.Duration)     {}
-func (NopObserver) PoolHandover()             {}
-func (NopObserver) CrashLoop()                {}
+func (NopObserver) Keys([]KeyState)           {}
+func (NopObserver) Pools(map[string]int)      {}

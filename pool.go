@@ -300,7 +300,6 @@ func (s *Supervisor) planPool(ps *poolState, table []poolcoord.Entry) {
 	for _, key := range round.Release {
 		if ks := s.keys[key]; ks != nil && ks.pool == ps {
 			ks.claim = false
-			s.observeLocked(Observer.PoolHandover)
 		}
 	}
 	for key, ks := range s.keys {

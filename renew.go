@@ -123,7 +123,7 @@ func (s *Supervisor) renew(ctx context.Context) bool {
 		s.obs.Renewal(o.String())
 	}
 	for _, key := range lost {
-		s.obs.Lost()
+		s.obs.Handover(HandoverLost)
 		s.log.Warn("lease lost: another owner or a newer term holds the key", "key", key)
 	}
 	s.obs.LeasesHeld(s.keeper.HeldCount())

@@ -52,7 +52,7 @@ func (s *Supervisor) shutdown() error {
 		} else {
 			for _, t := range release {
 				s.log.Info("released lease", "key", t.Key, "epoch", t.Epoch)
-				s.obs.Released()
+				s.obs.Handover(HandoverReleased)
 			}
 		}
 		cancel()

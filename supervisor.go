@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -254,7 +255,38 @@ func (s *Supervisor) round(ctx context.Context) {
 		s.acquirePass(ctx) // what the pools just claimed
 	}
 	s.reconcile()
+	s.reportKeys()
 	s.obs.Round(time.Since(start))
+}
+
+// reportKeys tells the Observer each singleton key's state and how many
+// keys of each pool this replica holds: per key for the few keys Set
+// names, per pool for the thousands a pool may hold.
+func (s *Supervisor) reportKeys() {
+	s.mu.Lock()
+	defer s.unlock()
+	var keys []KeyState
+	held := make(map[string]int, len(s.pools.byName))
+	for name := range s.pools.byName {
+		held[name] = 0
+	}
+	for key, ks := range s.keys {
+		holds := s.leased && s.keeper.Holds(key)
+		switch {
+		case ks.member || !ks.configured:
+		case ks.pool != nil:
+			if holds {
+				held[ks.pool.cfg.Name]++
+			}
+		default:
+			keys = append(keys, KeyState{Key: key, Held: holds, Running: ks.run != nil && !ks.run.stopped()})
+		}
+	}
+	slices.SortFunc(keys, func(a, b KeyState) int { return strings.Compare(a.Key, b.Key) })
+	s.observeLocked(func(o Observer) {
+		o.Keys(keys)
+		o.Pools(held)
+	})
 }
 
 // acquirePass tries to acquire every wanted key that is not held and whose
@@ -294,7 +326,7 @@ func (s *Supervisor) acquirePass(ctx context.Context) {
 		if err == nil && !res.OK && had {
 			// Our term ended while it could not be renewed, and the store
 			// says so here first.
-			s.obs.Lost()
+			s.obs.Handover(HandoverExpired)
 			s.log.Warn("lease lost: another owner or a newer term holds the key", "key", key, "holder", res.Holder.Owner, "holder_epoch", res.Holder.Epoch)
 			s.lostTo(key, res.Holder)
 		}

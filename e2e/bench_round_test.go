@@ -118,9 +118,9 @@ func BenchmarkRoundWith10000Keys(b *testing.B) {
 					lists = append(lists, c.took)
 				}
 			}
-			if started.Load() != n || counter(b, reg, "tenure_losses_total") != 0 || counter(b, reg, "tenure_deadline_stops_total") != 0 {
-				b.Errorf("runners: %d running; losses %v, deadline stops %v", started.Load(),
-					counter(b, reg, "tenure_losses_total"), counter(b, reg, "tenure_deadline_stops_total"))
+			if started.Load() != n || counter(b, reg, "tenure_handovers_total") != 0 || counter(b, reg, "tenure_deadline_stops_total") != 0 {
+				b.Errorf("runners: %d running; handovers %v, deadline stops %v", started.Load(),
+					counter(b, reg, "tenure_handovers_total"), counter(b, reg, "tenure_deadline_stops_total"))
 			}
 			rounds.report(b, "round")
 			renews.report(b, "renew")
@@ -165,5 +165,6 @@ func counter(b *testing.B, reg *prometheus.Registry, name string) float64 {
 			return total
 		}
 	}
+	b.Fatalf("no metric %s", name)
 	return 0
 }

@@ -5,10 +5,15 @@
 //	prometheus.MustRegister(m)
 //	sup, err := tenure.New(tenure.Config{Store: st, Observer: m})
 //
-// One collector may observe several supervisors: it sums them.
+// One collector may observe several supervisors: it sums their counters
+// and histograms. The per-key and per-pool gauges (tenure_key_held,
+// tenure_key_running, tenure_pool_keys_held) describe one supervisor: give
+// each its own collector, registered with a constant label
+// (prometheus.WrapRegistererWith), when one process runs several.
 package metrics
 
 import (
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -21,41 +26,45 @@ import (
 type Collector struct {
 	held         prometheus.Gauge
 	renewals     *prometheus.CounterVec
+	lastRenewal  prometheus.Gauge
 	acquisitions prometheus.Counter
-	losses       prometheus.Counter
+	handovers    *prometheus.CounterVec
 	deadlines    prometheus.Counter
-	releases     prometheus.Counter
 	starts       *prometheus.CounterVec
 	failures     prometheus.Counter
 	round        prometheus.Histogram
 	renewalTime  prometheus.Histogram
 	handoff      prometheus.Histogram
-	poolMoves    prometheus.Counter
-	crashLoops   prometheus.Counter
+	keyHeld      *prometheus.GaugeVec
+	keyRunning   *prometheus.GaugeVec
+	poolHeld     *prometheus.GaugeVec
+
+	mu   sync.Mutex
+	keys map[string]bool // the keys keyHeld and keyRunning have series for
 }
 
 var _ tenure.Observer = (*Collector)(nil)
 
 // New returns a collector.
 func New() *Collector {
-	return &Collector{
+	c := &Collector{
 		held: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "tenure_leases_held", Help: "Leases this replica holds.",
 		}),
 		renewals: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tenure_renewals_total", Help: "Lease renewals by outcome (renewed, lost, unconfirmed).",
 		}, []string{"outcome"}),
+		lastRenewal: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "tenure_last_renewal_timestamp_seconds", Help: "When a renewal was last confirmed (Unix time); time() minus it is the age of the newest confirmation.",
+		}),
 		acquisitions: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tenure_acquisitions_total", Help: "New lease terms acquired.",
 		}),
-		losses: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "tenure_losses_total", Help: "Leases lost because the store refused a renewal.",
-		}),
+		handovers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "tenure_handovers_total", Help: "Leases that left this replica, by cause: released, rebalance, crash-loop, lost, expired.",
+		}, []string{"cause"}),
 		deadlines: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "tenure_deadline_stops_total", Help: "Runners stopped because no renewal was confirmed before the safety deadline.",
-		}),
-		releases: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "tenure_releases_total", Help: "Leases released (graceful handoffs).",
 		}),
 		starts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "tenure_runner_starts_total", Help: "Runner starts; restart=true after a failure.",
@@ -71,21 +80,30 @@ func New() *Collector {
 			Name: "tenure_renewal_seconds", Help: "Duration of one batched renewal of every lease held, confirmed or not.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 		}),
-		poolMoves: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "tenure_pool_handovers_total", Help: "Pool keys this replica gave back to rebalance (shed or handed over).",
-		}),
-		crashLoops: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "tenure_crash_loop_handovers_total", Help: "Keys handed over to a peer because their runner kept failing (MaxFailures within FailureWindow).",
-		}),
 		handoff: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "tenure_handoff_seconds", Help: "Time from acquiring a new term to its runner starting.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 		}),
+		keyHeld: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tenure_key_held", Help: "1 while this replica holds the singleton key's lease (pool keys: tenure_pool_keys_held).",
+		}, []string{"key"}),
+		keyRunning: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tenure_key_running", Help: "1 while the singleton key's runner runs on this replica.",
+		}, []string{"key"}),
+		poolHeld: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tenure_pool_keys_held", Help: "Keys of the pool this replica holds.",
+		}, []string{"pool"}),
+		keys: make(map[string]bool),
 	}
+	for _, cause := range []string{tenure.HandoverReleased, tenure.HandoverRebalance, tenure.HandoverCrashLoop, tenure.HandoverLost, tenure.HandoverExpired} {
+		c.handovers.WithLabelValues(cause) // every cause exported from the start, at 0
+	}
+	return c
 }
 
 func (m *Collector) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.held, m.renewals, m.acquisitions, m.losses, m.deadlines, m.releases, m.starts, m.failures, m.round, m.renewalTime, m.handoff, m.poolMoves, m.crashLoops}
+	return []prometheus.Collector{m.held, m.renewals, m.lastRenewal, m.acquisitions, m.handovers, m.deadlines, m.starts, m.failures,
+		m.round, m.renewalTime, m.handoff, m.keyHeld, m.keyRunning, m.poolHeld}
 }
 
 // Describe implements prometheus.Collector.
@@ -106,7 +124,12 @@ func (m *Collector) Collect(ch chan<- prometheus.Metric) {
 func (m *Collector) LeasesHeld(n int) { m.held.Set(float64(n)) }
 
 // Renewal implements tenure.Observer.
-func (m *Collector) Renewal(outcome string) { m.renewals.WithLabelValues(outcome).Inc() }
+func (m *Collector) Renewal(outcome string) {
+	m.renewals.WithLabelValues(outcome).Inc()
+	if outcome == "renewed" {
+		m.lastRenewal.SetToCurrentTime()
+	}
+}
 
 // RenewalCall implements tenure.Observer.
 func (m *Collector) RenewalCall(d time.Duration) { m.renewalTime.Observe(d.Seconds()) }
@@ -114,14 +137,11 @@ func (m *Collector) RenewalCall(d time.Duration) { m.renewalTime.Observe(d.Secon
 // Acquired implements tenure.Observer.
 func (m *Collector) Acquired() { m.acquisitions.Inc() }
 
-// Lost implements tenure.Observer.
-func (m *Collector) Lost() { m.losses.Inc() }
+// Handover implements tenure.Observer.
+func (m *Collector) Handover(cause string) { m.handovers.WithLabelValues(cause).Inc() }
 
 // DeadlineStop implements tenure.Observer.
 func (m *Collector) DeadlineStop() { m.deadlines.Inc() }
-
-// Released implements tenure.Observer.
-func (m *Collector) Released() { m.releases.Inc() }
 
 // RunnerStarted implements tenure.Observer.
 func (m *Collector) RunnerStarted(restart bool) {
@@ -141,8 +161,36 @@ func (m *Collector) Round(d time.Duration) { m.round.Observe(d.Seconds()) }
 // Handoff implements tenure.Observer.
 func (m *Collector) Handoff(d time.Duration) { m.handoff.Observe(d.Seconds()) }
 
-// PoolHandover implements tenure.Observer.
-func (m *Collector) PoolHandover() { m.poolMoves.Inc() }
+// Keys implements tenure.Observer: a series per singleton key, dropped
+// when the key is no longer configured.
+func (m *Collector) Keys(keys []tenure.KeyState) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	now := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		now[k.Key] = true
+		m.keyHeld.WithLabelValues(k.Key).Set(b2f(k.Held))
+		m.keyRunning.WithLabelValues(k.Key).Set(b2f(k.Running))
+	}
+	for k := range m.keys {
+		if !now[k] {
+			m.keyHeld.DeleteLabelValues(k)
+			m.keyRunning.DeleteLabelValues(k)
+		}
+	}
+	m.keys = now
+}
 
-// CrashLoop implements tenure.Observer.
-func (m *Collector) CrashLoop() { m.crashLoops.Inc() }
+// Pools implements tenure.Observer.
+func (m *Collector) Pools(held map[string]int) {
+	for pool, n := range held {
+		m.poolHeld.WithLabelValues(pool).Set(float64(n))
+	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}

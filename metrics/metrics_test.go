@@ -52,13 +52,36 @@ func TestTheCollectorCountsWhatTheSupervisorDoes(t *testing.T) {
 		if got := gathered(t, reg, "tenure_renewals_total", "outcome", "renewed"); got < 1 {
 			t.Errorf("tenure_renewals_total{outcome=renewed} = %v after 5s at RenewEvery 1s", got)
 		}
+		if got, want := gathered(t, reg, "tenure_last_renewal_timestamp_seconds"), float64(time.Now().Unix()); want-got > 1 {
+			t.Errorf("tenure_last_renewal_timestamp_seconds = %v, want within RenewEvery of now (%v)", got, want)
+		}
+		if got := gathered(t, reg, "tenure_key_held", "key", "job"); got != 1 {
+			t.Errorf("tenure_key_held{key=job} = %v while held, want 1", got)
+		}
+		if got := gathered(t, reg, "tenure_key_running", "key", "job"); got != 1 {
+			t.Errorf("tenure_key_running{key=job} = %v while running, want 1", got)
+		}
+		// A removed key's series goes with it.
+		if err := sup.Remove(ctx, "job"); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		if n, err := testutil.GatherAndCount(reg, "tenure_key_held"); err != nil || n != 0 {
+			t.Errorf("tenure_key_held has %d series after the key was removed (%v), want 0", n, err)
+		}
 		cancel()
 		if err := <-done; err != nil {
 			t.Fatal(err)
 		}
-		for name, want := range map[string]float64{"tenure_leases_held": 0, "tenure_releases_total": 1, "tenure_runner_starts_total": 1, "tenure_losses_total": 0} {
+		for name, want := range map[string]float64{"tenure_leases_held": 0, "tenure_runner_starts_total": 1} {
 			if got := gathered(t, reg, name); got != want {
 				t.Errorf("%s = %v after shutdown, want %v", name, got, want)
+			}
+		}
+		for cause, want := range map[string]float64{tenure.HandoverReleased: 1, tenure.HandoverLost: 0, tenure.HandoverCrashLoop: 0} {
+			if got := gathered(t, reg, "tenure_handovers_total", "cause", cause); got != want {
+				t.Errorf("tenure_handovers_total{cause=%q} = %v after shutdown, want %v", cause, got, want)
 			}
 		}
 		if n, err := testutil.GatherAndCount(reg, "tenure_renewal_seconds", "tenure_round_seconds", "tenure_handoff_seconds"); err != nil || n != 3 {
@@ -102,4 +125,40 @@ func hasLabel(pairs []*dto.LabelPair, name, value string) bool {
 		}
 	}
 	return false
+}
+
+// TestPoolsAreCountedPerPoolNotPerKey: a pool of thousands of keys must not
+// make thousands of series.
+func TestPoolsAreCountedPerPoolNotPerKey(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := metrics.New()
+		reg := prometheus.NewPedanticRegistry()
+		reg.MustRegister(m)
+		sup, err := tenure.New(tenure.Config{
+			Store: memstore.New(memstore.Options{}), Owner: "r1", Observer: m,
+			TTL: 3 * time.Second, Grace: time.Second, Logger: slog.New(slog.DiscardHandler),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := sup.AddPool(tenure.Pool{Name: "mail", Source: tenure.StaticKeys("a", "b", "c", "d", "e"),
+			Runner: tenure.RunnerFunc(func(ctx context.Context, _ tenure.Lease) error { <-ctx.Done(); return nil })}); err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error)
+		go func() { done <- sup.Run(ctx) }()
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		if got := gathered(t, reg, "tenure_pool_keys_held", "pool", "mail"); got != 5 {
+			t.Errorf("tenure_pool_keys_held{pool=mail} = %v, want 5", got)
+		}
+		if n, err := testutil.GatherAndCount(reg, "tenure_key_held"); err != nil || n != 0 {
+			t.Errorf("tenure_key_held has %d series for a pool's keys (%v), want none", n, err)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	})
 }

@@ -200,7 +200,10 @@ type observer struct {
 	sim *Sim
 }
 
-func (o observer) Lost() {
+func (o observer) Handover(cause string) {
+	if cause != tenure.HandoverLost {
+		return
+	}
 	o.sim.mu.Lock()
 	o.sim.totals.Lost++
 	o.sim.mu.Unlock()
