@@ -173,6 +173,7 @@ func TestBadInputIsAUsageErrorOnOneLine(t *testing.T) {
 		{"public http", nil, []string{"run", "--key", "k", "--store", dbURL, "--http", ":9090", "--", "true"}, "--http-public"},
 		{"unknown flag", nil, []string{"run", "--kee", "k", "--", "true"}, "--kee"},
 		{"unknown command", nil, []string{"frobnicate"}, "frobnicate"},
+		{"mistyped command", nil, []string{"stauts"}, `unknown command "stauts" for "tenure"; did you mean "status"?`},
 		{"bad log level", nil, []string{"run", "--key", "k", "--store", dbURL, "--log-level", "loud", "--", "true"}, "--log-level"},
 		{"bad log level on a command that logs nothing", nil, []string{"status", "--store", dbURL, "--log-level", "loud"}, "--log-level"},
 		{"bad log format", nil, []string{"run", "--key", "k", "--store", dbURL, "--log-format", "yaml", "--", "true"}, "--log-format"},

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -127,6 +128,14 @@ func (e *env) main(ctx context.Context, args []string) int {
 
 func oneLine(s string) string {
 	s = strings.TrimSpace(s)
+	// cobra's suggestion for a mistyped command spans lines of its own.
+	if msg, sugg, ok := strings.Cut(s, "\n\nDid you mean this?\n"); ok {
+		var names []string
+		for _, f := range strings.Fields(sugg) {
+			names = append(names, strconv.Quote(f))
+		}
+		s = msg + "; did you mean " + strings.Join(names, " or ") + "?"
+	}
 	return strings.Join(strings.Fields(strings.ReplaceAll(s, "\n", "; ")), " ")
 }
 
