@@ -113,6 +113,35 @@ func TestStatusTableShowsEachLeaseState(t *testing.T) {
 	if strings.Contains(stdout, "\x1b") {
 		t.Error("escape codes in output that is not a terminal")
 	}
+	if first, _, _ := strings.Cut(stdout, "\n"); first != "store "+url {
+		t.Errorf("the table starts with %q, want the store it read (%q)", first, "store "+url)
+	}
+
+	// --live leaves out everything but live leases.
+	stdout, _, _ = runTenure(t, []string{"TENURE_STORE=" + url}, "status", "--live")
+	if !strings.Contains(stdout, "owner-held") || strings.Contains(stdout, "owner-released") || strings.Contains(stdout, "owner-expired") {
+		t.Errorf("status --live shows more than the live lease:\n%s", stdout)
+	}
+}
+
+func TestStatusNamesTheStoreWithoutItsPassword(t *testing.T) {
+	t.Parallel()
+	url := postgresTable(t, "cli_status_store")
+	if _, stderr, code := runTenure(t, nil, "migrate", "--store", url); code != 0 {
+		t.Fatalf("migrate: exit %d: %s", code, stderr)
+	}
+	// Trust auth ignores the password; status must not show it anyway.
+	withPassword := strings.Replace(url, "postgres://postgres@", "postgres://postgres:hunter2secret@", 1)
+	stdout, stderr, code := runTenure(t, nil, "status", "--store", withPassword)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if strings.Contains(stdout+stderr, "hunter2secret") {
+		t.Fatalf("the password shows:\n%s%s", stdout, stderr)
+	}
+	if first, _, _ := strings.Cut(stdout, "\n"); !strings.HasPrefix(first, "store postgres://postgres:") || !strings.Contains(first, "cli_status_store") {
+		t.Errorf("status does not name the store it read: %q", first)
+	}
 }
 
 func TestStatusWatchRedrawsUntilInterrupted(t *testing.T) {

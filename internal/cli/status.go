@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"syscall"
 	"text/tabwriter"
@@ -182,10 +183,10 @@ func isTerminal(f *os.File) bool {
 }
 
 func (e *env) statusCommand() *cobra.Command {
-	var asJSON, watch bool
+	var asJSON, watch, live bool
 	var prefix string
 	cmd := &cobra.Command{
-		Use:   "status [--store URL] [--json] [--watch] [--prefix P]",
+		Use:   "status [--store URL] [--json] [--watch] [--live] [--prefix P]",
 		Short: "Show every lease in the store",
 		Long: `Show every lease in the store: its key, owner, epoch, state (held,
 released, expired, or revoked by tenure release), whether the holder reported its command running, and
@@ -205,7 +206,9 @@ leases the worker's owner holds among those listed.
 
 --json prints a JSON array of objects with the fields key, owner, epoch,
 live, released, running and expires_in_ms, one per lease, pool memberships
-(keys starting with ~workers/) included. --watch redraws every second
+(keys starting with ~workers/) included. The table starts with the store it
+read, without its password. --live leaves out released, expired and revoked
+records. --watch redraws every second
 until interrupted (with --json: one array per line).
 
 ` + exitCodesHelp,
@@ -240,8 +243,16 @@ until interrupted (with --json: one array per line).
 				if err != nil {
 					return withCode(ExitFailure, scrubErr(err, spec.Secrets))
 				}
+				if live {
+					leases = slices.DeleteFunc(leases, func(l store.Lease) bool { return !l.Live })
+				}
 				if asJSON {
 					return json.NewEncoder(e.stdout).Encode(viewLeases(leases))
+				}
+				if !watch {
+					// Which store this is: several are easily confused,
+					// and the default one is implicit. No password.
+					fmt.Fprintf(e.stdout, "store %s\n\n", spec.Shown)
 				}
 				writeTable(e.stdout, leases)
 				return nil
@@ -256,6 +267,7 @@ until interrupted (with --json: one array per line).
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON instead of a table")
 	cmd.Flags().BoolVar(&watch, "watch", false, "redraw every second until interrupted")
 	cmd.Flags().StringVar(&prefix, "prefix", "", "show only keys that start with this prefix")
+	cmd.Flags().BoolVar(&live, "live", false, "show only live leases: no released, expired or revoked records")
 	return cmd
 }
 
