@@ -2,8 +2,11 @@ package main_test
 
 import (
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/tenure-dev/tenure/internal/harness/testenv"
 )
 
 func TestACrashLoopingReplicaHandsTheKeyToAHealthyPeerOnSQLite(t *testing.T) {
@@ -48,5 +51,41 @@ func testCrashLoop(t *testing.T, url, dir string) {
 	time.Sleep(2 * ttl)
 	if evs := readChildLog(t, log); len(evs) != 1 || evs[0].owner != "good" {
 		t.Fatalf("after the handover: %+v, want the healthy replica's one run", evs)
+	}
+}
+
+// TestSIGHUPIsPassedOnAndNeverHandsOver: SIGHUP to tenure run reaches the
+// command as a reload, and the command keeps running under the same term.
+func TestSIGHUPIsPassedOnAndNeverHandsOver(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	log := filepath.Join(dir, "commands.log")
+	p := start(t, childEnv("record", log), "run", "--key", "reloadable", "--store", "sqlite:"+filepath.Join(dir, "leases.db"),
+		"--ttl", ttl.String(), "--grace", grace.String(), "--stop-timeout", stopTimeout.String(), "--", self(t))
+	first := waitStarts(t, log, 1, 10*time.Second)[0]
+	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for countHups(t, log) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the command never got the SIGHUP; tenure said:\n%s", p.out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(ttl) // a stop, had SIGHUP meant one, would show by now
+	evs := readChildLog(t, log)
+	if len(evs) != 1 || evs[0].pid != first.pid {
+		t.Fatalf("after SIGHUP: %+v, want the first run going on", evs)
+	}
+	// Only the command got it: its helper (the grandchild, which would
+	// die of a SIGHUP) lives on.
+	if !testenv.Alive(first.grand) {
+		t.Fatal("SIGHUP reached the command's whole group: its helper died")
+	}
+	select {
+	case <-p.done:
+		t.Fatalf("tenure exited on SIGHUP:\n%s", p.out.String())
+	default:
 	}
 }

@@ -95,6 +95,15 @@ func child(mode string) int {
 		} else {
 			signal.Notify(terms, syscall.SIGTERM)
 		}
+		// A SIGHUP (tenure passes it on as a reload) is logged, never
+		// taken for a stop.
+		hups := make(chan os.Signal, 1)
+		signal.Notify(hups, syscall.SIGHUP)
+		go func() {
+			for range hups {
+				logLine("hup", 0)
+			}
+		}()
 		self, _ := os.Executable()
 		grand := exec.Command(self)
 		grand.Env = append(os.Environ(), childModeEnv+"="+grandMode)
@@ -162,6 +171,9 @@ func readChildLog(t *testing.T, path string) []childEvent {
 		}
 		ev.at = time.Unix(0, nanos)
 		ev.id, ev.owner = ev.owner, tenure.OwnerName(ev.owner)
+		if ev.what == "hup" {
+			continue // countHups reads these
+		}
 		if ev.what == "grand" {
 			for i := range out {
 				if out[i].what == "start" && out[i].pid == ev.pid {
@@ -173,6 +185,22 @@ func readChildLog(t *testing.T, path string) []childEvent {
 		out = append(out, ev)
 	}
 	return out
+}
+
+// countHups counts the SIGHUPs recorded commands got.
+func countHups(t *testing.T, path string) int {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for line := range strings.Lines(string(data)) {
+		if strings.HasPrefix(line, "hup ") {
+			n++
+		}
+	}
+	return n
 }
 
 // waitStarts waits until the log has n starts, each with its grandchild

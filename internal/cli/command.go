@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/tenure-dev/tenure"
@@ -58,8 +59,9 @@ type commandRunner struct {
 	hurryOnce sync.Once
 	hurry     chan struct{}
 
-	mu   sync.Mutex
-	exit *child.Exit
+	mu      sync.Mutex
+	exit    *child.Exit
+	running map[*child.Process]bool // the commands started and not yet exited
 }
 
 // newCommandRunner resolves the command now, unless its name depends on
@@ -113,6 +115,8 @@ func (r *commandRunner) Run(ctx context.Context, lease tenure.Lease) error {
 	if err != nil {
 		return err
 	}
+	r.track(p, true)
+	defer r.track(p, false)
 	log := r.log.With("key", lease.Key, "epoch", lease.Epoch, "pid", p.Pid())
 	// Stopping the command and passing on new deadlines run on their own
 	// goroutines from here on: a log call blocks while stderr is a full
@@ -187,6 +191,39 @@ func (r *commandRunner) stop(ctx context.Context, p *child.Process, signalled ch
 	}()
 	exit, _ := p.Stop(hurry, r.stopTimeout)
 	return exit
+}
+
+// track records that p runs (or no longer does), for reload.
+func (r *commandRunner) track(p *child.Process, running bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.running == nil {
+		r.running = make(map[*child.Process]bool)
+	}
+	if running {
+		r.running[p] = true
+	} else {
+		delete(r.running, p)
+	}
+}
+
+// reload passes SIGHUP to every running command (not its group) and
+// returns how many it reached: the conventional "reload your configuration", never a
+// stop or a handover.
+func (r *commandRunner) reload() int {
+	r.mu.Lock()
+	procs := make([]*child.Process, 0, len(r.running))
+	for p := range r.running {
+		procs = append(procs, p)
+	}
+	r.mu.Unlock()
+	n := 0
+	for _, p := range procs {
+		if p.Signal(syscall.SIGHUP) == nil {
+			n++
+		}
+	}
+	return n
 }
 
 // hurryUp cuts the stop timeout short: every command being stopped, or

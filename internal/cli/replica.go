@@ -77,8 +77,7 @@ type replica struct {
 	// throwaway one first, so that its errors are usage errors reported
 	// before connecting.
 	setup func(*tenure.Supervisor) error
-	// hangup, when set, is what SIGHUP does; otherwise SIGHUP stops, as
-	// SIGINT and SIGTERM do.
+	// hangup is what SIGHUP does: a reload, never a stop or a handover.
 	hangup func(*tenure.Supervisor)
 	// announce logs what the replica waits for, once connected.
 	announce func(*tenure.Supervisor)
@@ -206,9 +205,7 @@ func (e *env) serve(ctx context.Context, stop context.CancelFunc, rep *replica) 
 		rep.announce(sup)
 	}
 	sh := &signalHandler{log: rep.log, stop: stop, hurry: rep.runner.hurryUp}
-	if rep.hangup != nil {
-		sh.hangup = func() { rep.hangup(sup) }
-	}
+	sh.hangup = func() { rep.hangup(sup) }
 	done := make(chan struct{})
 	var handling sync.WaitGroup
 	handling.Go(func() { sh.handle(sigs, done) })
@@ -229,7 +226,7 @@ type signalHandler struct {
 	log    *slog.Logger
 	stop   func() // ends the supervisor's Run: stop the commands, release
 	hurry  func() // skip the rest of the stop timeout
-	hangup func() // SIGHUP, when it does not stop
+	hangup func() // SIGHUP: reload
 
 	mu        sync.Mutex
 	signalled syscall.Signal
@@ -248,7 +245,7 @@ func (h *signalHandler) handle(sigs <-chan os.Signal, done <-chan struct{}) {
 		case <-done:
 			return
 		}
-		if sig == syscall.SIGHUP && h.hangup != nil {
+		if sig == syscall.SIGHUP {
 			h.hangup()
 			continue
 		}

@@ -52,8 +52,10 @@ lease and exits with the command's exit status. --once does not remember that
 the work was done: every tenure --once that later gets the lease runs the
 command again; the lease only keeps the runs from overlapping.
 
-SIGINT, SIGTERM or SIGHUP to tenure stops the command and releases the lease, so a
-peer takes over at once; a command that does not die, even after SIGKILL,
+SIGHUP to tenure is passed on to the command (reload your configuration;
+not to the rest of its group, whose helpers may not expect it); it never stops the command or hands the key over. SIGINT or
+SIGTERM to tenure stops the command and releases the lease, so a peer takes
+over at once; a command that does not die, even after SIGKILL,
 keeps the lease, which then expires on its own. A second signal, a second or
 more after the first, skips the rest of --stop-timeout and kills the group.
 
@@ -106,6 +108,10 @@ func (e *env) run(cmd *cobra.Command, f runFlags, args []string) error {
 	r.once, r.finished = f.once, stop
 	rep.setup = func(sup *tenure.Supervisor) error {
 		return sup.Set(f.key, tenure.Job{Runner: r})
+	}
+	rep.hangup = func(*tenure.Supervisor) {
+		n := r.reload()
+		rep.log.Info("SIGHUP: passed on to the command", "key", f.key, "commands", n)
 	}
 	rep.ready = func(sup *tenure.Supervisor) error {
 		if sup.KeyStatus(f.key).Leader == "" {

@@ -284,7 +284,8 @@ func (p *Process) Exit() (Exit, error) {
 	return p.exit, p.exitErr
 }
 
-// Signal sends SIGTERM, SIGINT or SIGKILL to the command's whole group.
+// Signal sends SIGTERM, SIGINT or SIGKILL to the command's whole group,
+// and SIGHUP (a reload) to the command alone, unless it is being stopped.
 func (p *Process) Signal(sig syscall.Signal) error {
 	var b byte
 	switch sig {
@@ -294,6 +295,8 @@ func (p *Process) Signal(sig syscall.Signal) error {
 		b = reqInt
 	case syscall.SIGKILL:
 		b = reqKill
+	case syscall.SIGHUP:
+		b = reqHup
 	default:
 		return fmt.Errorf("child: signal %v is not forwarded", sig)
 	}

@@ -33,6 +33,7 @@ const (
 	reqTerm     = 'T'
 	reqKill     = 'K'
 	reqInt      = 'I'
+	reqHup      = 'H' // pass SIGHUP on (a reload), unless stopping
 	reqDeadline = 'D'
 )
 
@@ -252,6 +253,12 @@ func (g *guard) request(r request) {
 			sig = syscall.SIGINT
 		}
 		g.signal(sig)
+	case reqHup:
+		// To the command alone (the group's leader), as systemd's reload
+		// does: its helpers may not expect SIGHUP, whose default is to die.
+		if !g.stopping {
+			_ = syscall.Kill(g.pgid, syscall.SIGHUP)
+		}
 	case reqDeadline:
 		if g.stopping {
 			return // too late: the deadline passed first
@@ -318,7 +325,7 @@ func readRequests(control io.Reader, out chan<- request) {
 		}
 		req := request{op: op}
 		switch op {
-		case reqTerm, reqKill, reqInt:
+		case reqTerm, reqKill, reqInt, reqHup:
 		case reqDeadline:
 			var b [deadlineMsgLen - 1]byte
 			if _, err := io.ReadFull(r, b[:]); err != nil {
