@@ -54,14 +54,14 @@ func testCrashLoop(t *testing.T, url, dir string) {
 	}
 }
 
-// TestSIGHUPIsPassedOnAndNeverHandsOver: SIGHUP to tenure run reaches the
+// TestSIGHUPIsPassedOnAndNeverHandsOver: with --pass-sighup, SIGHUP reaches the
 // command as a reload, and the command keeps running under the same term.
 func TestSIGHUPIsPassedOnAndNeverHandsOver(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	log := filepath.Join(dir, "commands.log")
 	p := start(t, childEnv("record", log), "run", "--key", "reloadable", "--store", "sqlite:"+filepath.Join(dir, "leases.db"),
-		"--ttl", ttl.String(), "--grace", grace.String(), "--stop-timeout", stopTimeout.String(), "--", self(t))
+		"--ttl", ttl.String(), "--grace", grace.String(), "--stop-timeout", stopTimeout.String(), "--pass-sighup", "--", self(t))
 	first := waitStarts(t, log, 1, 10*time.Second)[0]
 	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
 		t.Fatal(err)
@@ -87,5 +87,24 @@ func TestSIGHUPIsPassedOnAndNeverHandsOver(t *testing.T) {
 	case <-p.done:
 		t.Fatalf("tenure exited on SIGHUP:\n%s", p.out.String())
 	default:
+	}
+}
+
+// TestSIGHUPWithoutPassSighupLeavesTheCommandAlone: by default SIGHUP
+// neither stops the command nor reaches it.
+func TestSIGHUPWithoutPassSighupLeavesTheCommandAlone(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	log := filepath.Join(dir, "commands.log")
+	p := start(t, childEnv("record", log), "run", "--key", "steady", "--store", "sqlite:"+filepath.Join(dir, "leases.db"),
+		"--ttl", ttl.String(), "--grace", grace.String(), "--stop-timeout", stopTimeout.String(), "--", self(t))
+	first := waitStarts(t, log, 1, 10*time.Second)[0]
+	if err := p.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	waitOutput(t, p, "SIGHUP: nothing to reload", 5*time.Second)
+	time.Sleep(ttl)
+	if evs := readChildLog(t, log); len(evs) != 1 || evs[0].pid != first.pid || countHups(t, log) != 0 {
+		t.Fatalf("after SIGHUP: %+v and %d SIGHUPs passed on; want the first run untouched", evs, countHups(t, log))
 	}
 }

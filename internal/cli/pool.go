@@ -46,8 +46,8 @@ The keys come from exactly one of:
 A key listed twice counts once.
 A key that leaves the set has its command stopped and its lease released.
 The keys must be readable at start, or tenure exits with status 2. SIGHUP
-reads them again at once and is passed on to every running command (reload
-your configuration); as with tenure run, it never stops or hands over.
+reads them again at once, and with --pass-sighup is passed on to every
+running command; as with tenure run, it never stops or hands over.
 
 Each command runs as with tenure run: in its own process group, with
 TENURE_KEY, TENURE_EPOCH and TENURE_OWNER, and TENURE_STORE without its
@@ -154,6 +154,10 @@ func (e *env) pool(cmd *cobra.Command, f poolFlags, args []string) error {
 	rep.setup = func(sup *tenure.Supervisor) error { return sup.AddPool(pool) }
 	rep.hangup = func(sup *tenure.Supervisor) {
 		_ = sup.RefreshPool(f.name) // the pool was added: it cannot be unknown
+		if !f.passSighup {
+			rep.log.Info("SIGHUP: reading the pool's keys again", "pool", f.name)
+			return
+		}
 		n := rep.runner.reload()
 		rep.log.Info("SIGHUP: reading the pool's keys again and passing it on to the commands", "pool", f.name, "commands", n)
 	}

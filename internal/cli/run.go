@@ -52,8 +52,9 @@ lease and exits with the command's exit status. --once does not remember that
 the work was done: every tenure --once that later gets the lease runs the
 command again; the lease only keeps the runs from overlapping.
 
-SIGHUP to tenure is passed on to the command (reload your configuration;
-not to the rest of its group, whose helpers may not expect it); it never stops the command or hands the key over. SIGINT or
+SIGHUP to tenure never stops the command or hands the key over; with
+--pass-sighup it is passed on to the command (its reload; not to the rest
+of its group, whose helpers may not expect it); it never stops the command or hands the key over. SIGINT or
 SIGTERM to tenure stops the command and releases the lease, so a peer takes
 over at once; a command that does not die, even after SIGKILL,
 keeps the lease, which then expires on its own. A second signal, a second or
@@ -110,6 +111,10 @@ func (e *env) run(cmd *cobra.Command, f runFlags, args []string) error {
 		return sup.Set(f.key, tenure.Job{Runner: r})
 	}
 	rep.hangup = func(*tenure.Supervisor) {
+		if !f.passSighup {
+			rep.log.Info("SIGHUP: nothing to reload; the command keeps running (--pass-sighup passes it on)", "key", f.key)
+			return
+		}
 		n := r.reload()
 		rep.log.Info("SIGHUP: passed on to the command", "key", f.key, "commands", n)
 	}
