@@ -38,6 +38,7 @@ const (
 	wanted   intent = iota // configured and enabled: run it, lease permitting
 	disabled               // configured with Job.Disabled: stopped, lease released
 	finished               // its runner returned ErrDone: stopped until Set again
+	paused                 // paused cluster-wide (Pause): stopped, released, until Resume
 	cooling                // handed over after a crash loop: not wanted here for a cooldown
 	removed                // Remove, or gone from its pool's source: release and forget
 )
@@ -48,6 +49,7 @@ type keyState struct {
 	job        Job
 	configured bool // false once removed; the record lives on until released
 	done       bool // the runner returned ErrDone: finished until Set again
+	paused     bool // a live pause record is in the store (Pause)
 
 	run     *runState // the runner of the running or stopping phase, else nil
 	pending phase     // starting or releasing while that action is in flight, else idle
@@ -106,6 +108,8 @@ func (ks *keyState) intent() intent {
 		return finished
 	case ks.job.Disabled:
 		return disabled
+	case ks.paused:
+		return paused
 	case time.Now().Before(ks.fails.coolUntil):
 		return cooling
 	}
@@ -153,6 +157,8 @@ func (s *Supervisor) reconcileKey(ks *keyState, now time.Time) {
 func (s *Supervisor) reconcileRun(ks *keyState) {
 	leased := s.leased && ks.job.Mode == Exclusive
 	switch {
+	case ks.intent() == paused:
+		ks.run.stop(ErrPaused)
 	case !ks.wantsRun():
 		ks.run.stop(ErrKeyRemoved)
 	case ks.pool != nil && !ks.claim:
@@ -172,8 +178,8 @@ func (s *Supervisor) reconcileRun(ks *keyState) {
 // finishes a removal, or starts the runner.
 func (s *Supervisor) reconcileIdle(ks *keyState, now time.Time) {
 	if s.leased && !ks.wantsLease() {
-		// Removed, disabled or turned Everywhere: hand the lease back now
-		// that no runner uses it.
+		// Removed, disabled, paused, cooling or turned Everywhere: hand
+		// the lease back now that no runner uses it.
 		if t, ok := s.keeper.Term(ks.key); ok {
 			ks.pending = releasing
 			cause := HandoverReleased
@@ -241,11 +247,22 @@ func (s *Supervisor) start(key string) {
 		return
 	}
 	job, reload := ks.job, ks.newTerm && ks.job.Reload != nil || ks.job.Runner == nil
+	// A new term of a singleton key reads its pause record first: the
+	// lease may have been released because of a pause this replica's
+	// last read of the table predates.
+	checkPause := s.leased && job.Mode == Exclusive && ks.pool == nil && !ks.member && ks.newTerm
 	s.unlock()
 
+	var paused bool
+	var pauseErr error
+	if checkPause {
+		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.CallTimeout)
+		paused, pauseErr = Paused(ctx, s.cfg.Store, key)
+		cancel()
+	}
 	runner := job.Runner
 	var err error
-	if reload {
+	if reload && !paused && pauseErr == nil {
 		runner, err = s.reload(job, key)
 	}
 
@@ -255,7 +272,16 @@ func (s *Supervisor) start(key string) {
 	if s.keys[key] != ks {
 		return
 	}
-	if err != nil {
+	switch {
+	case pauseErr != nil:
+		ks.fails.retryAt = time.Now().Add(s.cfg.RenewEvery)
+		s.logLocked(slog.LevelWarn, "runner not started: could not read the key's pause record; trying again in a round", "key", key, "err", pauseErr)
+		return
+	case paused:
+		ks.paused = true // reconcile releases the lease
+		s.poke()
+		return
+	case err != nil:
 		s.startFailed(ks, fmt.Errorf("reload: %w", err))
 		return
 	}

@@ -24,6 +24,9 @@ func (s *Supervisor) Set(key string, job Job) error {
 	if poolkey.Reserved(key) {
 		return fmt.Errorf("key %q holds %q or %q, which are reserved for pools: %w", key, PoolPrefix, WorkerPrefix, ErrConfig)
 	}
+	if strings.Contains(key, PauseSuffix) {
+		return fmt.Errorf("key %q holds %q, which marks pause records: %w", key, PauseSuffix, ErrConfig)
+	}
 	if err := job.validate(); err != nil {
 		return fmt.Errorf("key %q: %w", key, err)
 	}

@@ -27,6 +27,9 @@ type KeyStatus struct {
 	Epoch int64 `json:"epoch,omitempty"`
 	// LastError is the last failure of this replica's runner, if any.
 	LastError string `json:"last_error,omitempty"`
+	// Paused: the key is paused cluster-wide (Pause) as of this replica's
+	// last read of the lease table.
+	Paused bool `json:"paused,omitempty"`
 	// CoolingUntil, when set, is when this replica may ask for the key
 	// again: its runner kept failing here and the key was handed over
 	// (Config.MaxFailures).
@@ -73,6 +76,7 @@ func (s *Supervisor) statusLocked(key string) KeyStatus {
 		if ks.fails.last != nil {
 			st.LastError = ks.fails.last.Error()
 		}
+		st.Paused = ks.paused
 		if ks.intent() == cooling {
 			st.CoolingUntil = ks.fails.coolUntil
 		}

@@ -249,6 +249,7 @@ func (s *Supervisor) round(ctx context.Context) {
 			s.log.Debug("could not read the lease table", "err", err)
 		} else {
 			s.explainLosses()
+			s.applyPauses()
 		}
 		s.scheduleFreedKeys()
 		s.planPools()

@@ -9,6 +9,7 @@ import (
 	"os/signal"
 	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
+	"github.com/tenure-dev/tenure"
 	"github.com/tenure-dev/tenure/internal/cli/storeurl"
 	"github.com/tenure-dev/tenure/internal/engine/poolkey"
 	"github.com/tenure-dev/tenure/store"
@@ -97,9 +99,16 @@ func writeTable(w io.Writer, leases []store.Lease) {
 	}
 	var keys []store.Lease
 	var workers []worker
+	var paused []string
 	type poolOwner struct{ prefix, pool, owner string }
 	held := make(map[poolOwner]int) // live keys of each worker in its pool
 	for _, l := range leases {
+		if k, ok := tenure.PausedKey(l.Key); ok {
+			if l.Live {
+				paused = append(paused, printable(k))
+			}
+			continue
+		}
 		if wk, ok := parseWorker(l); ok {
 			workers = append(workers, wk)
 			continue
@@ -116,6 +125,12 @@ func writeTable(w io.Writer, leases []store.Lease) {
 			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", printable(l.Key), printable(orDash(l.Owner)), l.Epoch, state(l), yesNo(l.Running), timeLeft(l))
 		}
 		tw.Flush()
+	}
+	if len(paused) > 0 {
+		if len(keys) > 0 {
+			fmt.Fprintln(w)
+		}
+		fmt.Fprintf(w, "paused (tenure resume --key KEY): %s\n", strings.Join(paused, ", "))
 	}
 	if len(workers) == 0 {
 		return
