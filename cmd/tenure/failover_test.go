@@ -231,6 +231,23 @@ func TestOnceExitsWithTheCommandsStatusAndReleases(t *testing.T) {
 	if code != 0 {
 		t.Errorf("exit code %d for a command that exited 0", code)
 	}
+	// The command's own 2 passes through; Tenure's own failures under
+	// --once are 125, never a code the command might have returned.
+	_, _, code = runTenure(t, childEnv("exit:2", filepath.Join(dir, "log")),
+		"run", "--once", "--key", "once", "--store", url, "--stop-timeout", "1s", "--", self(t))
+	if code != 2 {
+		t.Errorf("exit code %d for a command that exited 2, want 2", code)
+	}
+	for _, store := range []string{
+		"mongodb://x", // a usage error: 2 without --once
+		"postgres://postgres@" + testenv.ClosedAddr(t) + "/test", // no store there: 3 without --once
+	} {
+		_, stderr, code := runTenure(t, childEnv("exit:0", filepath.Join(dir, "log")),
+			"run", "--once", "--key", "once", "--store", store, "--", self(t))
+		if code != 125 {
+			t.Errorf("--store %s: exit %d (%s), want 125", store, code, strings.TrimSpace(stderr))
+		}
+	}
 }
 
 func TestExitedCommandIsRestartedUnderTheSameLease(t *testing.T) {

@@ -28,8 +28,12 @@ const (
 	ExitFailure = 1 // a failure after start: a store error, a command that would not stop
 	ExitUsage   = 2 // bad flags, URL, duration, key, or timing combination; pool keys unreadable at start
 	ExitStore   = 3 // the store could not be reached or opened at start
-	ExitNoExec  = 126
-	ExitNoFound = 127
+	// ExitOnceTenure is run --once's code for every failure of Tenure's
+	// own (what is otherwise 1, 2 or 3), so that a command's own 1–3,
+	// passed through, is never mistaken for one; timeout(1) uses 125 so.
+	ExitOnceTenure = 125
+	ExitNoExec     = 126
+	ExitNoFound    = 127
 )
 
 const exitCodesHelp = `Exit codes:
@@ -39,6 +43,8 @@ const exitCodesHelp = `Exit codes:
        (pool) keys that cannot be read at start
   3    store unreachable or unusable at start; for status and release also
        no store (SQLite file, lease table) at that URL: they create none
+  125  with run --once: Tenure itself failed (what is otherwise 1, 2 or 3),
+       so the command's own 1, 2 or 3 is never mistaken for Tenure's
   126  the command cannot be executed (run, pool)
   127  the command was not found (run, pool)
   N    with run --once: the command's own exit status (128+signal if killed)`
@@ -121,6 +127,11 @@ func (e *env) main(ctx context.Context, args []string) int {
 	var ee *exitError
 	if errors.As(err, &ee) {
 		code = ee.code
+	}
+	if cmd, _, ferr := root.Find(args); ferr == nil && code <= ExitStore {
+		if once, _ := cmd.Flags().GetBool("once"); once {
+			code = ExitOnceTenure
+		}
 	}
 	fmt.Fprintln(e.stderr, "tenure: "+oneLine(err.Error()))
 	return code
