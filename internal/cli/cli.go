@@ -177,7 +177,7 @@ on the command line wins. TENURE_KEY and TENURE_OWNER are ignored when
 TENURE_EPOCH is set too: they then describe the lease of a parent tenure.
 
 ` + exitCodesHelp,
-		Example: `  tenure run --key nightly-report -- ./report.sh
+		Example: `  tenure run --key mail-poller -- ./poll-mail.sh
   tenure pool --keys-file mailboxes.txt -- ./imap-sync --mailbox {key}
   tenure status --store postgres://tenure@db/ops
   tenure demo`,

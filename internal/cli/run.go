@@ -65,8 +65,8 @@ confirmed renewal; this replica stops it ttl/3 before its lease runs out, so
 --stop-timeout must be shorter than --renew-every (ttl/3) + grace.
 
 ` + exitCodesHelp,
-		Example: `  # one nightly report across all replicas, sharing a PostgreSQL database
-  tenure run --key nightly-report --store postgres://tenure:secret@db/ops -- ./report.sh
+		Example: `  # one mail poller across all replicas, sharing a PostgreSQL database
+  tenure run --key mail-poller --store postgres://tenure:secret@db/ops -- ./poll-mail.sh
 
   # a singleton poller on one host (replicas share an SQLite file)
   tenure run --key telegram-poller --store sqlite:/var/lib/app/tenure.db -- ./poller --verbose
