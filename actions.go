@@ -39,6 +39,7 @@ const (
 	disabled               // configured with Job.Disabled: stopped, lease released
 	finished               // its runner returned ErrDone: stopped until Set again
 	paused                 // paused cluster-wide (Pause): stopped, released, until Resume
+	moved                  // moved away (Move): stopped, released, out until the move ends
 	cooling                // handed over after a crash loop: not wanted here for a cooldown
 	removed                // Remove, or gone from its pool's source: release and forget
 )
@@ -47,9 +48,9 @@ const (
 type keyState struct {
 	key        string
 	job        Job
-	configured bool // false once removed; the record lives on until released
-	done       bool // the runner returned ErrDone: finished until Set again
-	paused     bool // a live pause record is in the store (Pause)
+	configured bool     // false once removed; the record lives on until released
+	done       bool     // the runner returned ErrDone: finished until Set again
+	ctl        controls // the operator's records in the store (Pause, Move)
 
 	run     *runState // the runner of the running or stopping phase, else nil
 	pending phase     // starting or releasing while that action is in flight, else idle
@@ -108,8 +109,10 @@ func (ks *keyState) intent() intent {
 		return finished
 	case ks.job.Disabled:
 		return disabled
-	case ks.paused:
+	case ks.ctl.paused:
 		return paused
+	case ks.ctl.moved:
+		return moved
 	case time.Now().Before(ks.fails.coolUntil):
 		return cooling
 	}
@@ -159,6 +162,8 @@ func (s *Supervisor) reconcileRun(ks *keyState) {
 	switch {
 	case ks.intent() == paused:
 		ks.run.stop(ErrPaused)
+	case ks.intent() == moved:
+		ks.run.stop(ErrMoved)
 	case !ks.wantsRun():
 		ks.run.stop(ErrKeyRemoved)
 	case ks.pool != nil && !ks.claim:
@@ -247,22 +252,23 @@ func (s *Supervisor) start(key string) {
 		return
 	}
 	job, reload := ks.job, ks.newTerm && ks.job.Reload != nil || ks.job.Runner == nil
-	// A new term of a singleton key reads its pause record first: the
-	// lease may have been released because of a pause this replica's
-	// last read of the table predates.
-	checkPause := s.leased && job.Mode == Exclusive && ks.pool == nil && !ks.member && ks.newTerm
+	// A new term of a singleton key reads its pause and move records
+	// first: the lease may have been released because of a pause or a
+	// move this replica's last read of the table predates.
+	checkControls := s.leased && job.Mode == Exclusive && ks.pool == nil && !ks.member && ks.newTerm
 	s.unlock()
 
-	var paused bool
-	var pauseErr error
-	if checkPause {
+	var ctl controls
+	var ctlErr error
+	if checkControls {
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.CallTimeout)
-		paused, pauseErr = Paused(ctx, s.cfg.Store, key)
+		ctl, ctlErr = s.readControls(ctx, key)
 		cancel()
 	}
+	barred := ctl.paused || ctl.moved
 	runner := job.Runner
 	var err error
-	if reload && !paused && pauseErr == nil {
+	if reload && !barred && ctlErr == nil {
 		runner, err = s.reload(job, key)
 	}
 
@@ -273,12 +279,12 @@ func (s *Supervisor) start(key string) {
 		return
 	}
 	switch {
-	case pauseErr != nil:
+	case ctlErr != nil:
 		ks.fails.retryAt = time.Now().Add(s.cfg.RenewEvery)
-		s.logLocked(slog.LevelWarn, "runner not started: could not read the key's pause record; trying again in a round", "key", key, "err", pauseErr)
+		s.logLocked(slog.LevelWarn, "runner not started: could not read the key's pause and move records; trying again in a round", "key", key, "err", ctlErr)
 		return
-	case paused:
-		ks.paused = true // reconcile releases the lease
+	case barred:
+		ks.ctl = ctl // reconcile releases the lease
 		s.poke()
 		return
 	case err != nil:

@@ -82,7 +82,9 @@
 // wanted is handed back (releasing) only from idle; a new start waits for
 // idle too. What the operator wants of the key — configured, disabled,
 // finished (its runner returned ErrDone), paused (Pause: a record in the
-// store stops the key on every replica until Resume), cooling (its runner failed
+// store stops the key on every replica until Resume), moved (Move: a record
+// keeps the holder out and may reserve the key for a named replica),
+// cooling (its runner failed
 // Config.MaxFailures times within FailureWindow, so the key was handed to
 // a peer for Cooldown), removed — decides which way it goes.
 //

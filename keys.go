@@ -24,8 +24,8 @@ func (s *Supervisor) Set(key string, job Job) error {
 	if poolkey.Reserved(key) {
 		return fmt.Errorf("key %q holds %q or %q, which are reserved for pools: %w", key, PoolPrefix, WorkerPrefix, ErrConfig)
 	}
-	if strings.Contains(key, PauseSuffix) {
-		return fmt.Errorf("key %q holds %q, which marks pause records: %w", key, PauseSuffix, ErrConfig)
+	if strings.Contains(key, PauseSuffix) || strings.Contains(key, MoveInfix) {
+		return fmt.Errorf("key %q holds %q or %q, which mark pause and move records: %w", key, PauseSuffix, MoveInfix, ErrConfig)
 	}
 	if err := job.validate(); err != nil {
 		return fmt.Errorf("key %q: %w", key, err)

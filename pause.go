@@ -2,7 +2,6 @@ package tenure
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -23,9 +22,6 @@ const (
 	// a forgotten pause cannot outlive the system by decades.
 	pauseTTL = 10 * 365 * 24 * time.Hour
 )
-
-// ErrPaused: the key is paused cluster-wide (Pause).
-var ErrPaused = errors.New("tenure: key paused")
 
 // Pause pauses key cluster-wide: within one round (RenewEvery) of every
 // replica, the holder stops its runner gracefully and releases the lease,
@@ -87,7 +83,7 @@ func checkPausable(key string) error {
 	if err := store.ValidateKey(key + PauseSuffix); err != nil {
 		return err
 	}
-	if poolkey.Reserved(key) || strings.Contains(key, PauseSuffix) {
+	if poolkey.Reserved(key) || strings.Contains(key, PauseSuffix) || strings.Contains(key, MoveInfix) {
 		return fmt.Errorf("key %q: only singleton keys can be paused: %w", key, ErrConfig)
 	}
 	return nil
@@ -112,18 +108,4 @@ func (s *Supervisor) Resume(ctx context.Context, key string) (bool, error) {
 		return false, fmt.Errorf("resume %s: pausing needs leases: %w", key, ErrConfig)
 	}
 	return Resume(ctx, s.cfg.Store, key)
-}
-
-// applyPauses marks each singleton key paused or not from the last read of
-// the lease table; reconcile does the rest.
-func (s *Supervisor) applyPauses() {
-	s.mu.Lock()
-	defer s.unlock()
-	for key, ks := range s.keys {
-		if ks.pool != nil || ks.member {
-			continue
-		}
-		l, ok := s.keeper.Observed(key + PauseSuffix)
-		ks.paused = ok && l.Live && l.Owner == PauseOwner
-	}
 }

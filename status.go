@@ -76,7 +76,7 @@ func (s *Supervisor) statusLocked(key string) KeyStatus {
 		if ks.fails.last != nil {
 			st.LastError = ks.fails.last.Error()
 		}
-		st.Paused = ks.paused
+		st.Paused = ks.ctl.paused
 		if ks.intent() == cooling {
 			st.CoolingUntil = ks.fails.coolUntil
 		}

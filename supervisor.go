@@ -21,6 +21,10 @@ var (
 	ErrLeaseLost = errors.New("tenure: lease lost")
 	// ErrDeadline: renewals went unconfirmed until the lease's safety deadline.
 	ErrDeadline = errors.New("tenure: lease deadline reached without a confirmed renewal")
+	// ErrPaused: the key was paused cluster-wide (Pause).
+	ErrPaused = errors.New("tenure: key paused")
+	// ErrMoved: the key was moved to another replica (Move).
+	ErrMoved = errors.New("tenure: key moved to another replica")
 	// ErrKeyRemoved: the key was removed or disabled.
 	ErrKeyRemoved = errors.New("tenure: key removed or disabled")
 	// ErrStopping: the supervisor is shutting down.
@@ -249,7 +253,7 @@ func (s *Supervisor) round(ctx context.Context) {
 			s.log.Debug("could not read the lease table", "err", err)
 		} else {
 			s.explainLosses()
-			s.applyPauses()
+			s.applyControls()
 		}
 		s.scheduleFreedKeys()
 		s.planPools()

@@ -99,13 +99,23 @@ func writeTable(w io.Writer, leases []store.Lease) {
 	}
 	var keys []store.Lease
 	var workers []worker
-	var paused []string
+	var paused, moving []string
 	type poolOwner struct{ prefix, pool, owner string }
 	held := make(map[poolOwner]int) // live keys of each worker in its pool
 	for _, l := range leases {
 		if k, ok := tenure.PausedKey(l.Key); ok {
 			if l.Live {
 				paused = append(paused, printable(k))
+			}
+			continue
+		}
+		if strings.Contains(l.Key, tenure.MoveInfix) {
+			if m, ok := tenure.ParseMove(l); ok {
+				to := "any other replica"
+				if m.To != "" {
+					to = printable(m.To)
+				}
+				moving = append(moving, fmt.Sprintf("%s from %s to %s (%s left)", printable(m.Key), printable(m.From), to, roundDur(l.TimeLeft)))
 			}
 			continue
 		}
@@ -131,6 +141,9 @@ func writeTable(w io.Writer, leases []store.Lease) {
 			fmt.Fprintln(w)
 		}
 		fmt.Fprintf(w, "paused (tenure resume --key KEY): %s\n", strings.Join(paused, ", "))
+	}
+	for _, m := range moving {
+		fmt.Fprintf(w, "moving %s\n", m)
 	}
 	if len(workers) == 0 {
 		return

@@ -3,6 +3,8 @@ package cli
 import (
 	"context"
 	"fmt"
+	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -83,6 +85,54 @@ key that is not paused does nothing (exit 0).
 	return cmd
 }
 
+func (e *env) moveCommand() *cobra.Command {
+	var key, to string
+	var d time.Duration
+	cmd := &cobra.Command{
+		Use:   "move --key KEY [--to OWNER] [--for DURATION] [--store URL]",
+		Short: "Hand a key over from its holder to another replica",
+		Long: `Move KEY away from the replica that holds it now. A move is a record in the
+store (KEY~move/HOLDER) that lasts --for: within one renewal round (ttl/3)
+the holder stops its command gracefully and releases the lease, and does
+not ask for the key again while the move lasts. With --to, only the replica
+named OWNER (its --owner name, or its whole owner id as tenure status shows
+it) may take the key meanwhile; if it does not, the key waits until the move
+ends, and then any replica may take it. Without --to, any other replica may.
+Singleton keys only (tenure run).
+
+` + exitCodesHelp,
+		Example: `  tenure move --key telegram-poller
+  tenure move --key telegram-poller --to web-2 --for 2m`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := checkPauseKey(key); err != nil {
+				return err
+			}
+			if d <= 0 {
+				return usagef("--for %v: want a positive duration", d)
+			}
+			return e.withStore(cmd, storeurl.OpenSpec, func(ctx context.Context, _ storeurl.Spec, st storeurl.Store) error {
+				from, err := tenure.Move(ctx, st, key, to, d)
+				if err != nil {
+					return err
+				}
+				target := "another replica"
+				if to != "" {
+					target = printable(to)
+				}
+				fmt.Fprintf(e.stdout, "moving %s from %s to %s: its holder stops it within a renewal round and stays out for %v\n",
+					printable(key), printable(from), target, d)
+				return nil
+			})
+		},
+	}
+	cmd.Flags().StringVar(&key, "key", "", "the key to move (required)")
+	cmd.Flags().StringVar(&to, "to", "", "the replica to move it to: an --owner name or an owner id (default: any other)")
+	cmd.Flags().DurationVar(&d, "for", tenure.DefaultMoveFor, "how long the holder stays out and the key is reserved for --to")
+	addStoreFlag(cmd)
+	return cmd
+}
+
 func checkPauseKey(key string) error {
 	if key == "" {
 		return usagef("--key is required")
@@ -90,8 +140,8 @@ func checkPauseKey(key string) error {
 	if err := store.ValidateKey(key); err != nil {
 		return withCode(ExitUsage, err)
 	}
-	if _, isRecord := tenure.PausedKey(key); isRecord {
-		return usagef("--key %q is a pause record; give the key itself", key)
+	if _, isRecord := tenure.PausedKey(key); isRecord || strings.Contains(key, tenure.MoveInfix) {
+		return usagef("--key %q is a pause or move record; give the key itself", key)
 	}
 	if poolkey.Reserved(key) {
 		return usagef("--key %q is a pool's key or membership: only singleton keys (tenure run) can be paused", key)
