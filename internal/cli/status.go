@@ -235,7 +235,8 @@ leases the worker's owner holds among those listed.
 --json prints a JSON array of objects with the fields key, owner, epoch,
 live, released, running and expires_in_ms, one per lease, pool memberships
 (keys starting with ~workers/) included. The table starts with the store it
-read, without its password. --live leaves out released, expired and revoked
+read, without its password; paused keys and moves under way (their records,
+KEY~paused and KEY~move/HOLDER, are in --json as they are) follow it. --live leaves out released, expired and revoked
 records. --watch redraws every second
 until interrupted (with --json: one array per line).
 
