@@ -291,6 +291,9 @@ func (s *Supervisor) start(key string) {
 		s.startFailed(ks, fmt.Errorf("reload: %w", err))
 		return
 	}
+	if job.Schedule != nil && s.leased {
+		runner = scheduledRunner{s: s, sched: job.Schedule.p, noRetry: job.NoRetry, inner: runner}
+	}
 	if err := s.startLocked(ks, runner); err != nil {
 		s.logLocked(slog.LevelDebug, "runner not started", "key", key, "reason", err)
 		s.poke() // whatever refused it (a removal, a lost lease) wants the loop now

@@ -7,6 +7,20 @@ import (
 	"github.com/tenure-dev/tenure/store"
 )
 
+// recordInfixes mark the records Tenure keeps next to a key; no key may
+// hold one.
+var recordInfixes = []string{PauseSuffix, MoveInfix, DoneInfix, StartedInfix}
+
+// holdsRecordInfix reports whether key holds one of recordInfixes.
+func holdsRecordInfix(key string) bool {
+	for _, infix := range recordInfixes {
+		if strings.Contains(key, infix) {
+			return true
+		}
+	}
+	return false
+}
+
 // controls are what an operator's records in the lease table say of one
 // singleton key on this replica (Pause, Move).
 type controls struct {

@@ -24,8 +24,11 @@ func (s *Supervisor) Set(key string, job Job) error {
 	if poolkey.Reserved(key) {
 		return fmt.Errorf("key %q holds %q or %q, which are reserved for pools: %w", key, PoolPrefix, WorkerPrefix, ErrConfig)
 	}
-	if strings.Contains(key, PauseSuffix) || strings.Contains(key, MoveInfix) {
-		return fmt.Errorf("key %q holds %q or %q, which mark pause and move records: %w", key, PauseSuffix, MoveInfix, ErrConfig)
+	if holdsRecordInfix(key) {
+		return fmt.Errorf("key %q holds one of %q, which mark the records Tenure keeps next to a key: %w", key, recordInfixes, ErrConfig)
+	}
+	if job.Schedule != nil && !s.leased {
+		return fmt.Errorf("key %q: a scheduled job needs leases (a store): %w", key, ErrConfig)
 	}
 	if err := job.validate(); err != nil {
 		return fmt.Errorf("key %q: %w", key, err)
@@ -48,7 +51,7 @@ func (s *Supervisor) Set(key string, job Job) error {
 }
 
 func sameJob(a, b Job) bool {
-	return a.Mode == b.Mode && a.Disabled == b.Disabled && sameRunner(a.Runner, b.Runner)
+	return a.Mode == b.Mode && a.Disabled == b.Disabled && a.Schedule == b.Schedule && a.NoRetry == b.NoRetry && sameRunner(a.Runner, b.Runner)
 }
 
 // sameRunner compares runners that are comparable; func-typed runners

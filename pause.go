@@ -83,7 +83,7 @@ func checkPausable(key string) error {
 	if err := store.ValidateKey(key + PauseSuffix); err != nil {
 		return err
 	}
-	if poolkey.Reserved(key) || strings.Contains(key, PauseSuffix) || strings.Contains(key, MoveInfix) {
+	if poolkey.Reserved(key) || holdsRecordInfix(key) {
 		return fmt.Errorf("key %q: only singleton keys can be paused: %w", key, ErrConfig)
 	}
 	return nil

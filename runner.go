@@ -77,6 +77,19 @@ type Job struct {
 	// (rotated credentials, settings changed on a peer). An error counts as
 	// a failed start and is retried with backoff.
 	Reload func(ctx context.Context, key string) (Runner, error)
+	// Schedule, when set, makes the key a scheduled job: its holder runs
+	// the runner once per period of the schedule (ParseSchedule) instead
+	// of keeping it running, and records each finished period in the
+	// store, so each period runs on one replica, once, also across
+	// crashes and restarts. A run cut off by a crash or a lost lease is
+	// run again by the next holder within its period; a runner that
+	// returns an error is retried with backoff within the period. Needs
+	// leases and Exclusive mode.
+	Schedule *Schedule
+	// NoRetry makes a scheduled key's runs at most once per period: a
+	// record written before each run keeps a run cut off by a crash from
+	// being run again in its period.
+	NoRetry bool
 	// MaxFailures, FailureWindow and Cooldown override Config's for this
 	// key when not zero: the crash-loop handover (see Config.MaxFailures).
 	MaxFailures   int
@@ -112,6 +125,12 @@ func (j Job) validate() error {
 	}
 	if j.Mode != Exclusive && j.Mode != Everywhere {
 		return fmt.Errorf("job mode %v: %w", j.Mode, ErrConfig)
+	}
+	if j.NoRetry && j.Schedule == nil {
+		return fmt.Errorf("job NoRetry needs a Schedule: %w", ErrConfig)
+	}
+	if j.Schedule != nil && j.Mode != Exclusive {
+		return fmt.Errorf("a scheduled job must be Exclusive: %w", ErrConfig)
 	}
 	if j.FailureWindow < 0 || j.Cooldown < 0 {
 		return fmt.Errorf("job FailureWindow %v and Cooldown %v must not be negative: %w", j.FailureWindow, j.Cooldown, ErrConfig)

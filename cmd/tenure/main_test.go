@@ -62,11 +62,15 @@ func TestMain(m *testing.M) {
 //	stubborn  ignore SIGTERM, start a grandchild that ignores it too, append
 //	          the start line, sleep
 //	exit:N    exit with status N at once
+//	tick      append "tick OWNER EPOCH PID 0 NANOS" and exit 0
 //	env       write the environment, a variable a line, to the log; exit 0
 //	sleep     sleep (a grandchild), dying on SIGTERM
 //	stubborn-sleep  sleep, ignoring SIGTERM
 func child(mode string) int {
 	switch {
+	case mode == "tick":
+		logLine("tick", 0)
+		return 0
 	case strings.HasPrefix(mode, "exit:"):
 		n, _ := strconv.Atoi(strings.TrimPrefix(mode, "exit:"))
 		return n
@@ -171,8 +175,8 @@ func readChildLog(t *testing.T, path string) []childEvent {
 		}
 		ev.at = time.Unix(0, nanos)
 		ev.id, ev.owner = ev.owner, tenure.OwnerName(ev.owner)
-		if ev.what == "hup" {
-			continue // countHups reads these
+		if ev.what == "hup" || ev.what == "tick" {
+			continue // countHups and readTicks read these
 		}
 		if ev.what == "grand" {
 			for i := range out {

@@ -50,6 +50,7 @@ type commandRunner struct {
 	keyed       bool // replace {key} in name and args with the lease's key
 	stopTimeout time.Duration
 	once        bool
+	scheduled   bool // --schedule: an exit 0 finishes the period's run
 	// env is the commands' environment without the lease's variables; see
 	// commandEnv.
 	env      []string
@@ -158,6 +159,13 @@ func (r *commandRunner) Run(ctx context.Context, lease tenure.Lease) error {
 			r.finished()
 			<-ctx.Done()
 			return nil
+		}
+		if r.scheduled {
+			if exit.ExitCode() == 0 {
+				log.Info("command finished", "exit", exit.String())
+				return nil
+			}
+			return fmt.Errorf("command %s", exit)
 		}
 		return fmt.Errorf("command %s while the lease was held", exit)
 	case <-signalled:

@@ -12,8 +12,10 @@ import (
 
 type runFlags struct {
 	replicaFlags
-	key  string
-	once bool
+	key      string
+	once     bool
+	schedule string
+	noRetry  bool
 }
 
 func (e *env) runCommand() *cobra.Command {
@@ -43,6 +45,22 @@ command is killed, but what it started in its group is out of reach: run
 tenure in a cgroup (a systemd unit, a container) when that matters. Whatever
 the command leaves in its group when it exits is killed too.
 
+With --schedule SPEC the command runs once per period of the schedule
+instead of all the time: cron fields ("0 3 * * *", in the local zone, or
+"CRON_TZ=Europe/Berlin 0 3 * * *"), @daily, @hourly, @weekly, @monthly or
+@every DURATION (periods aligned to the Unix epoch). The replica holding the
+key is the scheduler: at each period's start it runs the command, and when
+the command exits 0 it records the period as finished in the store, so no
+replica runs that period again, across crashes and restarts. A replica that
+takes the key over within a period whose run has not finished runs it at
+once — also when the schedule is first deployed mid-period, and when the
+holder crashed mid-run; --no-retry writes a record before each run instead,
+so a period runs at most once even then. A run that exits non-zero is
+retried with backoff within its period. Compared with a Kubernetes CronJob
+(concurrencyPolicy: Forbid) there is no overlap of runs by construction;
+compared with ShedLock, a period is locked until it is done, not for a fixed
+time.
+
 A command that exits while the lease is held is restarted with exponential
 backoff (from ttl/3 up to 16×ttl/3). A command that keeps failing here —
 --max-failures exits (default 3) within --failure-window (default 8×ttl/3) —
@@ -71,6 +89,9 @@ confirmed renewal; this replica stops it ttl/3 before its lease runs out, so
   # a singleton poller on one host (replicas share an SQLite file)
   tenure run --key telegram-poller --store sqlite:/var/lib/app/tenure.db -- ./poller --verbose
 
+  # a nightly report on one replica, at 03:00 Berlin time, once per night
+  tenure run --key nightly-report --schedule "CRON_TZ=Europe/Berlin 0 3 * * *" -- ./report.sh
+
   # a schema migration started by every replica at boot: one at a time,
   # each exits with the migration's status
   tenure run --once --key db-migrate -- ./migrate.sh
@@ -86,6 +107,8 @@ confirmed renewal; this replica stops it ttl/3 before its lease runs out, so
 	fl.StringVar(&f.key, "key", "", "the lease key naming the work (required)")
 	addReplicaFlags(cmd, &f.replicaFlags)
 	fl.BoolVar(&f.once, "once", false, "run the command once: when it exits, release the lease and exit with its status")
+	fl.StringVar(&f.schedule, "schedule", "", "run the command once per period of a schedule, on one replica: cron fields (\"0 3 * * *\", \"CRON_TZ=Europe/Berlin 0 3 * * *\"), @daily, @hourly, @every 10m")
+	fl.BoolVar(&f.noRetry, "no-retry", false, "with --schedule: a run cut off by a crash is not run again in its period (at most once)")
 	return cmd
 }
 
@@ -99,6 +122,18 @@ func (e *env) run(cmd *cobra.Command, f runFlags, args []string) error {
 	if err := store.ValidateKey(f.key); err != nil {
 		return withCode(ExitUsage, err)
 	}
+	var sched *tenure.Schedule
+	switch {
+	case f.schedule != "" && f.once:
+		return usagef("--schedule and --once do not go together: a schedule runs the command once per period")
+	case f.noRetry && f.schedule == "":
+		return usagef("--no-retry needs --schedule")
+	case f.schedule != "":
+		var err error
+		if sched, err = tenure.ParseSchedule(f.schedule); err != nil {
+			return withCode(ExitUsage, fmt.Errorf("--schedule: %w", err))
+		}
+	}
 	rep, err := e.prepare(cmd, f.replicaFlags, args, false)
 	if err != nil {
 		return err
@@ -106,9 +141,9 @@ func (e *env) run(cmd *cobra.Command, f runFlags, args []string) error {
 	ctx, stop := context.WithCancel(cmd.Context())
 	defer stop()
 	r := rep.runner
-	r.once, r.finished = f.once, stop
+	r.once, r.finished, r.scheduled = f.once, stop, sched != nil
 	rep.setup = func(sup *tenure.Supervisor) error {
-		return sup.Set(f.key, tenure.Job{Runner: r})
+		return sup.Set(f.key, tenure.Job{Runner: r, Schedule: sched, NoRetry: f.noRetry})
 	}
 	rep.hangup = func(*tenure.Supervisor) {
 		if !f.passSighup {

@@ -100,6 +100,7 @@ func writeTable(w io.Writer, leases []store.Lease) {
 	var keys []store.Lease
 	var workers []worker
 	var paused, moving []string
+	done := 0 // scheduled periods recorded as finished
 	type poolOwner struct{ prefix, pool, owner string }
 	held := make(map[poolOwner]int) // live keys of each worker in its pool
 	for _, l := range leases {
@@ -108,6 +109,12 @@ func writeTable(w io.Writer, leases []store.Lease) {
 				paused = append(paused, printable(k))
 			}
 			continue
+		}
+		if strings.Contains(l.Key, tenure.DoneInfix) || strings.Contains(l.Key, tenure.StartedInfix) {
+			if l.Live && strings.Contains(l.Key, tenure.DoneInfix) {
+				done++
+			}
+			continue // a schedule's bookkeeping, in --json as it is
 		}
 		if strings.Contains(l.Key, tenure.MoveInfix) {
 			if m, ok := tenure.ParseMove(l); ok {
@@ -144,6 +151,9 @@ func writeTable(w io.Writer, leases []store.Lease) {
 	}
 	for _, m := range moving {
 		fmt.Fprintf(w, "moving %s\n", m)
+	}
+	if done > 0 {
+		fmt.Fprintf(w, "scheduled periods finished and still on record: %d\n", done)
 	}
 	if len(workers) == 0 {
 		return
