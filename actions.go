@@ -366,6 +366,7 @@ func (s *Supervisor) runRunner(ctx context.Context, ks *keyState, r *runState, r
 		err = runSafely(ctx, runner, r.lease)
 	}
 	returned := r.stop(errReturned)
+	r.end()
 
 	s.mu.Lock()
 	defer s.unlock()

@@ -21,9 +21,23 @@ type runState struct {
 
 	mu       sync.Mutex
 	cause    error // why it was stopped, nil while running normally
+	ended    bool  // the runner has returned
 	watchdog *time.Timer
 	stopAt   time.Time     // when the watchdog cancels the runner, on time.Now's clock
-	changed  chan struct{} // closed when stopAt changes or the run stops
+	changed  chan struct{} // closed when stopAt changes, the run stops or it ends
+}
+
+// keepsLease reports whether a run stopped for cause still holds its
+// lease until the runner returns: a graceful stop (shutdown, removal,
+// rebalance, restart, pause, move) keeps renewing it, so its deadline
+// keeps moving while the runner winds down; a lost lease or a deadline
+// does not.
+func keepsLease(cause error) bool {
+	switch cause {
+	case ErrStopping, ErrKeyRemoved, ErrRebalance, ErrRestart, ErrPaused, ErrMoved:
+		return true
+	}
+	return false
 }
 
 func newRunState(key string, lease Lease, leased bool, cancel context.CancelCauseFunc) *runState {
@@ -55,8 +69,22 @@ func (r *runState) stop(cause error) bool {
 	// Cancel before signalling StopAt's watchers, so that one woken by
 	// the signal finds the context already done.
 	r.cancel(cause)
-	close(r.changed)
+	r.signal()
 	return true
+}
+
+// end records that the runner has returned: StopAt reports ok=false.
+func (r *runState) end() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ended = true
+	r.signal()
+}
+
+// signal wakes StopAt's watchers; r.mu must be held.
+func (r *runState) signal() {
+	close(r.changed)
+	r.changed = make(chan struct{})
 }
 
 func (r *runState) stopped() bool {
@@ -75,7 +103,7 @@ func (r *runState) stopCause() error {
 func (r *runState) deadline() (time.Time, <-chan struct{}, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.stopAt, r.changed, r.cause == nil
+	return r.stopAt, r.changed, !r.ended && (r.cause == nil || keepsLease(r.cause))
 }
 
 // guard arms (or re-arms) the runner's watchdog from its term as the
@@ -96,13 +124,15 @@ func (s *Supervisor) guard(r *runState) {
 	local := at.Add(-s.suspended())
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.cause != nil {
+	if r.ended || r.cause != nil && !keepsLease(r.cause) {
 		return
 	}
 	if !local.Equal(r.stopAt) {
 		r.stopAt = local
-		close(r.changed)
-		r.changed = make(chan struct{})
+		r.signal()
+	}
+	if r.cause != nil {
+		return // winding down: the deadline moves for what the runner handed on; the context is done already
 	}
 	if r.watchdog == nil {
 		r.watchdog = time.AfterFunc(wait, func() { s.watchdogFired(r) })
@@ -131,10 +161,13 @@ func (s *Supervisor) watchdogFired(r *runState) {
 // StopAt reports when the runner's context will be cancelled unless a
 // renewal is confirmed first, and a channel that is closed when that time
 // moves (a renewal was confirmed) or the run is stopped; then call StopAt
-// again. ok is false once the run is stopped (its context is then already
-// done), and for a run that no lease guards (Everywhere, single-instance
-// mode, or a Lease not handed out by a Supervisor); while ok is true, at
-// is never zero.
+// again. ok is false once the lease is lost or past its deadline, once the
+// runner has returned, and for a run that no lease guards (Everywhere,
+// single-instance mode, or a Lease not handed out by a Supervisor); while
+// ok is true, at is never zero. A graceful stop (shutdown, removal,
+// rebalance, restart, pause, move) keeps the lease renewed until the
+// runner returns, so at keeps moving after the context is done: what the
+// runner handed on may take its time to stop, and is not cut short.
 //
 // A runner that hands the work to something the supervisor cannot cancel
 // — another process, a remote job — passes each StopAt on, so that the

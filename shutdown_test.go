@@ -183,3 +183,45 @@ func TestAKeyEnabledAgainWhileItsLeaseIsBeingReleasedNeverRunsBesideThePeer(t *t
 		}
 	})
 }
+
+// TestAGracefulStopKeepsTheDeadlineMovingUntilTheRunnerReturns: while a
+// runner winds down after a graceful stop, the lease is still renewed, so
+// its StopAt keeps moving — a command it handed on (tenure run's child)
+// is not cut short by a deadline the lease has moved past. Before, StopAt
+// froze at the stop and the guard killed a slow-stopping command there.
+func TestAGracefulStopKeepsTheDeadlineMovingUntilTheRunnerReturns(t *testing.T) {
+	bubble(t, func(t *testing.T, st *memstore.Store) {
+		a := newReplica(t, st, "A", func(c *tenure.Config) { c.StopTimeout = 3 * ttl })
+		type seen struct {
+			at time.Time
+			ok bool
+		}
+		atStop, beforeReturn := make(chan seen, 1), make(chan seen, 1)
+		var lease tenure.Lease
+		a.Set("slow", tenure.Job{Runner: tenure.RunnerFunc(func(ctx context.Context, l tenure.Lease) error {
+			lease = l
+			<-ctx.Done()
+			at, _, ok := l.StopAt()
+			atStop <- seen{at, ok}
+			time.Sleep(2 * ttl) // a command slow to stop, renewals going on
+			at, _, ok = l.StopAt()
+			beforeReturn <- seen{at, ok}
+			return nil
+		})})
+		a.start()
+		advance(renew)
+		stopped := make(chan error, 1)
+		go func() { stopped <- a.stop() }()
+		first := <-atStop
+		last := <-beforeReturn
+		if err := <-stopped; err != nil {
+			t.Fatal(err)
+		}
+		if !first.ok || !last.ok || !last.at.After(first.at.Add(ttl)) {
+			t.Fatalf("StopAt at the stop %v (ok %v), before the return %v (ok %v); want it to keep moving with the renewals", first.at, first.ok, last.at, last.ok)
+		}
+		if _, _, ok := lease.StopAt(); ok {
+			t.Fatal("StopAt still ok after the runner returned")
+		}
+	})
+}

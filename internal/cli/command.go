@@ -126,7 +126,7 @@ func (r *commandRunner) Run(ctx context.Context, lease tenure.Lease) error {
 	stopped := make(chan child.Exit, 1)
 	go func() { stopped <- r.stop(ctx, p, signalled) }()
 	forwarded := make(chan time.Time, 1)
-	go func() { forwarded <- child.ForwardStopAt(ctx, lease, p, stopAt, log) }()
+	go func() { forwarded <- child.ForwardStopAt(lease, p, stopAt, log) }()
 	enforced := sync.OnceValue(func() time.Time { return <-forwarded }) // the last deadline the guard got
 	defer enforced()
 

@@ -15,12 +15,15 @@ type Lease interface {
 }
 
 // ForwardStopAt passes each new safety deadline of lease (sent: the one the
-// guard has, usually Command.Deadline) to p's guard, until ctx ends or p is
-// gone, and returns the last one the guard got. Everyone who runs a command
-// under a lease uses it, so that the guard stops the command on time even
-// while the caller is frozen: `tenure run` and the fault harness's child
-// work alike.
-func ForwardStopAt(ctx context.Context, lease Lease, p *Process, sent time.Time, log *slog.Logger) time.Time {
+// guard has, usually Command.Deadline) to p's guard, until p is gone or the
+// deadline stops moving (the lease lost, the run over), and returns the
+// last one the guard got. It goes on while the command is being stopped
+// gracefully, as the lease is still renewed then: a command slow to stop
+// is not cut short by a deadline the lease has long moved past. Everyone
+// who runs a command under a lease uses it, so that the guard stops the
+// command on time even while the caller is frozen: `tenure run` and the
+// fault harness's child work alike.
+func ForwardStopAt(lease Lease, p *Process, sent time.Time, log *slog.Logger) time.Time {
 	for {
 		at, changed, ok := lease.StopAt()
 		if !ok {
@@ -36,8 +39,6 @@ func ForwardStopAt(ctx context.Context, lease Lease, p *Process, sent time.Time,
 		}
 		select {
 		case <-changed:
-		case <-ctx.Done():
-			return sent
 		case <-p.Done():
 			return sent
 		}

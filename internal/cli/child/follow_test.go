@@ -61,7 +61,7 @@ func TestEachNewDeadlineOfTheLeaseReachesTheGuard(t *testing.T) {
 	}
 	forwarded := make(chan time.Time, 1)
 	go func() {
-		forwarded <- ForwardStopAt(t.Context(), lease, p, first, slog.New(slog.DiscardHandler))
+		forwarded <- ForwardStopAt(lease, p, first, slog.New(slog.DiscardHandler))
 	}()
 	// A deadline moved earlier is as binding as one moved later.
 	soon := time.Now().Add(200 * time.Millisecond)

@@ -130,7 +130,7 @@ func (c *childWork) run(ctx context.Context, l tenure.Lease) error {
 		forwarded <- time.Time{}
 	} else {
 		src := &recordedLease{Lease: l, log: c.log, pid: pid, last: stopAt}
-		go func() { forwarded <- child.ForwardStopAt(ctx, src, p, stopAt, c.logger) }()
+		go func() { forwarded <- child.ForwardStopAt(src, p, stopAt, c.logger) }()
 	}
 	enforced := sync.OnceValue(func() time.Time { return <-forwarded }) // the last deadline the guard got
 	defer enforced()
