@@ -252,25 +252,26 @@ func (s *Supervisor) start(key string) {
 		return
 	}
 	job, reload := ks.job, ks.newTerm && ks.job.Reload != nil || ks.job.Runner == nil
-	// A new term of a singleton key reads its pause and move records
-	// first: the lease may have been released because of a pause or a
-	// move this replica's last read of the table predates.
-	checkControls := s.leased && job.Mode == Exclusive && ks.pool == nil && !ks.member && ks.newTerm
+	// Every start of a singleton key reads its pause and move records
+	// straight from the store, last thing before the fence: the last read
+	// of the table may predate a pause or a move — a new term, a restart
+	// after a failure, a key just Set — and a Reload may take a while.
+	checkControls := s.leased && ks.pool == nil && !ks.member
 	s.unlock()
 
+	runner := job.Runner
+	var err error
+	if reload {
+		runner, err = s.reload(job, key)
+	}
 	var ctl controls
 	var ctlErr error
-	if checkControls {
+	if checkControls && err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.CallTimeout)
 		ctl, ctlErr = s.readControls(ctx, key)
 		cancel()
 	}
 	barred := ctl.paused || ctl.moved
-	runner := job.Runner
-	var err error
-	if reload && !barred && ctlErr == nil {
-		runner, err = s.reload(job, key)
-	}
 
 	s.mu.Lock()
 	defer s.unlock()

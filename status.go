@@ -49,7 +49,9 @@ func (s *Supervisor) Status() []KeyStatus {
 	}
 	if s.leased {
 		for _, key := range s.keeper.ObservedKeys() {
-			keys[key] = true
+			if !holdsRecordInfix(key) {
+				keys[key] = true
+			}
 		}
 	}
 	out := make([]KeyStatus, 0, len(keys))
@@ -123,7 +125,7 @@ func (s *Supervisor) PeerKeys() []string {
 	if !s.leased {
 		return nil
 	}
-	keys := s.keeper.PeerKeys()
+	keys := slices.DeleteFunc(s.keeper.PeerKeys(), holdsRecordInfix) // Tenure's own records are no one's work
 	if keys == nil {
 		keys = []string{}
 	}

@@ -190,6 +190,16 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	s.mu.Lock()
 	s.active, s.runCtx = false, nil
 	s.unlock()
+	// Nothing is held or runs any more: a process that goes on serving
+	// metrics must not export the last round's state.
+	s.obs.Keys(nil)
+	s.mu.Lock()
+	none := make(map[string]int, len(s.pools.byName))
+	for name := range s.pools.byName {
+		none[name] = 0
+	}
+	s.unlock()
+	s.obs.Pools(none)
 	return err
 }
 
@@ -264,12 +274,17 @@ func (s *Supervisor) round(ctx context.Context) {
 	s.obs.Round(time.Since(start))
 }
 
-// reportKeys tells the Observer each singleton key's state and how many
-// keys of each pool this replica holds: per key for the few keys Set
-// names, per pool for the thousands a pool may hold.
+// reportKeys tells the Observer each leased singleton key's state and how
+// many keys of each pool this replica holds: per key for the few keys Set
+// names, per pool for the thousands a pool may hold. Keys nobody should
+// hold — disabled, finished, paused — and Everywhere keys are left out,
+// so "held nowhere" and "running twice" stay alerts about real trouble.
 func (s *Supervisor) reportKeys() {
 	s.mu.Lock()
 	defer s.unlock()
+	if !s.leased {
+		return
+	}
 	var keys []KeyState
 	held := make(map[string]int, len(s.pools.byName))
 	for name := range s.pools.byName {
@@ -283,8 +298,12 @@ func (s *Supervisor) reportKeys() {
 			if holds {
 				held[ks.pool.cfg.Name]++
 			}
+		case ks.job.Mode != Exclusive:
 		default:
-			keys = append(keys, KeyState{Key: key, Held: holds, Running: ks.run != nil && !ks.run.stopped()})
+			switch ks.intent() {
+			case wanted, cooling, moved:
+				keys = append(keys, KeyState{Key: key, Held: holds, Running: ks.run != nil && !ks.run.stopped()})
+			}
 		}
 	}
 	slices.SortFunc(keys, func(a, b KeyState) int { return strings.Compare(a.Key, b.Key) })
@@ -326,9 +345,8 @@ func (s *Supervisor) acquirePass(ctx context.Context) {
 		s.mu.Lock()
 		member := s.keys[key] != nil && s.keys[key].member
 		s.unlock()
-		_, had := s.keeper.Term(key)
 		res, err := s.keeper.Acquire(ctx, key, member)
-		if err == nil && !res.OK && had {
+		if err == nil && res.Ended {
 			// Our term ended while it could not be renewed, and the store
 			// says so here first.
 			s.obs.Handover(HandoverExpired)

@@ -162,3 +162,49 @@ func TestPoolsAreCountedPerPoolNotPerKey(t *testing.T) {
 		}
 	})
 }
+
+// TestOnlyKeysSomeoneShouldHoldAreReported: an Everywhere key runs on every
+// replica and a disabled one on none; reporting them would make the
+// shipped alerts "running twice" and "held nowhere" fire on normal states.
+func TestOnlyKeysSomeoneShouldHoldAreReported(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m := metrics.New()
+		reg := prometheus.NewPedanticRegistry()
+		reg.MustRegister(m)
+		sup, err := tenure.New(tenure.Config{
+			Store: memstore.New(memstore.Options{}), Owner: "r1", Observer: m,
+			TTL: 3 * time.Second, Grace: time.Second, Logger: slog.New(slog.DiscardHandler),
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wait := tenure.RunnerFunc(func(ctx context.Context, _ tenure.Lease) error { <-ctx.Done(); return nil })
+		for key, job := range map[string]tenure.Job{
+			"job":      {Runner: wait},
+			"hook":     {Runner: wait, Mode: tenure.Everywhere},
+			"disabled": {Runner: wait, Disabled: true},
+		} {
+			if err := sup.Set(key, job); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error)
+		go func() { done <- sup.Run(ctx) }()
+		time.Sleep(3 * time.Second)
+		synctest.Wait()
+		if n, err := testutil.GatherAndCount(reg, "tenure_key_running"); err != nil || n != 1 {
+			t.Errorf("tenure_key_running has %d series (%v), want 1: job's", n, err)
+		}
+		if got := gathered(t, reg, "tenure_key_held", "key", "job"); got != 1 {
+			t.Errorf("tenure_key_held{key=job} = %v, want 1", got)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if n, err := testutil.GatherAndCount(reg, "tenure_key_held"); err != nil || n != 0 {
+			t.Errorf("tenure_key_held has %d series after Run returned (%v), want none", n, err)
+		}
+	})
+}

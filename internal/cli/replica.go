@@ -46,8 +46,8 @@ func addReplicaFlags(cmd *cobra.Command, f *replicaFlags) {
 	fl.DurationVar(&f.grace, "grace", tenure.DefaultGrace, "how long past a lost holder's expiry a peer waits before taking over")
 	fl.DurationVar(&f.stopTimeout, "stop-timeout", tenure.DefaultStopTimeout, "time between SIGTERM and SIGKILL when stopping the command")
 	fl.IntVar(&f.maxFailures, "max-failures", 3, "after this many failed runs of the command within --failure-window, release the key to a peer for --cooldown (0: never)")
-	fl.DurationVar(&f.failureWindow, "failure-window", 0, "the window --max-failures counts in (default 8×ttl/3: three tries under the restart backoff)")
-	fl.DurationVar(&f.cooldown, "cooldown", 0, "how long a replica that released a failing key waits before asking for it again (default 4×ttl)")
+	fl.DurationVar(&f.failureWindow, "failure-window", 0, "the window --max-failures counts in (default 8 renewal periods: three tries under the restart backoff)")
+	fl.DurationVar(&f.cooldown, "cooldown", 0, "how long a replica that released a failing key waits before asking for it again (default 12 renewal periods)")
 	fl.BoolVar(&f.passSighup, "pass-sighup", false, "pass SIGHUP on to the command (its reload); off by default, as a command that does not expect SIGHUP dies of it")
 	fl.StringVar(&f.http, "http", "", "serve /metrics, /status, /healthz (alive) and /readyz (store reachable; for run, the key held here or by a known peer) on this address (loopback only, e.g. 127.0.0.1:9090)")
 	fl.BoolVar(&f.httpPublic, "http-public", false, "allow --http on a non-loopback address")
@@ -248,7 +248,9 @@ func (h *signalHandler) handle(sigs <-chan os.Signal, done <-chan struct{}) {
 			return
 		}
 		if sig == syscall.SIGHUP {
-			h.hangup()
+			// On its own goroutine: it logs, and a log call blocks while
+			// stderr is a full pipe; a SIGTERM after it must not wait.
+			go h.hangup()
 			continue
 		}
 		h.mu.Lock()

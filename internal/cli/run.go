@@ -154,7 +154,7 @@ func (e *env) run(cmd *cobra.Command, f runFlags, args []string) error {
 		rep.log.Info("SIGHUP: passed on to the command", "key", f.key, "commands", n)
 	}
 	rep.ready = func(sup *tenure.Supervisor) error {
-		if sup.KeyStatus(f.key).Leader == "" {
+		if st := sup.KeyStatus(f.key); st.Leader == "" && !st.Paused {
 			return fmt.Errorf("no live holder of %s known: none here, none seen on a peer", f.key)
 		}
 		return nil

@@ -256,7 +256,7 @@ func (g *guard) request(r request) {
 	case reqHup:
 		// To the command alone (the group's leader), as systemd's reload
 		// does: its helpers may not expect SIGHUP, whose default is to die.
-		if !g.stopping {
+		if !g.stopping && !g.termSent {
 			_ = syscall.Kill(g.pgid, syscall.SIGHUP)
 		}
 	case reqDeadline:

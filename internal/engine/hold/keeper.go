@@ -196,6 +196,10 @@ type Acquired struct {
 	// RetryAt is the local time at which the blocking lease may first be
 	// taken (its expiry + grace), when not OK.
 	RetryAt time.Time
+	// Ended: a term this replica held until this answer has ended (it
+	// could not be renewed and another holds the key). Reported once:
+	// a refused renewal that ended it first leaves nothing to end here.
+	Ended bool
 }
 
 // Acquire holds key, starting a new term if needed. A key this replica
@@ -253,12 +257,13 @@ func (k *Keeper) Acquire(ctx context.Context, key string, running bool) (Acquire
 	if !res.Acquired {
 		k.superseded(key, res.Holder.Epoch)
 		// A peer holds the row, so any local record of ours is stale.
+		_, ended := k.held[key]
 		delete(k.held, key)
 		k.observed[key] = observation{lease: res.Holder, at: sent}
 		// The key frees at expiry + grace; TimeLeft is negative once the
 		// term has expired, so this is exact within grace too. The store
 		// read its clock after we sent, so this errs early, never late.
-		return Acquired{Holder: res.Holder, RetryAt: sent.Add(max(res.Holder.TimeLeft+k.timing.Grace, 0))}, nil
+		return Acquired{Holder: res.Holder, RetryAt: sent.Add(max(res.Holder.TimeLeft+k.timing.Grace, 0)), Ended: ended}, nil
 	}
 	if cur, ok := k.held[key]; ok {
 		k.superseded(key, cur.Epoch)
