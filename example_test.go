@@ -51,3 +51,51 @@ func Example() {
 	// polling telegram as replica-1, epoch 1
 	// released: true
 }
+
+// A nightly report that runs on one replica per night, at 03:00 Berlin
+// time, even when replicas crash: every replica runs the same code, the
+// holder of "nightly-report" is its scheduler, and each finished night is
+// recorded in the store.
+func ExampleParseSchedule() {
+	nightly, err := tenure.ParseSchedule("CRON_TZ=Europe/Berlin 0 3 * * *")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	job := tenure.Job{
+		Schedule: nightly,
+		Runner: tenure.RunnerFunc(func(ctx context.Context, l tenure.Lease) error {
+			// Write the report; return nil once it is done. An error is
+			// retried with backoff within the same night.
+			return nil
+		}),
+	}
+	fmt.Println(job.Schedule)
+	// Output: CRON_TZ=Europe/Berlin 0 3 * * *
+}
+
+// Pausing a key stops it on every replica until it is resumed; any
+// process that can reach the store may do it (tenure pause does).
+func ExamplePause() {
+	dir, _ := os.MkdirTemp("", "tenure-example")
+	defer os.RemoveAll(dir)
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, filepath.Join(dir, "leases.db"), sqlite.Options{})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer st.Close()
+	if err := tenure.Pause(ctx, st, "nightly-report"); err != nil {
+		fmt.Println(err)
+		return
+	}
+	paused, _ := tenure.Paused(ctx, st, "nightly-report")
+	fmt.Println("paused:", paused)
+	resumed, _ := tenure.Resume(ctx, st, "nightly-report")
+	paused, _ = tenure.Paused(ctx, st, "nightly-report")
+	fmt.Println("resumed:", resumed, "paused:", paused)
+	// Output:
+	// paused: true
+	// resumed: true paused: false
+}
