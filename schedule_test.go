@@ -67,13 +67,12 @@ func TestAScheduledJobRunsOncePerPeriodOnOneReplica(t *testing.T) {
 	bubble(t, func(t *testing.T, st *memstore.Store) {
 		runs := &periodRuns{t: t}
 		every := scheduled(t, "@every 1m")
-		var rs []*replica
 		for _, name := range []string{"A", "B", "C"} {
 			r := newReplica(t, st, name)
 			if err := r.Set("report", tenure.Job{Runner: runs.runner(name, 5*time.Second), Schedule: every}); err != nil {
 				t.Fatal(err)
 			}
-			rs = append(rs, r.start())
+			r.start()
 			defer r.stop()
 		}
 		begin := time.Now()
