@@ -17,6 +17,11 @@ type KeyStatus struct {
 	// Running: the runner runs here, or — for a key a peer leads — the
 	// peer reported its runner running at its last renewal.
 	Running bool `json:"running"`
+	// RunningOn says whose report Running is: this replica's owner id
+	// when the runner runs here, the peer's when it is the peer's word
+	// (as of this replica's last read of the lease table), "" when not
+	// running.
+	RunningOn string `json:"running_on,omitempty"`
 	// Leased: the key is arbitrated by a lease, so the fields below mean
 	// something. False for Everywhere keys and in single-instance mode.
 	Leased bool `json:"leased"`
@@ -75,6 +80,9 @@ func (s *Supervisor) statusLocked(key string) KeyStatus {
 	if ks != nil && ks.configured {
 		st.Configured, st.Enabled, st.Mode = true, !ks.job.Disabled, ks.job.Mode
 		st.Running = ks.run != nil && !ks.run.stopped()
+		if st.Running {
+			st.RunningOn = s.owner
+		}
 		if ks.fails.last != nil {
 			st.LastError = ks.fails.last.Error()
 		}
@@ -94,8 +102,8 @@ func (s *Supervisor) statusLocked(key string) KeyStatus {
 	if l, ok := s.keeper.Observed(key); ok && l.Live && l.Owner != "" {
 		st.Leader, st.Epoch = l.Owner, l.Epoch
 		st.LeaderHere = l.Owner == s.owner
-		if !st.Running {
-			st.Running = l.Running
+		if !st.Running && l.Running {
+			st.Running, st.RunningOn = true, l.Owner
 		}
 	}
 	return st

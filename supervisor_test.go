@@ -33,8 +33,8 @@ func TestOnlyTheLeaseHolderStartsAnExclusiveRunner(t *testing.T) {
 		advance(renew) // A reports its runners running; B observes A
 		for name, r := range map[string]*replica{"A": a, "B": b} {
 			tg := r.KeyStatus("telegram")
-			if !tg.Running || tenure.OwnerName(tg.Leader) != "A" || !tg.Leased {
-				t.Fatalf("%s: telegram status %+v, want running, leader A", name, tg)
+			if !tg.Running || tenure.OwnerName(tg.Leader) != "A" || !tg.Leased || tg.RunningOn != a.Owner() {
+				t.Fatalf("%s: telegram status %+v, want running on A (A's own word, or its report to B), leader A", name, tg)
 			}
 			gh := r.KeyStatus("github")
 			if !gh.Running || gh.Leased || gh.Leader != "" {

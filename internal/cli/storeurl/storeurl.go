@@ -212,6 +212,15 @@ func takeFromQuery(spec *Spec, rawQuery, name string, set func(*Spec, string)) (
 	if err != nil {
 		return "", false, fmt.Errorf("store URL %s: bad query string: %w", spec.Shown, store.ErrInvalidURL)
 	}
+	// A misspelt ?table= would reach the driver, which passes unknown
+	// parameters to the server (as a setting to apply), and the failure
+	// would come from the server, or not at all while Tenure used its
+	// default table. Catch it here.
+	for k := range q {
+		if k != name && nearly(strings.ToLower(k), name) {
+			return "", false, fmt.Errorf("store URL %s: unknown parameter %q: did you mean ?%s=: %w", spec.Shown, k, name, store.ErrInvalidURL)
+		}
+	}
 	vals, ok := q[name]
 	if !ok {
 		return rawQuery, false, nil
@@ -225,6 +234,35 @@ func takeFromQuery(spec *Spec, rawQuery, name string, set func(*Spec, string)) (
 	set(spec, vals[0])
 	q.Del(name)
 	return q.Encode(), true, nil
+}
+
+// nearly reports whether a is b with one or two letters changed, added,
+// dropped or swapped: a typo, not another word.
+func nearly(a, b string) bool {
+	if a == b {
+		return true
+	}
+	// Damerau-Levenshtein distance, optimal string alignment.
+	prev2, prev := make([]int, len(b)+1), make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				cur[j] = min(cur[j], prev2[j-2]+1)
+			}
+		}
+		prev2, prev = prev, cur
+	}
+	return prev[len(b)] <= 2
 }
 
 // Open parses raw and opens its store. Servers (all but SQLite) are

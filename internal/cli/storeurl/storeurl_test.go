@@ -419,3 +419,28 @@ func TestMain(m *testing.M) {
 	os.RemoveAll(dir)
 	os.Exit(code)
 }
+
+func TestAMisspeltTableOrNamespaceIsAUsageError(t *testing.T) {
+	for _, raw := range []string{
+		"postgres://u@h/db?tabel=leases",
+		"postgresql://u@h/db?Table=leases",
+		"mysql://u@h/db?tables=leases",
+		"redis://h:6379/0?namespac=app",
+		"etcd://h:2379?prefx=app",
+	} {
+		_, err := Parse(raw)
+		if !IsURLError(err) || !strings.Contains(err.Error(), "did you mean") {
+			t.Errorf("Parse(%q) = %v, want a usage error that suggests the right name", raw, err)
+		}
+	}
+	// Driver and server parameters far from Tenure's own pass through.
+	for _, raw := range []string{
+		"postgres://u@h/db?sslmode=disable&application_name=x&search_path=app&table=leases",
+		"mysql://u@h/db?timeout=5s&table=leases",
+		"redis://h:6379/0?dial_timeout=1s&namespace=app",
+	} {
+		if _, err := Parse(raw); err != nil {
+			t.Errorf("Parse(%q) = %v", raw, err)
+		}
+	}
+}
