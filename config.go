@@ -243,6 +243,9 @@ func (c Config) withDefaults() (Config, error) {
 	case c.FailureWindow < 0 || c.Cooldown < 0:
 		return c, configErr("FailureWindow", "%v and Cooldown %v must not be negative", c.FailureWindow, c.Cooldown)
 	}
+	if err := (crashLimits{MaxFailures: c.MaxFailures, FailureWindow: c.FailureWindow}).reachable(c); err != nil {
+		return c, err
+	}
 	if strings.Contains(c.Prefix, "~") {
 		return c, configErr("Prefix", "%q holds '~', which starts the segments reserved for pools", c.Prefix)
 	}

@@ -3,6 +3,7 @@ package tenure_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -149,4 +150,25 @@ func TestAPoolKeyThatKeepsFailingOnOneWorkerMovesToAnother(t *testing.T) {
 			t.Fatalf("acct-0000 runs on %q, want w1 after w0 handed it over", got)
 		}
 	})
+}
+
+func TestAFailureWindowTheBackoffCannotFitIsRefused(t *testing.T) {
+	st := memstore.New(memstore.Options{})
+	// 3 failures under a backoff from 10s: at 0, 10 and 30s; a 15s window
+	// never holds them.
+	_, err := tenure.New(tenure.Config{Store: st, TTL: 30 * time.Second, FailureWindow: 15 * time.Second})
+	if !errors.Is(err, tenure.ErrConfig) || !strings.Contains(err.Error(), "never be handed over") {
+		t.Fatalf("New: %v, want ErrConfig saying the handover could never happen", err)
+	}
+	sup, err := tenure.New(tenure.Config{Store: st, TTL: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	runner := tenure.RunnerFunc(func(context.Context, tenure.Lease) error { return nil })
+	if err := sup.Set("k", tenure.Job{Runner: runner, MaxFailures: 5}); !errors.Is(err, tenure.ErrConfig) {
+		t.Fatalf("Set with 5 failures in the default window: %v, want ErrConfig", err)
+	}
+	if err := sup.Set("k", tenure.Job{Runner: runner, MaxFailures: 5, FailureWindow: 5 * time.Minute}); err != nil {
+		t.Fatalf("Set with a window that fits: %v", err)
+	}
 }

@@ -27,6 +27,9 @@ func (s *Supervisor) Set(key string, job Job) error {
 	if holdsRecordInfix(key) {
 		return fmt.Errorf("key %q holds one of %q, which mark the records Tenure keeps next to a key: %w", key, recordInfixes, ErrConfig)
 	}
+	if err := job.crashLoop(s.cfg).reachable(s.cfg); s.leased && err != nil {
+		return fmt.Errorf("key %q: %w", key, err)
+	}
 	if job.Schedule != nil && !s.leased {
 		return fmt.Errorf("key %q: a scheduled job needs leases (a store): %w", key, ErrConfig)
 	}

@@ -104,6 +104,25 @@ type crashLimits struct {
 	Cooldown      time.Duration
 }
 
+// reachable reports an error when the backoff spaces MaxFailures failures
+// further apart than FailureWindow: the handover could never happen.
+func (l crashLimits) reachable(c Config) error {
+	if l.MaxFailures <= 1 {
+		return nil
+	}
+	var span time.Duration // from the first failure to the last, at the quickest
+	delay := c.BackoffMin
+	for range l.MaxFailures - 1 {
+		span += delay
+		delay = min(2*delay, c.BackoffMax)
+	}
+	if span >= l.FailureWindow {
+		return fmt.Errorf("%d failures take at least %v under the restart backoff (from %v), more than FailureWindow %v: the key would never be handed over; lengthen FailureWindow or lower MaxFailures: %w",
+			l.MaxFailures, span, c.BackoffMin, l.FailureWindow, ErrConfig)
+	}
+	return nil
+}
+
 // crashLoop is j's crash-loop settings, Config's where j leaves them zero.
 func (j Job) crashLoop(c Config) crashLimits {
 	l := crashLimits{MaxFailures: c.MaxFailures, FailureWindow: c.FailureWindow, Cooldown: c.Cooldown}

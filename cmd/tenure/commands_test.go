@@ -195,6 +195,7 @@ func TestBadInputIsAUsageErrorOnOneLine(t *testing.T) {
 		{"empty command after --", nil, []string{"run", "--key", "k", "--store", dbURL, "--"}, "missing command"},
 		{"ttl too short", nil, []string{"run", "--key", "k", "--store", dbURL, "--ttl", "1ms", "--", "true"}, "--ttl"},
 		{"stop timeout beyond the margin", nil, []string{"run", "--key", "k", "--store", dbURL, "--ttl", "3s", "--grace", "1s", "--", "true"}, "--stop-timeout"},
+		{"failure window the backoff cannot fit", nil, []string{"run", "--key", "k", "--store", dbURL, "--failure-window", "10s", "--", "true"}, "--failure-window 10s"},
 		{"negative cooldown", nil, []string{"run", "--key", "k", "--store", dbURL, "--cooldown", "-1s", "--", "true"}, "--cooldown"},
 		{"negative max failures", nil, []string{"pool", "--keys", "a", "--store", dbURL, "--max-failures", "-1", "--", "true"}, "--max-failures"},
 		{"renew-every beyond ttl/2", nil, []string{"run", "--key", "k", "--store", dbURL, "--renew-every", "8s", "--", "true"}, "--renew-every"},

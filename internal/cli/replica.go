@@ -308,5 +308,9 @@ func flagNames(err error) error {
 			return &scrubbed{msg: flag + strings.TrimPrefix(msg, field), err: err}
 		}
 	}
+	if strings.Contains(msg, "FailureWindow") {
+		msg = strings.NewReplacer("FailureWindow", "--failure-window", "MaxFailures", "--max-failures", "BackoffMin", "--renew-every").Replace(msg)
+		return &scrubbed{msg: msg, err: err}
+	}
 	return err
 }
