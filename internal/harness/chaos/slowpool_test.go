@@ -60,8 +60,9 @@ func TestRenewalsFindAConnectionOnASlowNetwork(t *testing.T) {
 					}
 				}
 			})
+			const renewals = 20
 			failed := 0
-			for range 12 {
+			for range renewals {
 				cctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
 				began := time.Now()
 				if _, err := st.Renew(cctx, "o", 20*time.Second, items); err != nil {
@@ -73,9 +74,13 @@ func TestRenewalsFindAConnectionOnASlowNetwork(t *testing.T) {
 			}
 			close(stop)
 			wg.Wait()
-			// The first renewals may wait for the second connection to open.
-			if failed > 3 {
-				t.Fatalf("%d of 12 renewals failed on a network that answers each call within its timeout", failed)
+			// The first renewals may wait for the second connection to
+			// open, and on a loaded two-core machine under -race a call
+			// now and then misses 300 ms on scheduling alone (4 of 12 did
+			// once in CI). Without a connection of their own, 11 of 12
+			// failed: a quarter tells the two apart with room to spare.
+			if failed > renewals/4 {
+				t.Fatalf("%d of %d renewals failed on a network that answers each call within its timeout", failed, renewals)
 			}
 		})
 	}
