@@ -38,6 +38,17 @@ const (
 	ScheduleOwner = "tenure-schedule"
 )
 
+type periodKey struct{}
+
+// Period reports, in a scheduled job's runner, the start of the period it
+// runs for (Job.Schedule): the night a nightly report is about. A run
+// taken over within its period, or one that starts late, still gets the
+// period's start, not the time it began.
+func Period(ctx context.Context) (time.Time, bool) {
+	t, ok := ctx.Value(periodKey{}).(time.Time)
+	return t, ok
+}
+
 // scheduledRunner runs its runner once per period of a schedule, while
 // the supervisor holds the key: the holder is the key's scheduler. At each
 // period's start — or at once, when it takes the key over within a period
@@ -89,7 +100,7 @@ func (r scheduledRunner) period(ctx context.Context, lease Lease, start time.Tim
 		}
 	}
 	r.s.log.Info("scheduled run starting", "key", key, "epoch", lease.Epoch, "period", start.Format(time.RFC3339))
-	if err := runSafely(ctx, r.inner, lease); err != nil || ctx.Err() != nil {
+	if err := runSafely(context.WithValue(ctx, periodKey{}, start), r.inner, lease); err != nil || ctx.Err() != nil {
 		return err // a failure is retried with backoff; a stop leaves the period to the next holder
 	}
 	// The run finished: record it, trying until the period ends, for a

@@ -62,14 +62,15 @@ func TestMain(m *testing.M) {
 //	stubborn  ignore SIGTERM, start a grandchild that ignores it too, append
 //	          the start line, sleep
 //	exit:N    exit with status N at once
-//	tick      append "tick OWNER EPOCH PID 0 NANOS" and exit 0
+//	tick      append "tick OWNER EPOCH PID PERIOD NANOS" (TENURE_PERIOD) and exit 0
 //	env       write the environment, a variable a line, to the log; exit 0
 //	sleep     sleep (a grandchild), dying on SIGTERM
 //	stubborn-sleep  sleep, ignoring SIGTERM
 func child(mode string) int {
 	switch {
 	case mode == "tick":
-		logLine("tick", 0)
+		period, _ := strconv.Atoi(os.Getenv("TENURE_PERIOD"))
+		logLine("tick", period) // the period in the grand child's place
 		return 0
 	case strings.HasPrefix(mode, "exit:"):
 		n, _ := strconv.Atoi(strings.TrimPrefix(mode, "exit:"))

@@ -11,7 +11,8 @@ import (
 	"github.com/tenure-dev/tenure"
 )
 
-// readTicks reads the "tick" lines of scheduled runs: who ran, and when.
+// readTicks reads the "tick" lines of scheduled runs: who ran, when, and
+// for which period (TENURE_PERIOD, in grand).
 func readTicks(t *testing.T, path string) []childEvent {
 	t.Helper()
 	data, err := os.ReadFile(path)
@@ -73,7 +74,12 @@ func testSchedule(t *testing.T, url, dir string) {
 	periods := map[int64][]string{}
 	owners := map[string]bool{}
 	for _, tk := range ticks {
-		p := tk.at.Truncate(2 * time.Second).Unix()
+		// The period the command was told; a run that began late (a
+		// loaded machine) still belongs to it.
+		p := int64(tk.grand)
+		if p == 0 || p%2 != 0 || tk.at.Before(time.Unix(p, 0)) {
+			t.Errorf("a run at %v was told period %d: not a 2s period it could belong to", tk.at.Format("15:04:05.000"), p)
+		}
 		periods[p] = append(periods[p], tk.owner)
 		owners[tk.owner] = true
 	}

@@ -128,7 +128,7 @@ func TestChildEnvironmentCarriesTheLeaseAndTheStoreWithoutItsCredentials(t *test
 		"TENURE_HOOK=PGPASSWORD=x ./hook",
 		"DATABASE_URL=postgres://app:own@db/app", // not tenure's: the user's to pass
 	}, spec)
-	got := childEnv(env, tenure.Lease{Key: "new", Epoch: 42, Owner: "me"})
+	got := childEnv(context.Background(), env, tenure.Lease{Key: "new", Epoch: 42, Owner: "me"})
 	want := []string{"PATH=/bin", "TENURE_TTL=9s", "DATABASE_URL=postgres://app:own@db/app",
 		"TENURE_STORE=postgres://app@db/ops?sslmode=disable&table=jobs", "TENURE_KEY=new", "TENURE_EPOCH=42", "TENURE_OWNER=me"}
 	if !slices.Equal(got, want) {

@@ -109,7 +109,7 @@ func (r *commandRunner) Run(ctx context.Context, lease tenure.Lease) error {
 		return nil // stopped before it began
 	}
 	p, err := child.Start(child.Command{
-		Path: path, Args: args, Env: childEnv(r.env, lease),
+		Path: path, Args: args, Env: childEnv(ctx, r.env, lease),
 		Stdout: os.Stdout, Stderr: os.Stderr,
 		Deadline: stopAt, StopTimeout: r.stopTimeout,
 	})
@@ -278,10 +278,15 @@ func commandEnv(environ []string, spec storeurl.Spec) (env, dropped []string) {
 	return append(env, "TENURE_STORE="+spec.Public), dropped
 }
 
-// childEnv is env with the lease's variables.
-func childEnv(env []string, lease tenure.Lease) []string {
-	return append(slices.Clip(env),
+// childEnv is env with the lease's variables, and for a scheduled run
+// TENURE_PERIOD, the start of its period (Unix seconds).
+func childEnv(ctx context.Context, env []string, lease tenure.Lease) []string {
+	out := append(slices.Clip(env),
 		"TENURE_KEY="+lease.Key,
 		"TENURE_EPOCH="+strconv.FormatInt(lease.Epoch, 10),
 		"TENURE_OWNER="+lease.Owner)
+	if p, ok := tenure.Period(ctx); ok {
+		out = append(out, "TENURE_PERIOD="+strconv.FormatInt(p.Unix(), 10))
+	}
+	return out
 }

@@ -54,7 +54,9 @@ the command exits 0 it records the period as finished in the store, so no
 replica runs that period again, across crashes and restarts. A replica that
 takes the key over within a period whose run has not finished runs it at
 once — also when the schedule is first deployed mid-period, and when the
-holder crashed mid-run; --no-retry writes a record before each run instead,
+holder crashed mid-run. The command gets TENURE_PERIOD, the start of the
+period it runs for (Unix seconds), so a report knows which night it is
+about even when it starts late; --no-retry writes a record before each run instead,
 so a period runs at most once even then. A run that exits non-zero is
 retried with backoff within its period. Compared with a Kubernetes CronJob
 (concurrencyPolicy: Forbid) there is no overlap of runs by construction;

@@ -154,18 +154,48 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 	if opts.ReadOnly {
 		check = s.checkTable
 	}
-	if err := check(ctx); err != nil {
+	if err := whileBusy(ctx, opts.BusyTimeout, check); err != nil {
 		db.Close()
 		return nil, err
 	}
 	if opts.ReadOnly {
 		return s, nil
 	}
-	if err := s.Migrate(ctx); err != nil {
+	if err := whileBusy(ctx, opts.BusyTimeout, s.Migrate); err != nil {
 		db.Close()
 		return nil, err
 	}
 	return s, nil
+}
+
+// whileBusy runs step again while it fails with SQLITE_BUSY, for up to
+// busy. Processes that open a fresh file together race to switch it to WAL
+// and create the table, and SQLite may answer the loser SQLITE_BUSY at
+// once, without waiting for the busy timeout (it does not call its busy
+// handler where waiting could deadlock).
+func whileBusy(ctx context.Context, busy time.Duration, step func(context.Context) error) error {
+	deadline := time.Now().Add(busy)
+	wait := time.Millisecond
+	for {
+		err := step(ctx)
+		if err == nil || !isBusy(err) || time.Now().After(deadline) {
+			return err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		wait = min(2*wait, 50*time.Millisecond)
+	}
+}
+
+// isBusy reports whether err is SQLITE_BUSY (or one of its extended codes).
+func isBusy(err error) bool {
+	var coded interface{ Code() int }
+	return errors.As(err, &coded) && coded.Code()&0xff == 5
 }
 
 // OpenURL opens the store a URL names; see the package documentation for
