@@ -193,8 +193,10 @@ func TestSameOwnerNamesPassWhenTheStoreSeesAnIDPerProcess(t *testing.T) {
 		t.Skip("runs replicas under faults for seconds")
 	}
 	rep, err := Run(context.Background(), Options{
-		Store:     "sqlite:" + filepath.Join(t.TempDir(), "leases.db"),
-		Duration:  10 * time.Second,
+		Store: "sqlite:" + filepath.Join(t.TempDir(), "leases.db"),
+		// Long enough that a kill is followed by a takeover within the run
+		// (a kill 8s into a 10s run left none to measure, once in CI).
+		Duration:  20 * time.Second,
 		Keys:      2,
 		Faults:    []string{FaultSameOwner, FaultKill},
 		uniqueIDs: true,
