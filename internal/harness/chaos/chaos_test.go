@@ -145,7 +145,7 @@ func TestARunCatchesARunnerThatOutlivesItsLease(t *testing.T) {
 		t.Skip("runs replicas under faults for seconds")
 	}
 	rep, err := Run(context.Background(), Options{
-		Store:    "sqlite:" + filepath.Join(t.TempDir(), "leases.db"),
+		Store: "sqlite:" + filepath.Join(t.TempDir(), "leases.db"),
 		// Long enough for a partition to find a holder after a slow start
 		// (on a loaded -race machine, 6 of 16 key-seconds once went by
 		// before the first holders, and the one partition found none).
