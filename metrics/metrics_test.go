@@ -131,16 +131,7 @@ func hasLabel(pairs []*dto.LabelPair, name, value string) bool {
 // make thousands of series.
 func TestPoolsAreCountedPerPoolNotPerKey(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		m := metrics.New()
-		reg := prometheus.NewPedanticRegistry()
-		reg.MustRegister(m)
-		sup, err := tenure.New(tenure.Config{
-			Store: memstore.New(memstore.Options{}), Owner: "r1", Observer: m,
-			TTL: 3 * time.Second, Grace: time.Second, Logger: slog.New(slog.DiscardHandler),
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
+		sup, reg := observed(t)
 		if err := sup.AddPool(tenure.Pool{Name: "mail", Source: tenure.StaticKeys("a", "b", "c", "d", "e"),
 			Runner: tenure.RunnerFunc(func(ctx context.Context, _ tenure.Lease) error { <-ctx.Done(); return nil })}); err != nil {
 			t.Fatal(err)
@@ -168,16 +159,7 @@ func TestPoolsAreCountedPerPoolNotPerKey(t *testing.T) {
 // shipped alerts "running twice" and "held nowhere" fire on normal states.
 func TestOnlyKeysSomeoneShouldHoldAreReported(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		m := metrics.New()
-		reg := prometheus.NewPedanticRegistry()
-		reg.MustRegister(m)
-		sup, err := tenure.New(tenure.Config{
-			Store: memstore.New(memstore.Options{}), Owner: "r1", Observer: m,
-			TTL: 3 * time.Second, Grace: time.Second, Logger: slog.New(slog.DiscardHandler),
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
+		sup, reg := observed(t)
 		wait := tenure.RunnerFunc(func(ctx context.Context, _ tenure.Lease) error { <-ctx.Done(); return nil })
 		for key, job := range map[string]tenure.Job{
 			"job":      {Runner: wait},
@@ -207,4 +189,21 @@ func TestOnlyKeysSomeoneShouldHoldAreReported(t *testing.T) {
 			t.Errorf("tenure_key_held has %d series after Run returned (%v), want none", n, err)
 		}
 	})
+}
+
+// observed is a supervisor on a memstore whose collector is registered in
+// the registry it returns.
+func observed(t *testing.T) (*tenure.Supervisor, *prometheus.Registry) {
+	t.Helper()
+	m := metrics.New()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(m)
+	sup, err := tenure.New(tenure.Config{
+		Store: memstore.New(memstore.Options{}), Owner: "r1", Observer: m,
+		TTL: 3 * time.Second, Grace: time.Second, Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sup, reg
 }

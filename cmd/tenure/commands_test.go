@@ -3,7 +3,6 @@ package main_test
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"maps"
 	"net/http"
 	"os"
@@ -246,16 +245,11 @@ func httpAddr(t *testing.T, p *proc) string {
 
 func get(t *testing.T, url string) string {
 	t.Helper()
-	resp, err := http.Get(url)
-	if err != nil {
-		t.Fatal(err)
+	code, body := probeRaw(t, url)
+	if code != http.StatusOK {
+		t.Fatalf("GET %s: %d %s", url, code, body)
 	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %s %s", url, resp.Status, body)
-	}
-	return string(body)
+	return body
 }
 
 func TestHTTPServesMetricsStatusAndHealth(t *testing.T) {

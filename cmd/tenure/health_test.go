@@ -73,8 +73,8 @@ func (g *gate) setShut(shut bool) {
 	}
 }
 
-// probe GETs url and returns the status code and body.
-func probe(t *testing.T, url string) (int, string) {
+// probeRaw GETs url and returns the status code and body.
+func probeRaw(t *testing.T, url string) (int, string) {
 	t.Helper()
 	resp, err := http.Get(url)
 	if err != nil {
@@ -82,7 +82,14 @@ func probe(t *testing.T, url string) (int, string) {
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
-	return resp.StatusCode, strings.TrimSpace(string(body))
+	return resp.StatusCode, string(body)
+}
+
+// probe is probeRaw with the body trimmed, as a probe's one line.
+func probe(t *testing.T, url string) (int, string) {
+	t.Helper()
+	code, body := probeRaw(t, url)
+	return code, strings.TrimSpace(body)
 }
 
 // waitProbe polls url until it answers code, and returns the body.
