@@ -13,7 +13,9 @@
 //     term.
 //  2. Every acquisition starts a term whose epoch is strictly greater than
 //     every earlier epoch of that key. Records are kept after release and
-//     expiry so that the epoch is never forgotten.
+//     expiry so that the epoch is never forgotten; a [Pruner] that deletes
+//     old records first raises the store's epoch floor above every epoch it
+//     deletes, and a key without a record starts above that floor.
 //  3. Renew succeeds only for the (owner, epoch) that holds a live, unreleased
 //     term, stamps the new expiry as store-now + ttl at the moment the
 //     statement runs, and records whether the runner is running.
@@ -90,6 +92,23 @@ type Migrator interface {
 // when the key has no live term.
 type Revoker interface {
 	Revoke(ctx context.Context, key string) (revoked bool, err error)
+}
+
+// Pruner is implemented by stores that can delete dead records
+// (tenure prune), so a table that has seen millions of short-lived keys —
+// one record per scheduled period, per moved key, per pool key retired —
+// stays small.
+type Pruner interface {
+	// Prune deletes the records of keys starting with prefix whose last
+	// term ended at least olderThan ago on the store's clock (released,
+	// expired or revoked) and returns how many it deleted. Live terms are
+	// never touched. Before a record goes, the store's epoch floor rises to
+	// its epoch, so the key starts above every old epoch if it is ever
+	// acquired again (rule 2). olderThan must exceed every grace in use: a
+	// record in its grace still protects a holder that may be running.
+	// Deleting is done in short batches, so renewals are never held up for
+	// long; an error may leave some of the records deleted.
+	Prune(ctx context.Context, prefix string, olderThan time.Duration) (int, error)
 }
 
 // AcquireRequest asks for a new term of Key for Owner.

@@ -143,3 +143,12 @@ func ValidateRelease(owner string, terms []Term) error {
 	}
 	return nil
 }
+
+// ValidatePrune checks a prune's age: at least a millisecond, the
+// resolution every backend keeps.
+func ValidatePrune(olderThan time.Duration) error {
+	if olderThan < time.Millisecond {
+		return fmt.Errorf("older-than %v is shorter than 1ms: %w", olderThan, ErrInvalidDuration)
+	}
+	return nil
+}

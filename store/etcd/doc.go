@@ -42,9 +42,10 @@
 //
 // Under "/<prefix>/leases/" (prefix default "tenure") each lease key K has
 //
-//	K "\x00r"  record, no lease, never deleted: "epoch\towner\tstate\trunning\tgrace"
+//	K "\x00r"  record, no lease, deleted only by Prune: "epoch\towner\tstate\trunning\tgrace"
 //	K "\x00l"  live key: "epoch\towner"
 //	K "\x00g"  grace key: "epoch"
+//	K "\x00m"  prune mark: when Prune first saw the record dead (prune.go)
 //
 // Keys hold no control characters, so NUL separates K from the suffix and
 // etcd's byte order of these names is the byte order of the keys: List is

@@ -25,6 +25,20 @@ func (s *Store) List(ctx context.Context, prefix string) ([]store.Lease, error) 
 	if s.isClosed() {
 		return nil, store.ErrClosed
 	}
+	vs, err := s.readViews(ctx, prefix)
+	if err != nil {
+		return nil, s.wrap("list", err)
+	}
+	leases, err := s.leases(ctx, vs)
+	if err != nil {
+		return nil, s.wrap("list", err)
+	}
+	return leases, nil
+}
+
+// readViews reads the views of every record whose key starts with prefix,
+// in pages at one revision.
+func (s *Store) readViews(ctx context.Context, prefix string) ([]*view, error) {
 	from := s.root + prefix
 	end := clientv3.GetPrefixRangeEnd(from)
 	var (
@@ -38,13 +52,13 @@ func (s *Store) List(ctx context.Context, prefix string) ([]store.Lease, error) 
 		}
 		resp, err := s.client.Get(ctx, from, opts...)
 		if err != nil {
-			return nil, s.wrap("list", err)
+			return nil, err
 		}
 		if rev == 0 {
 			rev = resp.Header.Revision
 		}
 		if vs, err = s.views(resp.Kvs, vs); err != nil {
-			return nil, s.wrap("list", err)
+			return nil, err
 		}
 		if !resp.More || len(resp.Kvs) == 0 {
 			break
@@ -59,11 +73,7 @@ func (s *Store) List(ctx context.Context, prefix string) ([]store.Lease, error) 
 			kept = append(kept, v)
 		}
 	}
-	leases, err := s.leases(ctx, kept)
-	if err != nil {
-		return nil, s.wrap("list", err)
-	}
-	return leases, nil
+	return kept, nil
 }
 
 // leases turns views into Leases, asking the server for the time left of

@@ -18,11 +18,14 @@ import (
 //
 //	root K "\x00g"  grace key, on a lease of ttl + grace seconds; value: epoch
 //	root K "\x00l"  live key, on a lease of ttl seconds; value: "epoch\towner"
-//	root K "\x00r"  record, no lease, never deleted:
+//	root K "\x00m"  prune mark, no lease: "record revision\ttimer\ttimer TTL"
+//	                (see prune.go)
+//	root K "\x00r"  record, no lease, deleted only by Prune:
 //	                "epoch\towner\tstate\trunning\tgrace seconds"
 const (
 	kindGrace  = 'g'
 	kindLive   = 'l'
+	kindMark   = 'm'
 	kindRecord = 'r'
 )
 
@@ -42,6 +45,7 @@ func (s *Store) keyPrefix(key string) string { return s.root + key + "\x00" }
 func (s *Store) recordKey(key string) string { return s.root + key + "\x00r" }
 func (s *Store) liveKey(key string) string   { return s.root + key + "\x00l" }
 func (s *Store) graceKey(key string) string  { return s.root + key + "\x00g" }
+func (s *Store) markKey(key string) string   { return s.root + key + "\x00m" }
 
 // splitKey returns the lease key and the kind of an etcd key under root.
 func (s *Store) splitKey(k []byte) (key string, kind byte, ok bool) {
@@ -119,6 +123,7 @@ type view struct {
 	recRev int64 // the record's mod revision; 0 without a record
 	live   *mvccpb.KeyValue
 	grace  *mvccpb.KeyValue
+	mark   *mvccpb.KeyValue
 }
 
 // current reports whether (owner, epoch) is the key's held term and its
@@ -150,6 +155,8 @@ func (s *Store) views(kvs []*mvccpb.KeyValue, into []*view) ([]*view, error) {
 			v.live = kv
 		case kindGrace:
 			v.grace = kv
+		case kindMark:
+			v.mark = kv
 		}
 	}
 	return into, nil

@@ -37,6 +37,7 @@ const (
 	OpList    = "list"
 	OpWatch   = "watch"
 	OpRevoke  = "revoke"
+	OpPrune   = "prune"
 )
 
 // Options configure a Store. The zero value is ready to use.
@@ -60,12 +61,14 @@ type Store struct {
 
 	mu       sync.Mutex
 	records  map[string]*record
+	floor    int64     // the highest epoch Prune deleted; new records start above it
 	sorted   []*record // records in key order; valid when !unsorted
 	unsorted bool
 	watchers map[*watcher]struct{}
 }
 
-// record is one key's lease. It is never deleted, so epochs only grow.
+// record is one key's lease. Only Prune deletes one, and it keeps the
+// epoch in the store's floor, so epochs only grow.
 type record struct {
 	key      string
 	owner    string // "" after a revocation
@@ -166,7 +169,7 @@ func (s *Store) begin(ctx context.Context, op string) error {
 func (s *Store) record(key string) *record {
 	r := s.records[key]
 	if r == nil {
-		r = &record{key: key}
+		r = &record{key: key, epoch: s.floor}
 		s.records[key] = r
 		s.unsorted = true
 	}

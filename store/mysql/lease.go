@@ -72,7 +72,11 @@ func (s *Store) acquireOnce(ctx context.Context, req store.AcquireRequest) (stor
 	case err != nil:
 		return store.AcquireResult{}, err
 	case n == 1:
-		return store.AcquireResult{Acquired: true, Epoch: 1}, nil
+		epoch, err := r.LastInsertId()
+		if err != nil {
+			return store.AcquireResult{}, err
+		}
+		return store.AcquireResult{Acquired: true, Epoch: epoch}, nil
 	}
 	// A peer inserted the key between the read and the insert.
 	h, found, err = s.readHolder(ctx, req.Key)

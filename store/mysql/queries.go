@@ -41,6 +41,9 @@ type queries struct {
 	takeOver, insert, holder string
 	renew, renewed, release  string
 	list, listAll, revoke    string
+
+	// For Prune (prune.go).
+	floorRow, lockFloor, pruneBatch, pruneBatchAll, deleteKeys, raiseFloor string
 }
 
 func buildQueries(table string) queries {
@@ -82,13 +85,18 @@ func buildQueries(table string) queries {
 WHERE lease_key = UNHEX(?)
 	AND (released OR owner = UNHEX(?) OR expires_at + ? <= {now})`),
 
-		// A key without a record starts at epoch 1. IGNORE turns a
-		// duplicate (a peer inserted first) into "0 rows" instead of an
-		// error; the values are validated, so nothing else can be ignored.
-		// Args: key, owner, ttl µs, running.
+		// A key without a record starts above the epoch floor: the highest
+		// epoch Prune deleted, kept in the row whose key is empty (no lease
+		// key is). The floor is read with a shared lock, which waits for a
+		// prune's exclusive one and then reads the committed row, whatever
+		// the isolation level; LAST_INSERT_ID(expr) hands the epoch back.
+		// IGNORE turns a duplicate (a peer inserted first) into "0 rows"
+		// instead of an error; the values are validated, so nothing else
+		// can be ignored. Args: key, owner, ttl µs, running.
 		insert: r.Replace(`INSERT IGNORE INTO {t}
 	(lease_key, owner, epoch, expires_at, released, running, updated_at)
-VALUES (UNHEX(?), UNHEX(?), 1, {now} + ?, FALSE, ?, {now})`),
+SELECT UNHEX(?), UNHEX(?), LAST_INSERT_ID(COALESCE(MAX(f.epoch), 0) + 1), {now} + ?, FALSE, ?, {now}
+FROM {t} AS f WHERE f.lease_key = '' LOCK IN SHARE MODE`),
 
 		holder: r.Replace(`SELECT owner, epoch, released, running, expires_at - {start}
 FROM {t} WHERE lease_key = UNHEX(?)`),
@@ -120,7 +128,7 @@ FROM {t} WHERE lease_key >= UNHEX(?) AND lease_key < UNHEX(?)
 ORDER BY lease_key`),
 		// For a prefix that no string is past (empty, or all 0xFF bytes).
 		listAll: r.Replace(`SELECT lease_key, owner, epoch, released, running, expires_at - {start}
-FROM {t} WHERE lease_key >= UNHEX(?)
+FROM {t} WHERE lease_key >= UNHEX(?) AND lease_key <> ''
 ORDER BY lease_key`),
 
 		// A live term moves to a new epoch owned by nobody. Its expiry is
@@ -133,5 +141,25 @@ ORDER BY lease_key`),
 	running = FALSE,
 	updated_at = {now}
 WHERE lease_key = UNHEX(?) AND NOT released AND owner <> '' AND expires_at > {now}`),
+
+		// The floor row exists before a prune locks it, so that the lock
+		// is on a record, not a gap (which an insert's shared lock would
+		// not wait for).
+		floorRow: r.Replace(`INSERT IGNORE INTO {t}
+	(lease_key, owner, epoch, expires_at, released, running, updated_at)
+VALUES ('', '', 0, 0, TRUE, FALSE, 0)`),
+		lockFloor: r.Replace(`SELECT epoch FROM {t} WHERE lease_key = '' FOR UPDATE`),
+		// A batch of records under a prefix whose term ended at least ? µs
+		// ago, locked. Args: low bound, [high bound,] age µs, batch size.
+		pruneBatch: r.Replace(`SELECT lease_key, epoch FROM {t}
+WHERE lease_key >= UNHEX(?) AND lease_key < UNHEX(?) AND lease_key <> '' AND expires_at + ? <= {now}
+ORDER BY lease_key LIMIT ? FOR UPDATE`),
+		pruneBatchAll: r.Replace(`SELECT lease_key, epoch FROM {t}
+WHERE lease_key >= UNHEX(?) AND lease_key <> '' AND expires_at + ? <= {now}
+ORDER BY lease_key LIMIT ? FOR UPDATE`),
+		// Args: a JSON array of hex keys.
+		deleteKeys: r.Replace(`DELETE l FROM JSON_TABLE(?, '$[*]' COLUMNS (k VARCHAR(1024) CHARACTER SET ascii PATH '$')) AS j
+	STRAIGHT_JOIN {t} AS l FORCE INDEX (PRIMARY) ON l.lease_key = UNHEX(j.k)`),
+		raiseFloor: r.Replace(`UPDATE {t} SET epoch = GREATEST(epoch, ?) WHERE lease_key = ''`),
 	}
 }

@@ -19,7 +19,13 @@ import (
 // the server, so no client clock is involved.
 type statements struct {
 	create, acquire, holder, renew, release, list, revoke string
+	lock, prune, raiseFloor                               string
 }
+
+// floor is the epoch floor: the highest epoch Prune deleted, kept in the
+// row whose key is empty (no lease key is). See prune.go for why an
+// acquisition never reads a stale one.
+const floor = `(SELECT COALESCE(max(f.epoch), 0) FROM %s AS f WHERE f.key = '')`
 
 // eventJSON is the NOTIFY payload of one row, parsed by parseEvent. Keys
 // and owners are at most 512 bytes without control characters, so the
@@ -45,7 +51,7 @@ func buildStatements(t string) statements {
 		// any wait; excluded.expires_at is not used for that reason (the
 		// VALUES row is computed before the wait).
 		acquire: `INSERT INTO ` + t + ` AS l (key, owner, epoch, expires_at, released, running, updated_at)
-VALUES ($1, $2, 1, clock_timestamp() + $3 * interval '1 microsecond', false, $5, clock_timestamp())
+VALUES ($1, $2, ` + fmt.Sprintf(floor, t) + ` + 1, clock_timestamp() + $3 * interval '1 microsecond', false, $5, clock_timestamp())
 ON CONFLICT (key) DO UPDATE SET
 	owner = excluded.owner,
 	epoch = l.epoch + 1,
@@ -125,7 +131,7 @@ RETURNING pg_notify($4, ` + released + `)`,
 	NOT l.released AND l.owner <> '' AND l.expires_at > c.now,
 	(extract(epoch FROM l.expires_at - c.now) * 1000000)::bigint
 FROM ` + t + ` AS l, (SELECT clock_timestamp() AS now) AS c
-WHERE l.key >= $1 AND starts_with(l.key, $1)
+WHERE l.key >= $1 AND starts_with(l.key, $1) AND l.key <> ''
 ORDER BY l.key`,
 
 		// A new epoch owned by nobody; the expiry is kept, since a holder
@@ -139,6 +145,23 @@ ORDER BY l.key`,
 	updated_at = clock_timestamp()
 WHERE l.key = $1 AND NOT l.released AND l.owner <> '' AND l.expires_at > clock_timestamp()
 RETURNING l.epoch, pg_notify($2, ` + acquired + `)`,
+
+		lock: `LOCK TABLE ` + t + ` IN SHARE ROW EXCLUSIVE MODE`,
+		// A batch of records whose term ended at least $2 µs ago, under
+		// prefix: $1 is its longest valid UTF-8 part, $3 all its bytes.
+		prune: `WITH d AS (
+	DELETE FROM ` + t + ` AS l WHERE l.key IN (
+		SELECT p.key FROM ` + t + ` AS p
+		WHERE p.key >= $1 AND starts_with(p.key, $1) AND p.key <> ''
+			AND substr(convert_to(p.key, 'UTF8'), 1, octet_length($3::bytea)) = $3::bytea
+			AND p.expires_at + $2 * interval '1 microsecond' <= clock_timestamp()
+		ORDER BY p.key LIMIT $4)
+	RETURNING l.epoch
+)
+SELECT count(*), COALESCE(max(epoch), 0) FROM d`,
+		raiseFloor: `INSERT INTO ` + t + ` AS l (key, owner, epoch, expires_at, released)
+VALUES ('', '', $1, '-infinity', true)
+ON CONFLICT (key) DO UPDATE SET epoch = GREATEST(l.epoch, excluded.epoch)`,
 	}
 }
 

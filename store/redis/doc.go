@@ -24,8 +24,9 @@
 // script; each page carries its own reading of the server clock.
 //
 // Records carry no Redis TTL: they stay after release and expiry, so an
-// epoch is never forgotten while the data survives. Nothing deletes them; a
-// pool whose keys come and go leaves one small record per key ever used.
+// epoch is never forgotten while the data survives. Only [Store.Prune]
+// (tenure prune) deletes them, a page at a time, raising the epoch floor
+// kept in the hash field "" in the same script.
 // A revoked term is a record with an empty owner.
 //
 // # Clock and atomicity

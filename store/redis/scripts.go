@@ -9,6 +9,10 @@ import goredis "github.com/redis/go-redis/v9"
 //	KEYS[2] = {ns}:keys    sorted set of lease keys (all scores 0), so List
 //	                        reads a byte-ordered prefix range without HSCAN
 //
+// The hash field '' (no lease key is empty) holds the epoch floor: the
+// highest epoch Prune deleted. It is not in the sorted set, so List never
+// sees it; a key without a record starts above it.
+//
 // A packed record is "epoch,expiry,released,running,owner": epoch and expiry
 // are decimal integers (expiry in microseconds of the server's TIME),
 // released and running are 0 or 1, and owner is everything after the fourth
@@ -78,6 +82,7 @@ if v then
   end
 else
   redis.call('ZADD', KEYS[2], 0, key)
+  e = redis.call('HGET', KEYS[1], '') or nil -- the floor Prune left
 end
 local epoch = next_epoch(e, now)
 redis.call('HSET', KEYS[1], key, encode(epoch, now + ttl, false, ARGV[5] == '1', owner))
@@ -181,4 +186,38 @@ for i = 1, #keys, 500 do
   end
 end
 return out
+`)
+
+// pruneScript deletes the records of one page of a key range whose term
+// ended at least an age ago, raising the epoch floor to their epochs in
+// the same atomic step.
+//
+//	ARGV: ZRANGEBYLEX min, max, age µs, page size
+//	→ {deleted, last key of the page or '' when the range is done}
+var pruneScript = goredis.NewScript(prelude + `
+local now = now_us()
+local age, limit = tonumber(ARGV[3]), tonumber(ARGV[4])
+local keys = redis.call('ZRANGEBYLEX', KEYS[2], ARGV[1], ARGV[2], 'LIMIT', 0, limit)
+local floor = tonumber(redis.call('HGET', KEYS[1], '') or '0')
+local n = 0
+for _, key in ipairs(keys) do
+  local v = redis.call('HGET', KEYS[1], key)
+  if v then
+    local e, x = decode(key, v)
+    if x + age <= now then
+      floor = math.max(floor, tonumber(e))
+      redis.call('HDEL', KEYS[1], key)
+      redis.call('ZREM', KEYS[2], key)
+      n = n + 1
+    end
+  end
+end
+if n > 0 then
+  redis.call('HSET', KEYS[1], '', int(floor))
+end
+local last = ''
+if #keys == limit then
+  last = keys[#keys]
+end
+return {n, last}
 `)

@@ -19,8 +19,9 @@
 //
 // # Schema
 //
-// One table (default "tenure_leases") holds one row per key, kept forever so
-// that a key's epoch only grows:
+// One table (default "tenure_leases") holds one row per key, kept until
+// [Store.Prune] deletes it; the row with the empty key keeps the epoch
+// floor, so a key's epoch only grows:
 //
 //	key        TEXT PRIMARY KEY  -- binary collation: "Job" ≠ "job" ≠ "job "
 //	owner      TEXT              -- "" after a revocation

@@ -23,6 +23,9 @@ type queries struct {
 	listAll string
 	revoke  string
 
+	// For Prune (prune.go).
+	pruneBatch, pruneBatchAll, raiseFloor, deleteKeys string
+
 	// For the cross-process poller in poll.go.
 	lastChange string
 	changes    string
@@ -35,8 +38,15 @@ type queries struct {
 // The index on change_seq makes MAX a single seek.
 const nextChange = `(SELECT COALESCE(MAX(c.change_seq), 0) + 1 FROM {t} AS c)`
 
+// floor is the epoch floor: the highest epoch Prune deleted, kept in the
+// row whose key is empty (no lease key is). Acquire reads it in the same
+// statement, under the write lock Prune also takes, so a key acquired
+// after its record was pruned starts above every epoch it had.
+const floor = `(SELECT COALESCE(MAX(f.epoch), 0) FROM {t} AS f WHERE f.key = '')`
+
 func buildQueries(table string) queries {
-	r := strings.NewReplacer("{next}", strings.ReplaceAll(nextChange, "{t}", table), "{t}", table, "{now}", nowUS)
+	r := strings.NewReplacer("{next}", strings.ReplaceAll(nextChange, "{t}", table),
+		"{floor}", strings.ReplaceAll(floor, "{t}", table), "{t}", table, "{now}", nowUS)
 	return queries{
 		// WITHOUT ROWID stores rows in key order, which is what List and the
 		// per-key lookups want. TEXT columns compare with BINARY collation:
@@ -59,13 +69,14 @@ func buildQueries(table string) queries {
 		columns: `SELECT name FROM pragma_table_info(?1)`,
 		index:   r.Replace(`CREATE INDEX IF NOT EXISTS {t}_change_seq ON {t} (change_seq)`),
 
-		// Rules 1 and 2 in one statement: a new key starts at epoch 1; an
+		// Rules 1 and 2 in one statement: a new key starts above the
+		// epoch floor (1 until a prune raised it); an
 		// existing one is taken over — epoch + 1 — only when released,
 		// already ours, or expired at least grace ago. A refused takeover
 		// returns no row and numbers no change. ?1 key, ?2 owner, ?3 ttl µs,
 		// ?4 running, ?5 grace µs, ?6 the writing hub's origin.
 		acquire: r.Replace(`INSERT INTO {t} (key, owner, epoch, expires_at, released, running, updated_at, change_seq, change_origin)
-VALUES (?1, ?2, 1, {now} + ?3, 0, ?4, {now}, {next}, ?6)
+VALUES (?1, ?2, {floor} + 1, {now} + ?3, 0, ?4, {now}, {next}, ?6)
 ON CONFLICT (key) DO UPDATE SET
 	owner         = excluded.owner,
 	epoch         = {t}.epoch + 1,
@@ -124,7 +135,7 @@ RETURNING {t}.key, {t}.epoch`),
 		list: r.Replace(`SELECT key, owner, epoch, released, running, expires_at - {now}
 FROM {t} WHERE key >= ?1 AND key < ?2 ORDER BY key`),
 		listAll: r.Replace(`SELECT key, owner, epoch, released, running, expires_at - {now}
-FROM {t} WHERE key >= ?1 ORDER BY key`),
+FROM {t} WHERE key >= ?1 AND key <> '' ORDER BY key`),
 
 		// A live term moves to a new epoch owned by nobody. Its expiry is
 		// kept: the holder's next renewal is refused, but a holder that
@@ -143,6 +154,26 @@ RETURNING epoch`),
 		lastChange: r.Replace(`SELECT COALESCE(MAX(change_seq), 0) FROM {t}`),
 		// ?1 the last change already seen.
 		changes: r.Replace(`SELECT key, owner, epoch, released, change_seq, change_origin
-FROM {t} WHERE change_seq > ?1 ORDER BY change_seq`),
+FROM {t} WHERE change_seq > ?1 AND key <> '' ORDER BY change_seq`),
+
+		// A batch of records whose term ended at least ?3 µs ago, in the
+		// range [?1, ?2) or from ?1 on; never the floor row.
+		pruneBatch: r.Replace(`SELECT key, epoch, change_seq FROM {t}
+WHERE key >= ?1 AND key < ?2 AND key <> '' AND expires_at + ?3 <= {now}
+ORDER BY key LIMIT ?4`),
+		pruneBatchAll: r.Replace(`SELECT key, epoch, change_seq FROM {t}
+WHERE key >= ?1 AND key <> '' AND expires_at + ?3 <= {now}
+ORDER BY key LIMIT ?4`),
+		// The floor row keeps the highest epoch and change number deleted:
+		// new keys start above the one, and the poller's numbering never
+		// goes back below the other. ?1 epoch, ?2 change number.
+		raiseFloor: r.Replace(`INSERT INTO {t} (key, owner, epoch, expires_at, released, running, updated_at, change_seq, change_origin)
+VALUES ('', '', ?1, 0, 1, 0, {now}, ?2, 0)
+ON CONFLICT (key) DO UPDATE SET
+	epoch      = MAX({t}.epoch, excluded.epoch),
+	change_seq = MAX({t}.change_seq, excluded.change_seq),
+	updated_at = excluded.updated_at`),
+		// ?1 a JSON array of keys.
+		deleteKeys: r.Replace(`DELETE FROM {t} WHERE key IN (SELECT j.value FROM json_each(?1) AS j)`),
 	}
 }

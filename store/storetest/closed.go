@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"testing"
+	"time"
 
 	"github.com/tenure-dev/tenure/store"
 )
@@ -45,6 +46,10 @@ func (c *suite) testClosedStoreRefusesEveryCall(t *testing.T) {
 	if w, ok := s.(store.Watcher); ok {
 		_, err = w.Watch(ctx, "")
 		wantErr(t, "Watch after Close", err, store.ErrClosed)
+	}
+	if p, ok := s.(store.Pruner); ok {
+		_, err = p.Prune(ctx, "", time.Hour)
+		wantErr(t, "Prune after Close", err, store.ErrClosed)
 	}
 	if m, ok := s.(store.Migrator); ok {
 		wantErr(t, "Migrate after Close", m.Migrate(ctx), store.ErrClosed)

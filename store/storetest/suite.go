@@ -74,6 +74,10 @@ func Run(t *testing.T, h Harness) {
 		{"ListShowsEveryFieldOnTheStoresClock", c.testListShowsEveryFieldOnTheStoresClock},
 		{"WatchReportsReleasesUntilCancelled", c.testWatchReportsReleasesUntilCancelled},
 		{"RevokeFencesTheHolderAndFreesTheKeyAfterExpiryPlusGrace", c.testRevokeFencesTheHolderAndFreesTheKeyAfterExpiryPlusGrace},
+		// prune.go
+		{"PruneDeletesDeadRecordsAndEpochsStillGrow", c.testPruneDeletesDeadRecordsAndEpochsStillGrow},
+		{"PruneRejectsAnAgeUnderAMillisecond", c.testPruneRejectsAnAgeUnderAMillisecond},
+		{"PruneRacingAcquisitionsNeverRepeatsAnEpoch", c.testPruneRacingAcquisitionsNeverRepeatsAnEpoch},
 		// closed.go
 		{"ClosedStoreRefusesEveryCall", c.testClosedStoreRefusesEveryCall},
 	}

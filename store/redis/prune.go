@@ -1,0 +1,51 @@
+package redis
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/tenure-dev/tenure/store"
+)
+
+var _ store.Pruner = (*Store)(nil)
+
+// prunePage is how many keys one prune script call looks at, so Redis
+// serves other clients between pages.
+const prunePage = 1000
+
+// Prune deletes the records under prefix whose term ended at least
+// olderThan ago, a page of keys per script call. Each call raises the
+// epoch floor with its deletions atomically; acquisitions are scripts too,
+// so none sees a record gone and the floor not yet raised. (Epochs also
+// follow the server's clock, so they would grow even without the floor
+// unless that clock went back.)
+func (s *Store) Prune(ctx context.Context, prefix string, olderThan time.Duration) (int, error) {
+	if err := store.ValidatePrune(olderThan); err != nil {
+		return 0, err
+	}
+	if s.isClosed() {
+		return 0, store.ErrClosed
+	}
+	lo, hi := lexRange(prefix)
+	total := 0
+	for {
+		reply, err := pruneScript.Run(ctx, s.client, s.keys, lo, hi, micros(olderThan), prunePage).Slice()
+		if err != nil {
+			return total, s.wrap(fmt.Sprintf("prune %q", prefix), err)
+		}
+		if len(reply) != 2 {
+			return total, fmt.Errorf("redis: prune %q: unexpected reply %v", prefix, reply)
+		}
+		n, err := toInt(reply[0])
+		if err != nil {
+			return total, fmt.Errorf("redis: prune %q: %w", prefix, err)
+		}
+		total += int(n)
+		last, _ := reply[1].(string)
+		if last == "" {
+			return total, nil
+		}
+		lo = "(" + last
+	}
+}
