@@ -3,7 +3,9 @@
 // or MariaDB 10.6 and later, with InnoDB.
 //
 // One table holds a row per key (created on first use, or by
-// [Store.Migrate]), kept forever so that a key's epoch only grows. Every
+// [Store.Migrate]), kept until [Store.Prune] deletes it, which first
+// raises the epoch floor (the row with the empty key) so that a key's
+// epoch only grows. Every
 // statement runs on its own (autocommit), and every decision is taken by
 // the server inside one statement, on its own clock:
 //
@@ -55,5 +57,8 @@
 //
 //	mysql://user:password@host:3306/database?table=leases&tls=true
 //
-// See [Open] for the parameters.
+// See [Open] for the parameters. One that is neither go-sql-driver/mysql's,
+// Tenure's (table, socket) nor a MySQL or MariaDB system variable — a
+// misspelling, most often — is refused before anything connects, rather
+// than fail every connection at the server.
 package mysql

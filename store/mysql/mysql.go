@@ -66,11 +66,18 @@ var (
 // and checks that it answers. The port defaults to 3306; ?socket=/path
 // connects through a Unix socket instead of host:port; ?table= names the
 // lease table when opts.Table is empty; every other parameter goes to
-// go-sql-driver/mysql as in its DSNs (tls, timeout, … or a session
-// variable). Open turns on the driver's interpolateParams, so each call is
-// one round trip instead of a prepare and an execute, and sets the session
-// time_zone to '+00:00' unless the URL sets them. The password never
-// appears in a returned error. Close closes the connection pool.
+// go-sql-driver/mysql as in its DSNs (tls, timeout, … or a system
+// variable to set on each connection, such as sql_mode or wait_timeout).
+// A parameter that is neither the driver's nor a MySQL or MariaDB system
+// variable, such as a misspelt one, is refused with store.ErrInvalidURL
+// before anything connects, naming the known parameter nearest to it: the
+// server would fail every connection on it. (A variable newer than those
+// Tenure knows goes in the Params of the configuration [ParseURL] returns,
+// for a handle given to [New].) Open turns on the driver's
+// interpolateParams, so each call is one round trip instead of a prepare
+// and an execute, and sets the session time_zone to '+00:00' unless the
+// URL sets them. The password never appears in a returned error. Close
+// closes the connection pool.
 func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	cfg, urlTable, shown, secrets, err := parseURL(rawURL)
 	if err != nil {

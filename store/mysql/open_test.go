@@ -63,7 +63,71 @@ func TestOpenRejectsMalformedURLsWithoutShowingThePassword(t *testing.T) {
 		"bad table":          "mysql://u:" + secret + "@localhost/db?table=a-b",
 		"host and socket":    "mysql://u:" + secret + "@localhost/db?socket=/tmp/mysql.sock",
 		"password parameter": "mysql://u@localhost/db?password=" + secret + "&parseTime=sometimes",
+		"misspelt parameter": "mysql://u:" + secret + "@localhost/db?wait_timout=10",
 	}, store.ErrInvalidURL, secret, "pa%zz"+secret)
+}
+
+// A parameter that is neither the driver's nor a system variable would be
+// set (SET name = value) on every connection and fail there; the URL is
+// refused first, naming the nearest known parameter.
+func TestParseURLRefusesUnknownParameters(t *testing.T) {
+	for name, c := range map[string]struct{ query, says string }{
+		"misspelt driver option":       {"parseTme=true", `unknown parameter "parseTme": did you mean ?parseTime=`},
+		"driver option in lower case":  {"parsetime=true", `unknown parameter "parsetime": did you mean ?parseTime=`},
+		"misspelt variable":            {"wait_timout=10", `unknown parameter "wait_timout": did you mean ?wait_timeout=`},
+		"misspelt table":               {"tabel=jobs", `unknown parameter "tabel": did you mean ?table=`},
+		"misspelt socket":              {"sockt=/tmp/mysql.sock", `unknown parameter "sockt": did you mean ?socket=`},
+		"unknown variable":             {"frobnicate=1", `unknown parameter "frobnicate": neither a go-sql-driver/mysql option nor a MySQL or MariaDB system variable`},
+		"password as a parameter":      {"password=" + secret, `unknown parameter "password"`},
+		"strict, on which driver dies": {"strict=true", "?strict= was removed from go-sql-driver/mysql"},
+	} {
+		t.Run(strings.ReplaceAll(name, " ", "-"), func(t *testing.T) {
+			_, _, _, _, err := parseURL("mysql://u:" + secret + "@localhost/db?timeout=5s&" + c.query)
+			storetest.CheckNoSecret(t, err, secret)
+			if !errors.Is(err, store.ErrInvalidURL) || !strings.Contains(err.Error(), c.says) {
+				t.Errorf("%v, want store.ErrInvalidURL saying %s", err, c.says)
+			}
+		})
+	}
+}
+
+// The driver's options (as spelt), MySQL's and MariaDB's system variables
+// (in any case, as the server reads them) pass, and the server takes them.
+func TestParseURLPassesDriverOptionsAndSystemVariables(t *testing.T) {
+	for _, q := range []string{
+		"parseTime=true", "timeout=5s", "tls=false", "charset=utf8mb4", "checkConnLiveness=true",
+		"sql_mode=%27ANSI%27", "SQL_MODE=%27ANSI%27", "wait_timeout=10", "time_zone=%27%2B00%3A00%27",
+		"innodb_lock_wait_timeout=5", "max_statement_time=1", // MariaDB
+		"transaction_isolation=%27READ-COMMITTED%27", "max_execution_time=1000", // MySQL
+		"validate_password.length=8", // a component's
+	} {
+		if _, _, _, _, err := parseURL("mysql://u@localhost/db?" + q); err != nil {
+			t.Errorf("?%s refused: %v", q, err)
+		}
+	}
+
+	u, err := url.Parse(testenv.MySQL.URL(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := u.Query()
+	q.Set("parseTime", "true")
+	q.Set("timeout", "5s")
+	q.Set("sql_mode", "'ANSI'")
+	q.Set("WAIT_TIMEOUT", "10")
+	q.Set("time_zone", "'+01:00'")
+	u.RawQuery = q.Encode()
+	s, err := Open(testenv.Context(t), u.String(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var mode, zone string
+	var wait int
+	err = s.db.QueryRowContext(testenv.Context(t), "SELECT @@SESSION.sql_mode, @@SESSION.wait_timeout, @@SESSION.time_zone").Scan(&mode, &wait, &zone)
+	if err != nil || !strings.Contains(mode, "ANSI_QUOTES") || wait != 10 || zone != "+01:00" {
+		t.Fatalf("sql_mode %q, wait_timeout %d, time_zone %q, %v", mode, wait, zone, err)
+	}
 }
 
 func TestParseURLFillsTheDriverConfig(t *testing.T) {

@@ -80,6 +80,9 @@ func parseURL(raw string) (cfg *mysqldrv.Config, table, shown string, secrets []
 	}
 	q.Del("table")
 	q.Del("socket")
+	if err := checkParams(q); err != nil {
+		return nil, "", "", nil, invalid("%v", err)
+	}
 
 	database := strings.TrimPrefix(u.Path, "/")
 	switch {

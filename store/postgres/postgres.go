@@ -17,6 +17,10 @@
 // session) and expect Watch to stay silent: LISTEN needs a session too, and
 // the engine then polls.
 //
+// [Open] refuses a URL parameter that is neither pgx's, Tenure's ?table=
+// nor a PostgreSQL setting (a misspelling, most often) before it connects,
+// rather than let the server fail the connection on it.
+//
 // Table layout (the key column uses the "C" collation, so keys compare byte
 // for byte: "Job", "job" and "job " are three keys):
 //
@@ -52,7 +56,8 @@ type Options struct {
 	// Table is the lease table, unqualified (the connection's search_path
 	// picks the schema; set it in the URL, e.g. ?search_path=ops). It must
 	// match ^[A-Za-z_][A-Za-z0-9_]{0,62}$ and is quoted, so its case is
-	// kept. The NOTIFY channel has the same name. Empty means DefaultTable.
+	// kept. The NOTIFY channel has the same name. Empty means the URL's
+	// ?table= for Open, else DefaultTable.
 	Table string
 
 	// NoAutoMigrate stops the store from creating its table on first use,
@@ -91,9 +96,17 @@ var (
 )
 
 // Open connects to the PostgreSQL server at rawURL (postgres:// or
-// postgresql://, with any parameter pgx understands, such as
-// pool_max_conns or search_path) and checks that it answers. The password
-// never appears in a returned error. Close closes the pool.
+// postgresql://) and checks that it answers. Its parameters are ?table=,
+// naming the lease table when opts.Table is empty, pgx's own (sslmode,
+// pool_max_conns, default_query_exec_mode, …) and PostgreSQL settings for
+// the session (search_path, application_name, statement_timeout, an
+// extension's pg_stat_statements.track, …). Any other parameter, such as a
+// misspelt one, is refused with store.ErrInvalidURL before anything
+// connects, naming the known parameter nearest to it: pgx would send it to
+// the server, which would fail the connection. A setting newer than those
+// Tenure knows (PostgreSQL 15 to 18) can be passed as
+// ?options=-c%20name%3Dvalue. The password never appears in a returned
+// error. Close closes the pool.
 func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	shown := store.RedactURL(rawURL)
 	secrets := store.URLSecrets(rawURL)
@@ -116,6 +129,18 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 			}
 		}
 		return nil, fmt.Errorf("postgres: %s: %s: %w", shown, detail, store.ErrInvalidURL)
+	}
+	rest, urlTable, err := takeQuery(rest)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %s: %w: %w", shown, store.RedactError(err, secrets...), store.ErrInvalidURL)
+	}
+	if urlTable != "" {
+		if err := store.ValidateName("table", urlTable); err != nil {
+			return nil, fmt.Errorf("postgres: %s: %w: %w", shown, err, store.ErrInvalidURL)
+		}
+		if opts.Table == "" {
+			opts.Table = urlTable
+		}
 	}
 	cfg, err := pgxpool.ParseConfig(rest)
 	if err != nil {

@@ -24,6 +24,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/tenure-dev/tenure/internal/typo"
 	"github.com/tenure-dev/tenure/store"
 	"github.com/tenure-dev/tenure/store/etcd"
 	"github.com/tenure-dev/tenure/store/mysql"
@@ -217,7 +218,7 @@ func takeFromQuery(spec *Spec, rawQuery, name string, set func(*Spec, string)) (
 	// would come from the server, or not at all while Tenure used its
 	// default table. Catch it here.
 	for k := range q {
-		if k != name && nearly(strings.ToLower(k), name) {
+		if k != name && typo.Nearest(k, []string{name}) != "" {
 			return "", false, fmt.Errorf("store URL %s: unknown parameter %q: did you mean ?%s=: %w", spec.Shown, k, name, store.ErrInvalidURL)
 		}
 	}
@@ -232,37 +233,22 @@ func takeFromQuery(spec *Spec, rawQuery, name string, set func(*Spec, string)) (
 		return "", false, fmt.Errorf("store URL %s: %w", spec.Shown, err)
 	}
 	set(spec, vals[0])
-	q.Del(name)
-	return q.Encode(), true, nil
+	return dropParam(rawQuery, name), true, nil
 }
 
-// nearly reports whether a is b with one or two letters changed, added,
-// dropped or swapped: a typo, not another word.
-func nearly(a, b string) bool {
-	if a == b {
-		return true
-	}
-	// Damerau-Levenshtein distance, optimal string alignment.
-	prev2, prev := make([]int, len(b)+1), make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur := make([]int, len(b)+1)
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
-				cur[j] = min(cur[j], prev2[j-2]+1)
-			}
+// dropParam returns rawQuery without the pairs of parameter name, leaving
+// every other pair as written: re-encoding would turn %20 into +, which
+// not every driver reads back as a space.
+func dropParam(rawQuery, name string) string {
+	var kept []string
+	for _, pair := range strings.Split(rawQuery, "&") {
+		k, _, _ := strings.Cut(pair, "=")
+		if key, err := url.QueryUnescape(k); err == nil && key == name {
+			continue
 		}
-		prev2, prev = prev, cur
+		kept = append(kept, pair)
 	}
-	return prev[len(b)] <= 2
+	return strings.Join(kept, "&")
 }
 
 // Open parses raw and opens its store. Servers (all but SQLite) are

@@ -444,3 +444,16 @@ func TestAMisspeltTableOrNamespaceIsAUsageError(t *testing.T) {
 		}
 	}
 }
+
+// TestTakingTheTableLeavesTheOtherParametersAsWritten: pgx reads
+// ?options=-c%20name%3Dvalue, the way to pass a setting its list lacks;
+// re-encoding the query would turn %20 into +, which it keeps as a plus.
+func TestTakingTheTableLeavesTheOtherParametersAsWritten(t *testing.T) {
+	spec, err := Parse("postgres://u@h/db?options=-c%20search_path%3Dops&table=leases&sslmode=disable")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "postgres://u@h/db?options=-c%20search_path%3Dops&sslmode=disable"; spec.URL != want || spec.Table != "leases" {
+		t.Errorf("Parse gave URL %q table %q, want %q and leases", spec.URL, spec.Table, want)
+	}
+}
