@@ -16,9 +16,19 @@ import (
 	"github.com/tenure-dev/tenure/store"
 )
 
+// adminTimeout bounds an admin command's work on the store.
+const adminTimeout = 30 * time.Second
+
 // withStore parses --store, opens it with open for one admin command and
-// closes it.
+// closes it; the command has adminTimeout.
 func (e *env) withStore(cmd *cobra.Command, open func(context.Context, storeurl.Spec) (storeurl.Store, error),
+	fn func(ctx context.Context, spec storeurl.Spec, st storeurl.Store) error,
+) error {
+	return e.withStoreFor(cmd, adminTimeout, open, fn)
+}
+
+// withStoreFor is withStore with a timeout of the command's own.
+func (e *env) withStoreFor(cmd *cobra.Command, timeout time.Duration, open func(context.Context, storeurl.Spec) (storeurl.Store, error),
 	fn func(ctx context.Context, spec storeurl.Spec, st storeurl.Store) error,
 ) error {
 	raw, _ := cmd.Flags().GetString("store")
@@ -26,7 +36,7 @@ func (e *env) withStore(cmd *cobra.Command, open func(context.Context, storeurl.
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 	defer cancel()
 	st, err := e.openStore(ctx, spec, open)
 	if err != nil {
