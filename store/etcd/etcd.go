@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
@@ -114,7 +115,7 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 			err = fmt.Errorf("no answer within %v: %w", cfg.DialTimeout, err)
 		}
-		return nil, fmt.Errorf("etcd: connect to %s: %w", shown, store.RedactError(err, cfg.Password))
+		return nil, fmt.Errorf("etcd: connect to %s: %w", shown, store.RedactError(denied(err), cfg.Password))
 	}
 	s.client = client
 	return s, nil
@@ -204,5 +205,17 @@ func (s *Store) wrap(op string, err error) error {
 	if s.isClosed() && !errors.Is(err, store.ErrClosed) {
 		return fmt.Errorf("etcd: %s: %w", op, errors.Join(store.ErrClosed, err))
 	}
-	return fmt.Errorf("etcd: %s: %w", op, err)
+	return fmt.Errorf("etcd: %s: %w", op, denied(err))
+}
+
+// denied marks as store.ErrDenied the errors by which etcd refuses
+// credentials or rights: permission denied (a role without the key
+// range), authentication failed, an unknown or empty user.
+func denied(err error) error {
+	for _, e := range []error{rpctypes.ErrPermissionDenied, rpctypes.ErrAuthFailed, rpctypes.ErrUserNotFound, rpctypes.ErrUserEmpty} {
+		if errors.Is(err, e) || errors.Is(rpctypes.Error(err), e) {
+			return store.Denied(err)
+		}
+	}
+	return err
 }

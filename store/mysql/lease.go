@@ -27,7 +27,8 @@ var maxBatchBytes = 1 << 20
 // or reports the lease that blocks it. A takeover of an existing record is
 // one statement; a refusal adds a read of the holder; a key never seen
 // before adds an insert.
-func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.AcquireResult, error) {
+func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (_ store.AcquireResult, err error) {
+	defer func() { err = denied(err) }()
 	if err := store.ValidateAcquire(req); err != nil {
 		return store.AcquireResult{}, err
 	}
@@ -116,7 +117,8 @@ type batchItem struct {
 // batch when every term is renewed, and one more read when some are lost,
 // to learn which. Items naming the same term twice get the same answer;
 // the runner state of the last one is recorded.
-func (s *Store) Renew(ctx context.Context, owner string, ttl time.Duration, items []store.RenewItem) ([]bool, error) {
+func (s *Store) Renew(ctx context.Context, owner string, ttl time.Duration, items []store.RenewItem) (_ []bool, err error) {
+	defer func() { err = denied(err) }()
 	if err := store.ValidateRenew(owner, ttl, items); err != nil {
 		return nil, err
 	}
@@ -198,7 +200,8 @@ func (s *Store) renew(ctx context.Context, owner string, ttl time.Duration, batc
 
 // Release ends every listed term of owner now, in one statement. Terms that
 // are not owner's current term are left untouched.
-func (s *Store) Release(ctx context.Context, owner string, terms []store.Term) error {
+func (s *Store) Release(ctx context.Context, owner string, terms []store.Term) (err error) {
+	defer func() { err = denied(err) }()
 	if err := store.ValidateRelease(owner, terms); err != nil {
 		return err
 	}
@@ -224,7 +227,8 @@ func (s *Store) Release(ctx context.Context, owner string, terms []store.Term) e
 
 // List returns every lease whose key starts with prefix, sorted by key,
 // with one clock reading for all of them.
-func (s *Store) List(ctx context.Context, prefix string) ([]store.Lease, error) {
+func (s *Store) List(ctx context.Context, prefix string) (_ []store.Lease, err error) {
+	defer func() { err = denied(err) }()
 	if err := s.access.Read(ctx); err != nil {
 		return nil, err
 	}
@@ -233,7 +237,7 @@ func (s *Store) List(ctx context.Context, prefix string) ([]store.Lease, error) 
 		query, args = s.q.list, append(args, hexString(end))
 	}
 	var out []store.Lease
-	err := s.query(ctx, query, args, func(rows *sql.Rows) error {
+	err = s.query(ctx, query, args, func(rows *sql.Rows) error {
 		var (
 			l    store.Lease
 			left int64
@@ -254,7 +258,8 @@ func (s *Store) List(ctx context.Context, prefix string) ([]store.Lease, error) 
 // Revoke fences the current term of key: it moves the key to a new epoch
 // owned by nobody and keeps the expiry, so peers wait for expiry + grace.
 // It reports false when the key has no live term.
-func (s *Store) Revoke(ctx context.Context, key string) (bool, error) {
+func (s *Store) Revoke(ctx context.Context, key string) (_ bool, err error) {
+	defer func() { err = denied(err) }()
 	if err := store.ValidateKey(key); err != nil {
 		return false, err
 	}

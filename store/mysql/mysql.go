@@ -103,7 +103,7 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	// password into an error here rather than at the first renewal.
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("mysql: connect to %s: %w", shown, store.RedactError(err, secrets...))
+		return nil, fmt.Errorf("mysql: connect to %s: %w", shown, store.RedactError(denied(err), secrets...))
 	}
 	s.db = db
 	s.ownsDB = true
@@ -163,7 +163,7 @@ func (s *Store) Close() error {
 }
 
 // Migrate creates the lease table if it does not exist.
-func (s *Store) Migrate(ctx context.Context) error { return s.access.Migrate(ctx) }
+func (s *Store) Migrate(ctx context.Context) error { return denied(s.access.Migrate(ctx)) }
 
 // Server error numbers the store reacts to.
 const (
@@ -199,6 +199,22 @@ func (s *Store) migrate(ctx context.Context) error {
 		return fmt.Errorf("mysql: create table %s: %w", s.table, err)
 	}
 	return nil
+}
+
+// denied marks as store.ErrDenied the errors by which MySQL and MariaDB
+// refuse credentials or rights: access denied to the user, the database,
+// a table, a column or a routine, a privilege missing, an unknown
+// database. A read-only server (1290) is not among them: a failover may
+// make it writable.
+func denied(err error) error {
+	var me *mysqldrv.MySQLError
+	if errors.As(err, &me) {
+		switch me.Number {
+		case 1044, 1045, 1049, 1142, 1143, 1227, 1370, 1698:
+			return store.Denied(err)
+		}
+	}
+	return err
 }
 
 func isServerError(err error, number uint16) bool {

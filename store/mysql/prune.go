@@ -26,7 +26,8 @@ const pruneBatch = 1000
 // every epoch deleted; a takeover of a record being deleted waits for the
 // record and finds it gone. Neither holds a lock the prune waits for while
 // waiting itself, so they never deadlock.
-func (s *Store) Prune(ctx context.Context, prefix string, olderThan time.Duration) (int, error) {
+func (s *Store) Prune(ctx context.Context, prefix string, olderThan time.Duration) (_ int, err error) {
+	defer func() { err = denied(err) }()
 	if err := store.ValidatePrune(olderThan); err != nil {
 		return 0, err
 	}

@@ -167,7 +167,8 @@ ON CONFLICT (key) DO UPDATE SET epoch = GREATEST(l.epoch, excluded.epoch)`,
 
 // Acquire starts a new term of req.Key for req.Owner when the key is free,
 // or reports the lease that blocks it. One round trip either way.
-func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.AcquireResult, error) {
+func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (_ store.AcquireResult, err error) {
+	defer func() { err = denied(err) }()
 	if err := store.ValidateAcquire(req); err != nil {
 		return store.AcquireResult{}, err
 	}
@@ -216,7 +217,8 @@ func readAcquire(br pgx.BatchResults, key string) (store.AcquireResult, error) {
 }
 
 // Renew extends every listed term of owner in one statement.
-func (s *Store) Renew(ctx context.Context, owner string, ttl time.Duration, items []store.RenewItem) ([]bool, error) {
+func (s *Store) Renew(ctx context.Context, owner string, ttl time.Duration, items []store.RenewItem) (_ []bool, err error) {
+	defer func() { err = denied(err) }()
 	if err := store.ValidateRenew(owner, ttl, items); err != nil {
 		return nil, err
 	}
@@ -254,7 +256,8 @@ func (s *Store) Renew(ctx context.Context, owner string, ttl time.Duration, item
 
 // Release ends every listed term of owner in one statement and notifies
 // watchers of each term it ended.
-func (s *Store) Release(ctx context.Context, owner string, terms []store.Term) error {
+func (s *Store) Release(ctx context.Context, owner string, terms []store.Term) (err error) {
+	defer func() { err = denied(err) }()
 	if err := store.ValidateRelease(owner, terms); err != nil {
 		return err
 	}
@@ -276,7 +279,8 @@ func (s *Store) Release(ctx context.Context, owner string, terms []store.Term) e
 }
 
 // List returns every lease whose key starts with prefix, sorted by key.
-func (s *Store) List(ctx context.Context, prefix string) ([]store.Lease, error) {
+func (s *Store) List(ctx context.Context, prefix string) (_ []store.Lease, err error) {
+	defer func() { err = denied(err) }()
 	if err := s.access.Read(ctx); err != nil {
 		return nil, err
 	}
@@ -325,7 +329,8 @@ func validPrefix(s string) string {
 // Revoke fences the current term of key: it moves the key to a new epoch
 // owned by nobody and keeps its expiry, so peers wait for expiry + grace.
 // It reports false when the key has no live term.
-func (s *Store) Revoke(ctx context.Context, key string) (bool, error) {
+func (s *Store) Revoke(ctx context.Context, key string) (_ bool, err error) {
+	defer func() { err = denied(err) }()
 	if err := store.ValidateKey(key); err != nil {
 		return false, err
 	}
@@ -333,7 +338,7 @@ func (s *Store) Revoke(ctx context.Context, key string) (bool, error) {
 		return false, err
 	}
 	var epoch int64
-	err := s.pool.QueryRow(ctx, s.sql.revoke, key, s.table).Scan(&epoch, nil)
+	err = s.pool.QueryRow(ctx, s.sql.revoke, key, s.table).Scan(&epoch, nil)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return false, nil

@@ -159,13 +159,13 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("postgres: connect to %s: %w", shown, store.RedactError(err, secrets...))
+		return nil, fmt.Errorf("postgres: connect to %s: %w", shown, store.RedactError(denied(err), secrets...))
 	}
 	// pgxpool connects lazily; a ping turns a wrong host, database or
 	// password into an error here rather than at the first renewal.
 	if err := pool.Ping(ctx); err != nil {
 		pool.Close()
-		return nil, fmt.Errorf("postgres: connect to %s: %w", shown, store.RedactError(err, secrets...))
+		return nil, fmt.Errorf("postgres: connect to %s: %w", shown, store.RedactError(denied(err), secrets...))
 	}
 	s.pool = pool
 	s.ownsPool = true
@@ -224,7 +224,7 @@ func (s *Store) Close() error {
 }
 
 // Migrate creates the lease table if it does not exist.
-func (s *Store) Migrate(ctx context.Context) error { return s.access.Migrate(ctx) }
+func (s *Store) Migrate(ctx context.Context) error { return denied(s.access.Migrate(ctx)) }
 
 // tableExists looks the table up on the connection's search_path.
 func (s *Store) tableExists(ctx context.Context) (bool, error) {

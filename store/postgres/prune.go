@@ -40,7 +40,8 @@ const (
 // gone; PostgreSQL takes a statement's table lock before its snapshot, so
 // a writer that waited reads the new floor. Readers (List, status) are not
 // blocked.
-func (s *Store) Prune(ctx context.Context, prefix string, olderThan time.Duration) (int, error) {
+func (s *Store) Prune(ctx context.Context, prefix string, olderThan time.Duration) (_ int, err error) {
+	defer func() { err = denied(err) }()
 	if err := store.ValidatePrune(olderThan); err != nil {
 		return 0, err
 	}

@@ -21,7 +21,8 @@ const watchBuffer = 256
 // keys starting with prefix. It does not reconnect: when the connection
 // breaks, or ctx is done, or the store is closed, the channel is closed and
 // the caller falls back to polling (and may watch again).
-func (s *Store) Watch(ctx context.Context, prefix string) (<-chan store.Event, error) {
+func (s *Store) Watch(ctx context.Context, prefix string) (_ <-chan store.Event, err error) {
+	defer func() { err = denied(err) }()
 	if s.watches.Closed() {
 		return nil, store.ErrClosed
 	}

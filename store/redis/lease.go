@@ -294,7 +294,23 @@ func (s *Store) wrap(op string, err error) error {
 	if errors.Is(err, goredis.ErrClosed) {
 		return fmt.Errorf("redis: %s: %w", op, errors.Join(store.ErrClosed, err))
 	}
-	return fmt.Errorf("redis: %s: %w", op, err)
+	return fmt.Errorf("redis: %s: %w", op, denied(err))
+}
+
+// denied marks as store.ErrDenied the replies by which Redis refuses
+// credentials or rights: NOAUTH (no AUTH sent), WRONGPASS and NOPERM (an
+// ACL user without the command or the keys).
+func denied(err error) error {
+	var re goredis.Error
+	if errors.As(err, &re) {
+		msg := re.Error()
+		for _, code := range []string{"NOAUTH ", "WRONGPASS ", "NOPERM "} {
+			if strings.HasPrefix(msg, code) {
+				return store.Denied(err)
+			}
+		}
+	}
+	return err
 }
 
 // micros converts a duration to whole microseconds, the unit of the

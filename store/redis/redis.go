@@ -87,7 +87,7 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	}
 	if err := client.Ping(ctx).Err(); err != nil {
 		_ = client.Close()
-		return nil, fmt.Errorf("redis: connect to %s: %w", shown, store.RedactError(err, secrets...))
+		return nil, fmt.Errorf("redis: connect to %s: %w", shown, store.RedactError(denied(err), secrets...))
 	}
 	return s, nil
 }

@@ -430,5 +430,20 @@ func (s *Store) fail(op string, err error) error {
 	if s.isClosed() {
 		return fmt.Errorf("sqlite %s: %s: %w", s.path, op, store.ErrClosed)
 	}
-	return fmt.Errorf("sqlite %s: %s: %w", s.path, op, err)
+	return fmt.Errorf("sqlite %s: %s: %w", s.path, op, denied(err))
+}
+
+// denied marks as store.ErrDenied the SQLite errors that mean the file
+// cannot be used as it is: SQLITE_PERM, SQLITE_READONLY (no write
+// permission, a read-only mount, the file moved), SQLITE_CANTOPEN and
+// SQLITE_AUTH, with their extended codes.
+func denied(err error) error {
+	var coded interface{ Code() int }
+	if errors.As(err, &coded) {
+		switch coded.Code() & 0xff {
+		case 3, 8, 14, 23:
+			return store.Denied(err)
+		}
+	}
+	return err
 }
