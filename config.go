@@ -115,6 +115,15 @@ type Config struct {
 	FailureWindow time.Duration
 	Cooldown      time.Duration
 
+	// MaxRefused is how many store calls in a row may fail for good
+	// (store.Permanent: access denied, no lease table and no right to
+	// create it, a read-only store) before Run gives up, stops what runs,
+	// and returns an error wrapping ErrStoreRefused, so a misconfigured
+	// replica fails where an operator sees it instead of warning forever.
+	// A supervision round makes two or three calls. Default 10; < 0 never
+	// gives up.
+	MaxRefused int
+
 	// Prefix is this supervisor's namespace in the store: every key given
 	// to Set must start with it, and pools keep their keys and memberships
 	// under it. Each round lists (and the push channel watches) only keys
@@ -213,6 +222,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Cooldown == 0 {
 		c.Cooldown = 12 * c.RenewEvery
+	}
+	if c.MaxRefused == 0 {
+		c.MaxRefused = 10
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

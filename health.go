@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/tenure-dev/tenure/store"
 )
 
 // ErrStoreUnreachable: the store has not answered recently (Ready).
@@ -27,8 +29,8 @@ func (s *Supervisor) Live() error {
 }
 
 // Ready reports whether the supervisor can do its job now: it is Live and,
-// with leases, the store answered — a read of the lease table or a
-// confirmed renewal — within the last 2×RenewEvery (one missed round is
+// with leases, the store answered — an acquisition, a read of the lease
+// table or a confirmed renewal — within the last 2×RenewEvery (one missed round is
 // tolerated). The error wraps ErrStoreUnreachable with the store's last
 // error. A readiness probe takes an unready replica out of rotation
 // without restarting it.
@@ -55,13 +57,30 @@ func (s *Supervisor) Ready() error {
 }
 
 // storeAnswered records that the store answered a call (err nil), or why
-// it did not.
+// it did not, counting the calls refused for good in a row. Another
+// error (a timeout, a lost connection) leaves the count alone: it says
+// nothing about the rights.
 func (s *Supervisor) storeAnswered(err error) {
 	s.mu.Lock()
 	defer s.unlock()
-	if err != nil {
+	switch {
+	case err == nil:
+		s.storeSeen, s.storeErr, s.refused = time.Now(), nil, 0
+	case store.Permanent(err):
 		s.storeErr = err
-		return
+		s.refused++
+	default:
+		s.storeErr = err
 	}
-	s.storeSeen, s.storeErr = time.Now(), nil
+}
+
+// givenUp returns why Run gives up, or nil: Config.MaxRefused calls in a
+// row refused for good.
+func (s *Supervisor) givenUp() error {
+	s.mu.Lock()
+	defer s.unlock()
+	if s.cfg.MaxRefused < 0 || s.refused < s.cfg.MaxRefused {
+		return nil
+	}
+	return fmt.Errorf("%w: %d calls in a row, the last: %w", ErrStoreRefused, s.refused, s.storeErr)
 }

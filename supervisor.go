@@ -42,6 +42,10 @@ var (
 	ErrNotRunning = errors.New("tenure: supervisor not running")
 	// ErrAlreadyRunning: Run was called twice.
 	ErrAlreadyRunning = errors.New("tenure: supervisor already running")
+	// ErrStoreRefused: Run gave up because the store refused
+	// Config.MaxRefused calls in a row for good (store.Permanent: access
+	// denied, no store or table and no right to create it, read-only).
+	ErrStoreRefused = errors.New("tenure: the store keeps refusing access")
 )
 
 // Supervisor runs a Runner for each configured key while, and only while,
@@ -75,6 +79,7 @@ type Supervisor struct {
 	lastRound time.Time      // when the loop last began a round (Live)
 	storeSeen time.Time      // when the store last answered (Ready)
 	storeErr  error          // why it did not since
+	refused   int            // store calls refused for good in a row (MaxRefused)
 	// suspended is how long the host has slept since the process started
 	// (clock.Suspended; a test may stage a suspend).
 	suspended func() time.Duration
@@ -177,7 +182,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 		renewals.Go(func() { s.renewLoop(renewCtx) })
 		renewals.Go(func() { s.watchSuspend(renewCtx) })
 	}
-	s.loop(ctx)
+	gaveUp := s.loop(ctx)
 
 	// Hand over first: stop the runners and release their leases. Only
 	// then wait for the watch and the key sources, one of which may be in
@@ -200,14 +205,21 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	}
 	s.unlock()
 	s.obs.Pools(none)
-	return err
+	if gaveUp != nil {
+		// Only now: nothing is held or runs, so a blocked log waits for nothing.
+		s.log.Error("giving up: the store refuses access; an operator must grant it", "err", gaveUp)
+	}
+	return errors.Join(gaveUp, err)
 }
 
 // loop runs supervision rounds every RenewEvery, and acquisition passes in
 // between when a push event, a config change or a retry time calls for one.
-func (s *Supervisor) loop(ctx context.Context) {
+func (s *Supervisor) loop(ctx context.Context) (gaveUp error) {
 	nextRound := time.Now()
 	for {
+		if err := s.givenUp(); err != nil {
+			return err
+		}
 		now := time.Now()
 		if !now.Before(nextRound) {
 			s.round(ctx)
@@ -239,7 +251,7 @@ func (s *Supervisor) loop(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			timer.Stop()
-			return
+			return nil
 		case <-timer.C:
 		case <-s.wake:
 			timer.Stop()
@@ -346,6 +358,7 @@ func (s *Supervisor) acquirePass(ctx context.Context) {
 		member := s.keys[key] != nil && s.keys[key].member
 		s.unlock()
 		res, err := s.keeper.Acquire(ctx, key, member)
+		s.storeAnswered(err)
 		if err == nil && res.Ended {
 			// Our term ended while it could not be renewed, and the store
 			// says so here first.

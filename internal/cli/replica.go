@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -217,6 +218,11 @@ func (e *env) serve(ctx context.Context, stop context.CancelFunc, rep *replica) 
 	}()
 
 	if err := sup.Run(ctx); err != nil {
+		if errors.Is(err, tenure.ErrStoreRefused) {
+			// Main prefixes "tenure: " itself.
+			why := strings.TrimPrefix(err.Error(), "tenure: ")
+			return sh.first(), withCode(ExitFailure, fmt.Errorf("giving up: %s (grant the rights, or fix the URL's user, database or table)", why))
+		}
 		return sh.first(), withCode(ExitFailure, fmt.Errorf("a command did not stop within --stop-timeout + %v; its lease was left to expire: %w", killWait, err))
 	}
 	return sh.first(), nil
