@@ -14,8 +14,10 @@
 //
 //   - At most one holder per key, decided by the store on the store's clock.
 //   - Fencing: every term of a key has an epoch greater than every earlier
-//     one; the runner receives it in [Lease] and can pass it to the fence
-//     package so a downstream database rejects writes from a stale term.
+//     one, even after tenure prune deleted the key's old record (the
+//     store keeps an epoch floor); the runner receives it in [Lease] and
+//     can pass it to the fence package so a downstream database rejects
+//     writes from a stale term.
 //   - Fail closed: a runner's context is cancelled before any peer may take
 //     its key, whether or not the store answers (the timing rule below).
 //     The cancellation comes from a timer per runner that takes no lock of
@@ -40,6 +42,10 @@
 //     the lease (left to expire on shutdown).
 //   - Nothing starts on a non-holder: every path that starts a runner
 //     checks the lease under the supervisor's lock first.
+//   - A misconfigured replica fails where it is seen: when the store
+//     refuses Config.MaxRefused calls in a row for good (no rights, no
+//     table it may create, a read-only store), Run stops and returns
+//     [ErrStoreRefused] instead of retrying forever.
 //
 // # Timing rule
 //
