@@ -148,17 +148,19 @@ RETURNING l.epoch, pg_notify($2, ` + acquired + `)`,
 
 		lock: `LOCK TABLE ` + t + ` IN SHARE ROW EXCLUSIVE MODE`,
 		// A batch of records whose term ended at least $2 µs ago, under
-		// prefix: $1 is its longest valid UTF-8 part, $3 all its bytes.
+		// prefix ($1 is its longest valid UTF-8 part, $3 all its bytes),
+		// past the last key of the batch before ($5, first ''; so never
+		// the floor row, whose key is '').
 		prune: `WITH d AS (
 	DELETE FROM ` + t + ` AS l WHERE l.key IN (
 		SELECT p.key FROM ` + t + ` AS p
-		WHERE p.key >= $1 AND starts_with(p.key, $1) AND p.key <> ''
+		WHERE p.key >= $1 AND starts_with(p.key, $1) AND p.key > $5
 			AND substr(convert_to(p.key, 'UTF8'), 1, octet_length($3::bytea)) = $3::bytea
 			AND p.expires_at + $2 * interval '1 microsecond' <= clock_timestamp()
 		ORDER BY p.key LIMIT $4)
-	RETURNING l.epoch
+	RETURNING l.key, l.epoch
 )
-SELECT count(*), COALESCE(max(epoch), 0) FROM d`,
+SELECT count(*), COALESCE(max(epoch), 0), COALESCE(max(key), '') FROM d`,
 		raiseFloor: `INSERT INTO ` + t + ` AS l (key, owner, epoch, expires_at, released)
 VALUES ('', '', $1, '-infinity', true)
 ON CONFLICT (key) DO UPDATE SET epoch = GREATEST(l.epoch, excluded.epoch)`,
@@ -185,11 +187,26 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (_ store.
 }
 
 func (s *Store) acquireOnce(ctx context.Context, req store.AcquireRequest) (store.AcquireResult, error) {
+	// READ COMMITTED whatever the connection's default: only then is the
+	// statement's snapshot taken after the table lock a prune holds, so
+	// that a key pruned meanwhile starts above the raised floor (see
+	// prune.go). Under REPEATABLE READ or SERIALIZABLE the snapshot is
+	// taken before the wait and the old floor would be read. Same round
+	// trip: the batch is one pipeline.
 	b := &pgx.Batch{}
+	b.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
 	b.Queue(s.sql.acquire, req.Key, req.Owner, req.TTL.Microseconds(), req.Grace.Microseconds(), req.Running, s.table)
 	b.Queue(s.sql.holder, req.Key)
+	b.Queue("COMMIT")
 	br := s.pool.SendBatch(ctx, b)
-	res, err := readAcquire(br, req.Key)
+	_, err := br.Exec()
+	var res store.AcquireResult
+	if err == nil {
+		res, err = readAcquire(br, req.Key)
+	}
+	if err == nil {
+		_, err = br.Exec()
+	}
 	if cerr := br.Close(); err == nil && cerr != nil {
 		err = cerr
 	}
@@ -235,7 +252,11 @@ func (s *Store) Renew(ctx context.Context, owner string, ttl time.Duration, item
 	for i, it := range items {
 		keys[i], epochs[i], running[i] = it.Key, it.Epoch, it.Running
 	}
-	rows, err := s.pool.Query(ctx, s.sql.renew, owner, keys, epochs, running, ttl.Microseconds())
+	pool, onLane := s.lane.take(s.pool)
+	if onLane {
+		defer s.lane.put()
+	}
+	rows, err := pool.Query(ctx, s.sql.renew, owner, keys, epochs, running, ttl.Microseconds())
 	if err != nil {
 		return nil, fmt.Errorf("postgres: renew %d leases: %w", len(items), err)
 	}

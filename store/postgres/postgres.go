@@ -77,8 +77,9 @@ type Options struct {
 type Store struct {
 	pool     *pgxpool.Pool
 	ownsPool bool
-	table    string // validated, unquoted; also the NOTIFY channel
-	ident    string // quoted table identifier for SQL
+	lane     *renewLane // nil for a read-only store
+	table    string     // validated, unquoted; also the NOTIFY channel
+	ident    string     // quoted table identifier for SQL
 	sql      statements
 	// access clears each call: none once closed, no write when read-only,
 	// and the table created on first use.
@@ -174,6 +175,11 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 			pool.Close()
 			return nil, err
 		}
+		return s, nil
+	}
+	if s.lane, err = newRenewLane(cfg); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("postgres: connect to %s: %w", shown, store.RedactError(err, secrets...))
 	}
 	return s, nil
 }
@@ -187,6 +193,11 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 	s, err := newStore(pool, opts)
 	if err != nil {
 		return nil, err
+	}
+	if !opts.ReadOnly {
+		if s.lane, err = newRenewLane(pool.Config()); err != nil {
+			return nil, fmt.Errorf("postgres: renewal connection: %w", err)
+		}
 	}
 	return s, nil
 }
@@ -217,6 +228,7 @@ func (s *Store) Close() error {
 	if !s.watches.Close() {
 		return nil
 	}
+	s.lane.close()
 	if s.ownsPool {
 		s.pool.Close()
 	}
