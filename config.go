@@ -115,13 +115,13 @@ type Config struct {
 	FailureWindow time.Duration
 	Cooldown      time.Duration
 
-	// MaxRefused is how many store calls in a row may fail for good
+	// MaxRefused is how many supervision rounds (RenewEvery apart) in a
+	// row the store may refuse calls for good, answering none
 	// (store.Permanent: access denied, no lease table and no right to
-	// create it, a read-only store) before Run gives up, stops what runs,
-	// and returns an error wrapping ErrStoreRefused, so a misconfigured
+	// create it, a read-only store), before Run gives up, stops what runs,
+	// and returns an error wrapping ErrStoreRefused: a misconfigured
 	// replica fails where an operator sees it instead of warning forever.
-	// A supervision round makes two or three calls. Default 10; < 0 never
-	// gives up.
+	// Default 5 (25 s with the default TTL); < 0 never gives up.
 	MaxRefused int
 
 	// Prefix is this supervisor's namespace in the store: every key given
@@ -224,7 +224,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.Cooldown = 12 * c.RenewEvery
 	}
 	if c.MaxRefused == 0 {
-		c.MaxRefused = 10
+		c.MaxRefused = 5
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

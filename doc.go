@@ -43,7 +43,7 @@
 //   - Nothing starts on a non-holder: every path that starts a runner
 //     checks the lease under the supervisor's lock first.
 //   - A misconfigured replica fails where it is seen: when the store
-//     refuses Config.MaxRefused calls in a row for good (no rights, no
+//     refuses every call for good for Config.MaxRefused rounds (no rights, no
 //     table it may create, a read-only store), Run stops and returns
 //     [ErrStoreRefused] instead of retrying forever.
 //

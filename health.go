@@ -57,30 +57,48 @@ func (s *Supervisor) Ready() error {
 }
 
 // storeAnswered records that the store answered a call (err nil), or why
-// it did not, counting the calls refused for good in a row. Another
-// error (a timeout, a lost connection) leaves the count alone: it says
-// nothing about the rights.
+// it did not, noting a refusal for good for the round's count. Another
+// error (a timeout, a lost connection) says nothing about the rights.
 func (s *Supervisor) storeAnswered(err error) {
 	s.mu.Lock()
 	defer s.unlock()
 	switch {
 	case err == nil:
-		s.storeSeen, s.storeErr, s.refused = time.Now(), nil, 0
+		s.storeSeen, s.storeErr = time.Now(), nil
+		s.sawAnswer, s.refusedRounds = true, 0
 	case store.Permanent(err):
 		s.storeErr = err
-		s.refused++
+		s.sawRefusal = true
 	default:
 		s.storeErr = err
 	}
 }
 
-// givenUp returns why Run gives up, or nil: Config.MaxRefused calls in a
+// countRefusedRound ends a round's count: a round in which the store
+// refused calls for good and answered none adds one, any answer starts
+// over. Rounds, not calls: a replica with many keys makes a call per key
+// in one pass, and a refusal of a moment (a REVOKE and GRANT as two
+// statements, pods that start just before the grant job) must not end
+// every replica at once.
+func (s *Supervisor) countRefusedRound() {
+	s.mu.Lock()
+	defer s.unlock()
+	switch {
+	case s.sawAnswer:
+		s.refusedRounds = 0
+	case s.sawRefusal:
+		s.refusedRounds++
+	}
+	s.sawAnswer, s.sawRefusal = false, false
+}
+
+// givenUp returns why Run gives up, or nil: Config.MaxRefused rounds in a
 // row refused for good.
 func (s *Supervisor) givenUp() error {
 	s.mu.Lock()
 	defer s.unlock()
-	if s.cfg.MaxRefused < 0 || s.refused < s.cfg.MaxRefused {
+	if s.cfg.MaxRefused < 0 || s.refusedRounds < s.cfg.MaxRefused {
 		return nil
 	}
-	return fmt.Errorf("%w: %d calls in a row, the last: %w", ErrStoreRefused, s.refused, s.storeErr)
+	return fmt.Errorf("%w: %d rounds in a row, the last error: %w", ErrStoreRefused, s.refusedRounds, s.storeErr)
 }

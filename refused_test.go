@@ -23,7 +23,7 @@ func denyAll(st *memstore.Store) *atomic.Int64 {
 }
 
 // TestRunGivesUpWhenTheStoreKeepsRefusingAccess: a replica whose store
-// refuses its rights ends Run with ErrStoreRefused after MaxRefused calls
+// refuses its rights ends Run with ErrStoreRefused after MaxRefused rounds
 // instead of warning forever; the error carries the store's reason.
 func TestRunGivesUpWhenTheStoreKeepsRefusingAccess(t *testing.T) {
 	bubble(t, func(t *testing.T, st *memstore.Store) {

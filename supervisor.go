@@ -42,9 +42,10 @@ var (
 	ErrNotRunning = errors.New("tenure: supervisor not running")
 	// ErrAlreadyRunning: Run was called twice.
 	ErrAlreadyRunning = errors.New("tenure: supervisor already running")
-	// ErrStoreRefused: Run gave up because the store refused
-	// Config.MaxRefused calls in a row for good (store.Permanent: access
-	// denied, no store or table and no right to create it, read-only).
+	// ErrStoreRefused: Run gave up because the store refused calls for
+	// good, and answered none, for Config.MaxRefused rounds in a row
+	// (store.Permanent: access denied, no store or table and no right to
+	// create it, read-only, closed).
 	ErrStoreRefused = errors.New("tenure: the store keeps refusing access")
 )
 
@@ -79,7 +80,11 @@ type Supervisor struct {
 	lastRound time.Time      // when the loop last began a round (Live)
 	storeSeen time.Time      // when the store last answered (Ready)
 	storeErr  error          // why it did not since
-	refused   int            // store calls refused for good in a row (MaxRefused)
+	// refusedRounds counts the rounds in a row in which the store refused
+	// calls for good and answered none (MaxRefused); sawRefusal and
+	// sawAnswer collect the calls since the last round.
+	refusedRounds         int
+	sawRefusal, sawAnswer bool
 	// suspended is how long the host has slept since the process started
 	// (clock.Suspended; a test may stage a suspend).
 	suspended func() time.Duration
@@ -159,6 +164,8 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	runCtx, cancelRunCtx := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelRunCtx()
 	s.active, s.stopping, s.runCtx = true, false, runCtx
+	// A Run after a give-up (the grants fixed) starts counting afresh.
+	s.refusedRounds, s.sawRefusal, s.sawAnswer, s.storeErr = 0, false, false, nil
 	s.unlock()
 
 	var watchers sync.WaitGroup
@@ -207,7 +214,7 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	s.obs.Pools(none)
 	if gaveUp != nil {
 		// Only now: nothing is held or runs, so a blocked log waits for nothing.
-		s.log.Error("giving up: the store refuses access; an operator must grant it", "err", gaveUp)
+		s.log.Error("giving up: the store keeps refusing the calls for good", "err", gaveUp)
 	}
 	return errors.Join(gaveUp, err)
 }
@@ -283,6 +290,7 @@ func (s *Supervisor) round(ctx context.Context) {
 	}
 	s.reconcile()
 	s.reportKeys()
+	s.countRefusedRound()
 	s.obs.Round(time.Since(start))
 }
 
