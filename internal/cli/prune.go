@@ -38,7 +38,12 @@ above it, and a key acquired again later starts above every epoch it had, so
 fencing tokens stay monotonic. Records are deleted in batches of about a
 thousand, each in a short transaction, so renewals are never held up for
 long. On etcd a record is deleted by the first prune that runs at least
---older-than after one that found it dead (etcd dates only leases).
+--older-than (less a minute) after one that found it dead: etcd dates only
+leases, and a leader change restarts the count.
+
+Run prune only once every replica runs a Tenure that knows the epoch floor
+(this version or later): an older replica would start a pruned key at epoch
+1 again.
 
 --older-than must be at least 1h and longer than every --grace in use.
 prune looks before it writes: like status, it never creates a store, and a

@@ -26,8 +26,10 @@ var _ store.Pruner = (*Store)(nil)
 // later prune reads how much of the timer has run (granted TTL minus time
 // left) and deletes the record once that is at least olderThan, unless the
 // record changed since (the mark names the record's revision). A record is
-// therefore deleted by the first prune at least olderThan after one that
-// saw it dead — never sooner than olderThan after its term ended.
+// therefore deleted by the first prune at least olderThan (less a minute
+// of slack, see ageSlack) after one that saw it dead. etcd resets every
+// lease's TTL when its leader changes (unless lease checkpoints are on),
+// which starts the timers again: deletion is delayed, never early.
 //
 // Epochs need no floor here: a key without a record starts at the store's
 // revision + 1, above every epoch ever written (see doc.go).
@@ -62,7 +64,7 @@ func (s *Store) Prune(ctx context.Context, prefix string, olderThan time.Duratio
 			if v.mark != nil {
 				g.Go(func() error { return s.unmark(gctx, v) })
 			}
-		case marked && age >= olderThan:
+		case marked && age+ageSlack(olderThan) >= olderThan:
 			g.Go(func() error {
 				ok, err := s.deleteDead(gctx, v)
 				if ok {
@@ -85,6 +87,15 @@ func (s *Store) Prune(ctx context.Context, prefix string, olderThan time.Duratio
 		return int(deleted.Load()), s.wrap("prune", err)
 	}
 	return int(deleted.Load()), nil
+}
+
+// ageSlack is how much younger than olderThan a marked record may be and
+// still go: a daily prune with --older-than 24h finds its marks a few
+// seconds short of a day old. A record counts as dead only once its live
+// and grace keys are gone, its grace long over, so going a little early
+// costs a little history, never safety.
+func ageSlack(olderThan time.Duration) time.Duration {
+	return min(olderThan/10, time.Minute)
 }
 
 // minTimerSeconds is the shortest timer a mark gets: a day, so a later

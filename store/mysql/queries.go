@@ -43,7 +43,7 @@ type queries struct {
 	list, listAll, revoke    string
 
 	// For Prune (prune.go).
-	floorRow, lockFloor, pruneBatch, pruneBatchAll, deleteKeys, raiseFloor string
+	floorRow, lockFloor, pruneBatch, pruneBatchAll, lockDead, deleteKeys, raiseFloor string
 }
 
 func buildQueries(table string) queries {
@@ -149,14 +149,24 @@ WHERE lease_key = UNHEX(?) AND NOT released AND owner <> '' AND expires_at > {no
 	(lease_key, owner, epoch, expires_at, released, running, updated_at)
 VALUES ('', '', 0, 0, TRUE, FALSE, 0)`),
 		lockFloor: r.Replace(`SELECT epoch FROM {t} WHERE lease_key = '' FOR UPDATE`),
-		// A batch of records under a prefix whose term ended at least ? µs
-		// ago, locked. Args: low bound, [high bound,] age µs, batch size.
-		pruneBatch: r.Replace(`SELECT lease_key, epoch FROM {t}
-WHERE lease_key >= UNHEX(?) AND lease_key < UNHEX(?) AND lease_key <> '' AND expires_at + ? <= {now}
-ORDER BY lease_key LIMIT ? FOR UPDATE`),
-		pruneBatchAll: r.Replace(`SELECT lease_key, epoch FROM {t}
-WHERE lease_key >= UNHEX(?) AND lease_key <> '' AND expires_at + ? <= {now}
-ORDER BY lease_key LIMIT ? FOR UPDATE`),
+		// The candidates of a batch: records under a prefix whose term
+		// ended at least ? µs ago, past the last key of the batch before
+		// (first '', so never the floor row). A plain read, which locks
+		// nothing: in REPEATABLE READ a locking scan would lock every live
+		// row it passes until the batch commits. Args: low bound, [high
+		// bound,] after, age µs, batch size.
+		pruneBatch: r.Replace(`SELECT lease_key FROM {t}
+WHERE lease_key >= UNHEX(?) AND lease_key < UNHEX(?) AND lease_key > UNHEX(?) AND expires_at + ? <= {start}
+ORDER BY lease_key LIMIT ?`),
+		pruneBatchAll: r.Replace(`SELECT lease_key FROM {t}
+WHERE lease_key >= UNHEX(?) AND lease_key > UNHEX(?) AND expires_at + ? <= {start}
+ORDER BY lease_key LIMIT ?`),
+		// The candidates still dead, locked by primary key, latest
+		// version. Args: a JSON array of hex keys, age µs.
+		lockDead: r.Replace(`SELECT l.lease_key, l.epoch FROM JSON_TABLE(?, '$[*]' COLUMNS (k VARCHAR(1024) CHARACTER SET ascii PATH '$')) AS j
+	STRAIGHT_JOIN {t} AS l FORCE INDEX (PRIMARY) ON l.lease_key = UNHEX(j.k)
+WHERE l.expires_at + ? <= {now}
+FOR UPDATE`),
 		// Args: a JSON array of hex keys.
 		deleteKeys: r.Replace(`DELETE l FROM JSON_TABLE(?, '$[*]' COLUMNS (k VARCHAR(1024) CHARACTER SET ascii PATH '$')) AS j
 	STRAIGHT_JOIN {t} AS l FORCE INDEX (PRIMARY) ON l.lease_key = UNHEX(j.k)`),

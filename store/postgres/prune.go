@@ -15,10 +15,11 @@ import (
 
 var _ store.Pruner = (*Store)(nil)
 
+// pruneBatch is how many records one transaction deletes, so writers wait
+// for it for milliseconds. A variable for the tests.
+var pruneBatch = 1000
+
 const (
-	// pruneBatch is how many records one transaction deletes, so writers
-	// wait for it for milliseconds.
-	pruneBatch = 1000
 	// pruneLockWait bounds how long a prune waits for its table lock.
 	// Writers queue behind a waiting lock request, so a prune stuck
 	// behind a long transaction would hold up every renewal; it gives up
@@ -38,8 +39,10 @@ const (
 // takes SHARE ROW EXCLUSIVE on the table, which waits for every running
 // writer and holds off new ones until the floor is raised and the rows are
 // gone; PostgreSQL takes a statement's table lock before its snapshot, so
-// a writer that waited reads the new floor. Readers (List, status) are not
-// blocked.
+// a writer that waited reads the new floor — under READ COMMITTED, which
+// Acquire and Prune therefore ask for whatever the connection's default
+// (under REPEATABLE READ a prepared statement's snapshot is taken before
+// the wait). Readers (List, status) are not blocked.
 func (s *Store) Prune(ctx context.Context, prefix string, olderThan time.Duration) (_ int, err error) {
 	defer func() { err = denied(err) }()
 	if err := store.ValidatePrune(olderThan); err != nil {
@@ -51,9 +54,9 @@ func (s *Store) Prune(ctx context.Context, prefix string, olderThan time.Duratio
 	if strings.IndexByte(prefix, 0) >= 0 {
 		return 0, nil // no key holds a NUL
 	}
-	total := 0
+	total, after := 0, ""
 	for {
-		n, err := s.pruneBatchWithRetry(ctx, prefix, olderThan)
+		n, last, err := s.pruneBatchWithRetry(ctx, prefix, after, olderThan)
 		total += n
 		if err != nil {
 			return total, fmt.Errorf("postgres: prune %q: %w", prefix, err)
@@ -61,47 +64,51 @@ func (s *Store) Prune(ctx context.Context, prefix string, olderThan time.Duratio
 		if n < pruneBatch {
 			return total, nil
 		}
+		after = last // the next batch scans on from here, not from the prefix
 	}
 }
 
-func (s *Store) pruneBatchWithRetry(ctx context.Context, prefix string, olderThan time.Duration) (int, error) {
+func (s *Store) pruneBatchWithRetry(ctx context.Context, prefix, after string, olderThan time.Duration) (int, string, error) {
 	for try := 1; ; try++ {
-		n, err := s.pruneBatch(ctx, prefix, olderThan)
+		n, last, err := s.pruneBatch(ctx, prefix, after, olderThan)
 		var pgErr *pgconn.PgError
 		if !errors.As(err, &pgErr) || pgErr.Code != "55P03" || try == pruneLockTries { // lock_not_available
-			return n, err
+			return n, last, err
 		}
 		select {
 		case <-ctx.Done():
-			return 0, ctx.Err()
+			return 0, "", ctx.Err()
 		case <-time.After(pruneRetryPause):
 		}
 	}
 }
 
-func (s *Store) pruneBatch(ctx context.Context, prefix string, olderThan time.Duration) (int, error) {
-	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{})
+// pruneBatch deletes up to pruneBatch records past key after and returns
+// how many and the last.
+func (s *Store) pruneBatch(ctx context.Context, prefix, after string, olderThan time.Duration) (int, string, error) {
+	tx, err := s.pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.ReadCommitted})
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after Commit
 	if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", pruneLockWait.Milliseconds())); err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	if _, err := tx.Exec(ctx, s.sql.lock); err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	var n int
 	var maxEpoch int64
-	err = tx.QueryRow(ctx, s.sql.prune, validPrefix(prefix), olderThan.Microseconds(), []byte(prefix), pruneBatch).Scan(&n, &maxEpoch)
+	var last string
+	err = tx.QueryRow(ctx, s.sql.prune, validPrefix(prefix), olderThan.Microseconds(), []byte(prefix), pruneBatch, after).Scan(&n, &maxEpoch, &last)
 	if err != nil || n == 0 {
-		return 0, err
+		return 0, "", err
 	}
 	if _, err := tx.Exec(ctx, s.sql.raiseFloor, maxEpoch); err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return 0, err
+		return 0, "", err
 	}
-	return n, nil
+	return n, last, nil
 }

@@ -12,7 +12,7 @@ var _ store.Pruner = (*Store)(nil)
 
 // prunePage is how many keys one prune script call looks at, so Redis
 // serves other clients between pages.
-const prunePage = 1000
+var prunePage = 1000 // a variable for the tests
 
 // Prune deletes the records under prefix whose term ended at least
 // olderThan ago, a page of keys per script call. Each call raises the

@@ -14,7 +14,7 @@ var _ store.Pruner = (*Store)(nil)
 
 // pruneBatch is how many records one transaction deletes: small enough
 // that the write lock is held for milliseconds, so renewals queue briefly.
-const pruneBatch = 1000
+var pruneBatch = 1000 // a variable for the tests
 
 // Prune deletes the records under prefix whose term ended at least
 // olderThan ago, a batch per transaction. Each transaction first raises
@@ -28,9 +28,9 @@ func (s *Store) Prune(ctx context.Context, prefix string, olderThan time.Duratio
 	if err := s.writable("prune"); err != nil {
 		return 0, err
 	}
-	total := 0
+	total, after := 0, ""
 	for {
-		n, err := s.pruneBatch(ctx, prefix, olderThan)
+		n, last, err := s.pruneBatch(ctx, prefix, after, olderThan)
 		total += n
 		if err != nil {
 			return total, s.fail(fmt.Sprintf("prune %q", prefix), err)
@@ -38,17 +38,20 @@ func (s *Store) Prune(ctx context.Context, prefix string, olderThan time.Duratio
 		if n < pruneBatch {
 			return total, nil
 		}
+		after = last // the next batch scans on from here, not from the prefix
 	}
 }
 
-func (s *Store) pruneBatch(ctx context.Context, prefix string, olderThan time.Duration) (int, error) {
+// pruneBatch deletes up to pruneBatch records past key after and returns
+// how many and the last.
+func (s *Store) pruneBatch(ctx context.Context, prefix, after string, olderThan time.Duration) (int, string, error) {
 	if err := s.gate.enter(ctx); err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	defer s.gate.leave()
 	tx, err := s.db.BeginTx(ctx, nil) // BEGIN IMMEDIATE, see acquire
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
 
@@ -56,9 +59,9 @@ func (s *Store) pruneBatch(ctx context.Context, prefix string, olderThan time.Du
 	if e, ok := sqlstore.PrefixEnd(prefix); ok {
 		query, end = s.q.pruneBatch, e
 	}
-	rows, err := tx.QueryContext(ctx, query, prefix, end, olderThan.Microseconds(), pruneBatch)
+	rows, err := tx.QueryContext(ctx, query, prefix, end, olderThan.Microseconds(), pruneBatch, after)
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	var keys []string
 	var maxEpoch, maxChange int64
@@ -67,27 +70,27 @@ func (s *Store) pruneBatch(ctx context.Context, prefix string, olderThan time.Du
 		var epoch, change int64
 		if err := rows.Scan(&key, &epoch, &change); err != nil {
 			rows.Close()
-			return 0, err
+			return 0, "", err
 		}
 		keys = append(keys, key)
 		maxEpoch, maxChange = max(maxEpoch, epoch), max(maxChange, change)
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil || len(keys) == 0 {
-		return 0, err
+		return 0, "", err
 	}
 	arg, err := json.Marshal(keys)
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	if _, err := tx.ExecContext(ctx, s.q.raiseFloor, maxEpoch, maxChange); err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	if _, err := tx.ExecContext(ctx, s.q.deleteKeys, string(arg)); err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	if err := tx.Commit(); err != nil {
-		return 0, err
+		return 0, "", err
 	}
-	return len(keys), nil
+	return len(keys), keys[len(keys)-1], nil
 }

@@ -157,12 +157,13 @@ RETURNING epoch`),
 FROM {t} WHERE change_seq > ?1 AND key <> '' ORDER BY change_seq`),
 
 		// A batch of records whose term ended at least ?3 µs ago, in the
-		// range [?1, ?2) or from ?1 on; never the floor row.
+		// range [?1, ?2) or from ?1 on, past the last key of the batch
+		// before (?5, first ''); never the floor row, whose key is ''.
 		pruneBatch: r.Replace(`SELECT key, epoch, change_seq FROM {t}
-WHERE key >= ?1 AND key < ?2 AND key <> '' AND expires_at + ?3 <= {now}
+WHERE key >= ?1 AND key < ?2 AND key > ?5 AND expires_at + ?3 <= {now}
 ORDER BY key LIMIT ?4`),
 		pruneBatchAll: r.Replace(`SELECT key, epoch, change_seq FROM {t}
-WHERE key >= ?1 AND key <> '' AND expires_at + ?3 <= {now}
+WHERE key >= ?1 AND key > ?5 AND expires_at + ?3 <= {now}
 ORDER BY key LIMIT ?4`),
 		// The floor row keeps the highest epoch and change number deleted:
 		// new keys start above the one, and the poller's numbering never

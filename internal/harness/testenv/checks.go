@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -139,5 +140,34 @@ func closeStore(t testing.TB, s store.Store) {
 		if err := c.Close(); err != nil {
 			t.Errorf("close: %v", err)
 		}
+	}
+}
+
+// CheckPruneGoesOnPastTheFirstBatch prunes nine dead records among five
+// live ones, the store's batch set to 3 by the caller: every dead record
+// goes, batch after batch, and every live one stays.
+func CheckPruneGoesOnPastTheFirstBatch(t *testing.T, s store.Store) {
+	t.Helper()
+	var live []string
+	for i := range 14 {
+		key := fmt.Sprintf("batch/%02d", i)
+		e := MustAcquire(t, s, key, "o", time.Hour, time.Second)
+		if i%3 == 1 {
+			live = append(live, key)
+			continue
+		}
+		Release(t, s, "o", store.Term{Key: key, Epoch: e})
+	}
+	time.Sleep(5 * time.Millisecond) // the releases are older than the prune's 1ms, on the server's clock
+	n, err := s.(store.Pruner).Prune(Context(t), "batch/", time.Millisecond)
+	if err != nil || n != 9 {
+		t.Fatalf("Prune = %d, %v; want the 9 released records, 3 per batch", n, err)
+	}
+	var left []string
+	for _, l := range List(t, s, "batch/") {
+		left = append(left, l.Key)
+	}
+	if !slices.Equal(left, live) {
+		t.Errorf("after the prune %q are left, want the live %q", left, live)
 	}
 }
