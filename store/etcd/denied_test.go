@@ -3,10 +3,6 @@ package etcd
 import (
 	"context"
 	"errors"
-	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -17,55 +13,20 @@ import (
 	"github.com/tenure-dev/tenure/store"
 )
 
-// startAuthEtcd starts a private etcd with authentication on, a root user
-// and a user "limited" (password "pw") that may touch only keys under
-// /elsewhere/, and returns its client address. Auth is never turned on in
-// the shared test server. It skips (fails under CI=true) without the etcd
-// binary.
+// startAuthEtcd starts a private one-member etcd with authentication on,
+// a root user and a user "limited" (password "pw") that may touch only
+// keys under /elsewhere/, and returns its client address. Auth is never
+// turned on in the shared test server.
 func startAuthEtcd(t *testing.T) string {
 	t.Helper()
-	bin, err := exec.LookPath("etcd")
-	if err != nil {
-		testenv.Unavailable(t, "etcd binary not found on PATH; install etcd-server to run this test")
-	}
-	port := func() string {
-		_, p, _ := net.SplitHostPort(testenv.ClosedAddr(t))
-		return p
-	}
-	client, peer, dir := "127.0.0.1:"+port(), "127.0.0.1:"+port(), t.TempDir()
-	cmd := exec.Command(bin, "--data-dir", filepath.Join(dir, "data"), "--name", "auth",
-		"--listen-client-urls", "http://"+client, "--advertise-client-urls", "http://"+client,
-		"--listen-peer-urls", "http://"+peer, "--initial-advertise-peer-urls", "http://"+peer,
-		"--initial-cluster", "auth=http://"+peer)
-	logFile, err := os.Create(filepath.Join(dir, "etcd.log"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer logFile.Close()
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("starting etcd: %v", err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
-	c, err := clientv3.New(clientv3.Config{Endpoints: []string{client}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	addr := testenv.StartEtcdCluster(t, 1).Members()[0].Client
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{addr}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	for {
-		if _, err := c.Get(ctx, "ping"); err == nil {
-			break
-		} else if ctx.Err() != nil {
-			log, _ := os.ReadFile(filepath.Join(dir, "etcd.log"))
-			t.Fatalf("private etcd on %s did not answer: %v\n%s", client, err, log)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
 	steps := []func() error{
 		func() error { _, err := c.UserAdd(ctx, "root", "rootpw"); return err },
 		func() error { _, err := c.UserGrantRole(ctx, "root", "root"); return err },
@@ -83,7 +44,7 @@ func startAuthEtcd(t *testing.T) string {
 			t.Fatalf("setting up auth, step %d: %v", i, err)
 		}
 	}
-	return client
+	return addr
 }
 
 // TestMissingRightsAreReportedAsDenied: a user whose role does not cover
