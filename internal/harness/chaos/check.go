@@ -336,7 +336,9 @@ func (c *checker) crashTakeovers() {
 			}
 			next := slices.IndexFunc(ivs, func(iv *interval) bool { return iv.r != r && iv.start >= f.from })
 			if next < 0 {
-				if f.from+int64(bound) < c.m.end {
+				// As for a late takeover, another fault within the bound
+				// (the successor killed too) excuses it.
+				if f.from+int64(bound) < c.m.end && !c.otherFault(f, f.from+int64(bound)) {
 					c.checked(InvTakeover, 1)
 					c.violate(InvTakeover, f.from, key, r.name, 0, "nobody took over from %s (killed)", r.name)
 				}

@@ -265,6 +265,34 @@ func TestASlowTakeoverAfterAKillIsCaught(t *testing.T) {
 	}
 }
 
+func TestAKilledHolderNobodyReplacesIsCaught(t *testing.T) {
+	s := newStory("r1", "r2")
+	s.run("r1", 1, 0, 1000, "")
+	s.add(Event{T: s.at(1000), Ev: evFaultBegin, Fault: FaultKill, Target: "r1"})
+	s.add(Event{T: s.at(1010), Ev: evExited, Target: "r1"})
+	s.add(Event{T: s.at(1010), Ev: evFaultEnd, Fault: FaultKill, Target: "r1"})
+	requireOnly(t, s.check(t), InvTakeover)
+}
+
+// A ten-minute run on a three-member etcd cluster, two faults at a time,
+// killed a holder and then, within the takeover bound, the peer that had
+// just taken its keys, before its runners had started: nobody could
+// replace the first one in time, and a later fault excuses that, as it
+// excuses a late takeover.
+func TestAKilledHolderWhoseSuccessorIsKilledTooIsExcused(t *testing.T) {
+	s := newStory("r1", "r2")
+	s.run("r1", 1, 0, 1000, "")
+	s.add(Event{T: s.at(1000), Ev: evFaultBegin, Fault: FaultKill, Target: "r1"})
+	s.add(Event{T: s.at(1010), Ev: evExited, Target: "r1"})
+	s.add(Event{T: s.at(1010), Ev: evFaultEnd, Fault: FaultKill, Target: "r1"})
+	s.add(Event{T: s.at(4000), Ev: evFaultBegin, Fault: FaultKill, Target: "r2"})
+	s.add(Event{T: s.at(4010), Ev: evExited, Target: "r2"})
+	s.add(Event{T: s.at(4010), Ev: evFaultEnd, Fault: FaultKill, Target: "r2"})
+	if rep := s.check(t); !rep.OK() {
+		t.Fatalf("violations:\n%s", text(rep))
+	}
+}
+
 func TestAFrozenHolderThatStopsOnResumeIsExcused(t *testing.T) {
 	s := newStory("r1", "r2")
 	s.run("r1", 1, 0, 1000, "")
