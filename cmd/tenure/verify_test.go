@@ -90,3 +90,70 @@ func TestVerifyRefusesBadInputWithAUsageError(t *testing.T) {
 		}
 	}
 }
+
+// tenure verify --failover-cmd: the command crashes a private Redis
+// (SIGKILL) and starts it again on its append-only file after
+// TENURE_FAULT_DOWN, as an operator's failover script would; the run
+// injects store restarts that way, among the other faults, and every
+// invariant holds.
+func TestVerifyFailsTheStoreOverWithTheCommandItIsGiven(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs for 15s")
+	}
+	for _, bin := range []string{"redis-server", "redis-cli"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			testenv.Unavailable(t, bin+" is not installed")
+		}
+	}
+	t.Parallel()
+	dir := t.TempDir()
+	port := strings.TrimPrefix(testenv.ClosedAddr(t), "127.0.0.1:")
+	script := filepath.Join(dir, "redis.sh")
+	if err := os.WriteFile(script, []byte(`#!/bin/sh
+# start | crash-and-restart: a Redis that keeps every write it acknowledged
+set -e
+start() {
+	redis-server --port `+port+` --bind 127.0.0.1 --dir `+dir+` --appendonly yes --appendfsync always \
+		--save "" --daemonize yes --pidfile `+dir+`/redis.pid --logfile `+dir+`/redis.log
+	until redis-cli -p `+port+` ping >/dev/null 2>&1; do sleep 0.05; done
+}
+case "$1" in
+start) start ;;
+*)
+	echo "failover after ${TENURE_FAULT_DOWN}s down" >> `+dir+`/failovers.log
+	kill -9 "$(cat `+dir+`/redis.pid)"
+	while redis-cli -p `+port+` ping >/dev/null 2>&1; do sleep 0.05; done
+	sleep "$TENURE_FAULT_DOWN"
+	start ;;
+esac
+`), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(script, "start").CombinedOutput(); err != nil {
+		t.Fatalf("start redis: %v\n%s", err, out)
+	}
+	t.Cleanup(func() {
+		if pid, err := os.ReadFile(filepath.Join(dir, "redis.pid")); err == nil {
+			_ = exec.Command("kill", "-9", strings.TrimSpace(string(pid))).Run()
+		}
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, tenureBin, "verify", "--store", "redis://127.0.0.1:"+port+"/0",
+		"--duration", "15s", "--seed", "5", "--replicas", "3", "--keys", "2",
+		"--faults", "store-restart,kill", "--failover-cmd", script+" failover")
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	_ = cmd.Run()
+	if code := cmd.ProcessState.ExitCode(); code != 0 {
+		t.Fatalf("verify exited %d\nstdout:\n%s\nstderr:\n%s", code, o.String(), e.String())
+	}
+	log, err := os.ReadFile(filepath.Join(dir, "failovers.log"))
+	if err != nil || !strings.Contains(string(log), "s down") {
+		t.Fatalf("the failover command never ran: %v %q", err, log)
+	}
+	if !strings.Contains(o.String(), "store-restart") {
+		t.Errorf("the report counts no store restart:\n%s", o.String())
+	}
+	t.Logf("%s", log)
+}

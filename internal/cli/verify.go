@@ -1,9 +1,12 @@
 package cli
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"time"
@@ -28,9 +31,10 @@ func (e *env) verifyCommand() *cobra.Command {
 		replicas, keys    int
 		timeline, history string
 		faults            []string
+		failoverCmd       string
 	)
 	cmd := &cobra.Command{
-		Use:   "verify [--store URL] [--duration 2m] [--seed N] [--replicas 3] [--keys 4] [--faults KIND,…] [--timeline FILE]",
+		Use:   "verify [--store URL] [--duration 2m] [--seed N] [--replicas 3] [--keys 4] [--faults KIND,…] [--timeline FILE] [--failover-cmd CMD]",
 		Short: "Prove the guarantees on your store under injected faults",
 		Long: `verify runs several tenure replicas as separate processes against the store,
 on scratch keys in a table (namespace, prefix) of their own that is dropped
@@ -58,6 +62,11 @@ happen. The kinds (--faults):
   freeze-wrapper  SIGSTOP a holder for 0.5–4 TTL while a key's work runs as
                   its child (through a guard, as run runs a command): the
                   guard alone must stop the child at the lease's deadline
+  store-restart   only with --failover-cmd: run CMD (with sh -c) to fail the
+                  store over — kill its leader or primary, promote a
+                  standby — with TENURE_FAULT_DOWN set to how long it
+                  should stay down (0.25–2 TTL, in seconds); CMD returns once
+                  the store serves again
 
 Every replica logs its work, its store calls and its fenced writes;
 afterwards verify checks that no two replicas' work on a key overlapped,
@@ -114,7 +123,7 @@ could not be carried out; 2 usage error.`,
 			case keys < 1 || keys > 64:
 				return withCode(ExitUsage, fmt.Errorf("--keys %d: between 1 and 64", keys))
 			}
-			kinds := verifyFaults()
+			kinds := verifyFaults(failoverCmd != "")
 			for _, f := range faults {
 				if !slices.Contains(kinds, f) {
 					return withCode(ExitUsage, fmt.Errorf("--faults: unknown fault kind %q (known: %s)", f, strings.Join(kinds, ",")))
@@ -126,10 +135,14 @@ could not be carried out; 2 usage error.`,
 				return err
 			}
 			fmt.Fprintf(e.stdout, "verifying %s for %v with %d replicas on %d keys…\n", spec.Shown, duration, replicas, keys)
-			rep, err := chaos.Run(cmd.Context(), chaos.Options{
+			opts := chaos.Options{
 				Store: raw, Duration: duration, Seed: seed, Replicas: replicas, Keys: keys, Faults: faults,
 				ReplicaArgs: []string{replicaCommand}, HistoryDir: history, Logger: logger,
-			})
+			}
+			if failoverCmd != "" {
+				opts.RestartStore = failover(failoverCmd, logger)
+			}
+			rep, err := chaos.Run(cmd.Context(), opts)
 			if err != nil {
 				return withCode(ExitFailure, scrubErr(err, secrets))
 			}
@@ -157,14 +170,41 @@ could not be carried out; 2 usage error.`,
 	f.StringVar(&timeline, "timeline", "", "write an SVG timeline of the run to FILE")
 	f.StringVar(&history, "history", "", "keep the run's history (logs, schedule) in DIR")
 	f.StringSliceVar(&faults, "faults", nil, "fault kinds to inject, comma-separated (default all: "+
-		strings.Join(verifyFaults(), ",")+")")
+		strings.Join(verifyFaults(false), ",")+", and store-restart with --failover-cmd)")
+	f.StringVar(&failoverCmd, "failover-cmd", "", "shell command that fails the store over (store-restart faults)")
 	return cmd
 }
 
-// verifyFaults are the fault kinds verify can inject: all but restarting
-// the store, which needs a server the harness owns.
-func verifyFaults() []string {
+// verifyFaults are the fault kinds verify can inject: restarting the
+// store only when told how.
+func verifyFaults(canFailOver bool) []string {
+	if canFailOver {
+		return slices.Clone(chaos.FaultKinds)
+	}
 	return slices.DeleteFunc(slices.Clone(chaos.FaultKinds), func(k string) bool { return k == chaos.FaultStoreRestart })
+}
+
+// failoverTimeout bounds one run of --failover-cmd beyond its down time.
+const failoverTimeout = 2 * time.Minute
+
+// failover runs command for each store-restart fault, with how long the
+// store should stay down in TENURE_FAULT_DOWN (seconds). Its output goes
+// to the log, never to the report: it may name hosts and credentials.
+func failover(command string, log *slog.Logger) func(ctx context.Context, down time.Duration) error {
+	return func(ctx context.Context, down time.Duration) error {
+		ctx, cancel := context.WithTimeout(ctx, down+failoverTimeout)
+		defer cancel()
+		c := exec.CommandContext(ctx, "/bin/sh", "-c", command)
+		c.Env = append(os.Environ(), fmt.Sprintf("TENURE_FAULT_DOWN=%.3f", down.Seconds()))
+		out, err := c.CombinedOutput()
+		if len(out) > 0 {
+			log.Info("failover command output", "output", strings.TrimSpace(string(out)))
+		}
+		if err != nil {
+			return fmt.Errorf("--failover-cmd: %w", err)
+		}
+		return nil
+	}
 }
 
 func writeTimeline(path string, rep *chaos.Report) error {

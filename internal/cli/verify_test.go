@@ -29,7 +29,7 @@ func TestVerifyHelpListsEveryFaultKind(t *testing.T) {
 	if code := e.main(t.Context(), []string{"verify", "--help"}); code != 0 {
 		t.Fatalf("exit %d", code)
 	}
-	for _, k := range verifyFaults() {
+	for _, k := range verifyFaults(true) {
 		if !strings.Contains(out.String(), "\n  "+k+" ") {
 			t.Errorf("verify --help does not describe %s:\n%s", k, out.String())
 		}
