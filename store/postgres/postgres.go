@@ -77,7 +77,7 @@ type Options struct {
 type Store struct {
 	pool     *pgxpool.Pool
 	ownsPool bool
-	lane     *renewLane // nil for a read-only store
+	lane     *renewLane // Open's, unless read-only; nil for New
 	table    string     // validated, unquoted; also the NOTIFY channel
 	ident    string     // quoted table identifier for SQL
 	sql      statements
@@ -185,7 +185,9 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 }
 
 // New makes a Store on an existing pool. Close leaves the pool open: it
-// belongs to the caller.
+// belongs to the caller. Unlike a Store from Open, it keeps no connection
+// apart for renewals (see renewLane): give the pool room for them, or use
+// Open on a slow network.
 func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 	if pool == nil {
 		return nil, errors.New("postgres: nil pool")
@@ -193,11 +195,6 @@ func New(pool *pgxpool.Pool, opts Options) (*Store, error) {
 	s, err := newStore(pool, opts)
 	if err != nil {
 		return nil, err
-	}
-	if !opts.ReadOnly {
-		if s.lane, err = newRenewLane(pool.Config()); err != nil {
-			return nil, fmt.Errorf("postgres: renewal connection: %w", err)
-		}
 	}
 	return s, nil
 }
