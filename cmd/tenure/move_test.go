@@ -44,7 +44,11 @@ func testMove(t *testing.T, url, dir string) {
 		t.Fatalf("move: exit %d %s%s", code, stdout, stderr)
 	}
 	moved := time.Now()
-	evs := waitStarts(t, log, 2, ttl)
+	// Within a round, the stop timeout and a start, which for the test
+	// binary re-run as the command can take a second on a loaded two-core
+	// machine under -race (CI once saw 1 of 2 starts after 2s). The time
+	// it takes is measured in BENCHMARKS.md, not judged here.
+	evs := waitStarts(t, log, 2, 3*ttl)
 	second := evs[len(evs)-1]
 	t.Logf("running on %s %v after the move", second.owner, second.at.Sub(moved).Round(time.Millisecond))
 	if second.owner != target {

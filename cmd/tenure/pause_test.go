@@ -52,7 +52,7 @@ func testPause(t *testing.T, url, dir string) {
 		t.Fatalf("resume: exit %d %s%s", code, stdout, stderr)
 	}
 	resumed := time.Now()
-	evs := waitStarts(t, log, 2, ttl)
+	evs := waitStarts(t, log, 2, 3*ttl) // a round and a start, which is slow under -race (see testMove)
 	t.Logf("running again %v after the resume", evs[len(evs)-1].at.Sub(resumed).Round(time.Millisecond))
 }
 
