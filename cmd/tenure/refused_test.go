@@ -9,9 +9,9 @@ import (
 )
 
 // TestRunGivesUpWhenTheStoreRefusesItsRightsOnPostgres: a role that may
-// not create the lease table makes run exit 1 with the server's reason
-// after a bounded number of tries, instead of warning forever; under
-// --once it is Tenure's own failure, 125.
+// not create the lease table makes run and pool exit 1 with the server's
+// reason after a bounded number of tries, instead of warning forever;
+// under --once it is Tenure's own failure, 125.
 func TestRunGivesUpWhenTheStoreRefusesItsRightsOnPostgres(t *testing.T) {
 	t.Parallel()
 	url := testenv.PostgresWithoutRights(t)
@@ -26,6 +26,7 @@ func TestRunGivesUpWhenTheStoreRefusesItsRightsOnPostgres(t *testing.T) {
 	}{
 		{[]string{"run", "--key", "job", "--ttl", "3s", "--store", url, "--", "sleep", "60"}, 1},
 		{[]string{"run", "--once", "--key", "job", "--ttl", "3s", "--store", url, "--", "sleep", "60"}, 125},
+		{[]string{"pool", "--name", "accts", "--keys", "a,b,c", "--ttl", "3s", "--store", url, "--", "sleep", "60"}, 1},
 	} {
 		began := time.Now()
 		_, stderr, code := runTenure(t, nil, c.args...)
