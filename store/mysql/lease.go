@@ -64,6 +64,9 @@ func (s *Store) acquireOnce(ctx context.Context, req store.AcquireRequest) (stor
 	if err != nil || found {
 		return store.AcquireResult{Holder: h}, err
 	}
+	if err := s.ensureFloor(ctx); err != nil {
+		return store.AcquireResult{}, err
+	}
 	r, err = s.exec(ctx, s.q.insert, key, owner, ttl, req.Running)
 	if err != nil {
 		return store.AcquireResult{}, err

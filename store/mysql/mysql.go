@@ -46,6 +46,8 @@ type Store struct {
 
 	lane   *renewLane // a connection of their own for renewals
 	closed atomic.Bool
+	// floorReady: the floor row is known to exist (see ensureFloor).
+	floorReady atomic.Bool
 	// access clears each call: none once closed, no write when read-only,
 	// and the table created on first use.
 	access sqlstore.Access

@@ -36,7 +36,7 @@ func (s *Store) Prune(ctx context.Context, prefix string, olderThan time.Duratio
 	if err := s.access.Write(ctx); err != nil {
 		return 0, err
 	}
-	if _, err := s.exec(ctx, s.q.floorRow); err != nil {
+	if err := s.ensureFloor(ctx); err != nil {
 		return 0, fmt.Errorf("mysql: prune %q: %w", prefix, err)
 	}
 	total, after := 0, ""
@@ -125,4 +125,20 @@ func (s *Store) pruneBatch(ctx context.Context, prefix, after string, olderThan 
 		return 0, "", err
 	}
 	return len(keys), last, nil
+}
+
+// ensureFloor makes the floor row exist, once per Store. An insert reads
+// the floor with a shared lock; on a missing row that lock is a gap lock,
+// and two inserts of new keys into that gap, each holding it and waiting
+// to insert, deadlock (16 first calls on a fresh table did). On the row
+// it is a record lock, which no insert of a lease key waits for.
+func (s *Store) ensureFloor(ctx context.Context) error {
+	if s.floorReady.Load() {
+		return nil
+	}
+	if _, err := s.exec(ctx, s.q.floorRow); err != nil {
+		return err
+	}
+	s.floorReady.Store(true)
+	return nil
 }

@@ -142,9 +142,8 @@ ORDER BY lease_key`),
 	updated_at = {now}
 WHERE lease_key = UNHEX(?) AND NOT released AND owner <> '' AND expires_at > {now}`),
 
-		// The floor row exists before a prune locks it, so that the lock
-		// is on a record, not a gap (which an insert's shared lock would
-		// not wait for).
+		// The floor row exists before an insert or a prune locks it, so
+		// that the locks are on a record, not a gap (see ensureFloor).
 		floorRow: r.Replace(`INSERT IGNORE INTO {t}
 	(lease_key, owner, epoch, expires_at, released, running, updated_at)
 VALUES ('', '', 0, 0, TRUE, FALSE, 0)`),
