@@ -64,8 +64,7 @@ func (s *Supervisor) storeAnswered(err error) {
 	defer s.unlock()
 	switch {
 	case err == nil:
-		s.storeSeen, s.storeErr = time.Now(), nil
-		s.sawAnswer, s.refusedRounds = true, 0
+		s.storeSeen, s.storeErr, s.sawAnswer = time.Now(), nil, true
 	case store.Permanent(err):
 		s.storeErr = err
 		s.sawRefusal = true

@@ -48,10 +48,18 @@ func (s *Store) Prune(ctx context.Context, prefix string, olderThan time.Duratio
 	if err != nil {
 		return 0, s.wrap("prune", err)
 	}
-	timer := lazyTimer{ttl: max(ceilSeconds(olderThan)+1, minTimerSeconds)}
+	timerTTL := max(ceilSeconds(olderThan)+1, minTimerSeconds)
 	var deleted atomic.Int64
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(parallel)
+	// One timer per call, granted when a first record needs marking.
+	timer := sync.OnceValues(func() (clientv3.LeaseID, error) {
+		resp, err := s.client.Grant(gctx, timerTTL)
+		if err != nil {
+			return 0, err
+		}
+		return resp.ID, nil
+	})
 	for _, v := range vs {
 		dead := v.live == nil && v.grace == nil
 		m, marked := markOf(v)
@@ -75,11 +83,11 @@ func (s *Store) Prune(ctx context.Context, prefix string, olderThan time.Duratio
 		case marked && known: // its timer is still running
 		default: // unmarked, or its timer ran out short of olderThan
 			g.Go(func() error {
-				id, err := timer.get(gctx, s)
+				id, err := timer()
 				if err != nil {
 					return err
 				}
-				return s.mark(gctx, v, mark{recRev: v.recRev, timer: id, ttl: timer.ttl})
+				return s.mark(gctx, v, mark{recRev: v.recRev, timer: id, ttl: timerTTL})
 			})
 		}
 	}
@@ -160,26 +168,6 @@ func (s *Store) timersRun(ctx context.Context, vs []*view) (map[clientv3.LeaseID
 		})
 	}
 	return run, g.Wait()
-}
-
-// lazyTimer grants one timer per Prune call, when a first record needs
-// marking.
-type lazyTimer struct {
-	ttl  int64
-	once sync.Once
-	id   clientv3.LeaseID
-	err  error
-}
-
-func (t *lazyTimer) get(ctx context.Context, s *Store) (clientv3.LeaseID, error) {
-	t.once.Do(func() {
-		resp, err := s.client.Grant(ctx, t.ttl)
-		if err == nil {
-			t.id = resp.ID
-		}
-		t.err = err
-	})
-	return t.id, t.err
 }
 
 // mark writes m as v's mark, if v's record is still the one read.

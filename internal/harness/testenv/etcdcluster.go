@@ -22,7 +22,6 @@ import (
 // a follower, and restart a member with its data. The machine's shared
 // etcd is never touched.
 type EtcdCluster struct {
-	t       testing.TB
 	bin     string
 	members []*EtcdMember
 	initial string // --initial-cluster
@@ -51,7 +50,7 @@ func StartEtcdCluster(t testing.TB, n int, extra ...string) *EtcdCluster {
 	if err != nil {
 		Unavailable(t, "etcd binary not found on PATH; install etcd-server to run this test")
 	}
-	c := &EtcdCluster{t: t, bin: bin, token: UniqueName("tenure-test-")}
+	c := &EtcdCluster{bin: bin, token: UniqueName("tenure-test-")}
 	var initial []string
 	for i := range n {
 		m := &EtcdMember{
