@@ -13,11 +13,14 @@ import (
 
 func TestFirstSignalStopsARepeatIsIgnoredAndALaterOneKills(t *testing.T) {
 	var stops, hurries, hangups atomic.Int32
+	hungUp := make(chan struct{}, 1)
 	h := &signalHandler{
-		log:    slog.New(slog.NewTextHandler(io.Discard, nil)),
-		stop:   func() { stops.Add(1) },
-		hurry:  func() { hurries.Add(1) },
-		hangup: func() { hangups.Add(1) },
+		log:   slog.New(slog.NewTextHandler(io.Discard, nil)),
+		stop:  func() { stops.Add(1) },
+		hurry: func() { hurries.Add(1) },
+		// The handler reloads in a goroutine of its own (a reload whose
+		// log blocks must not hold up a stop): wait for it, not for luck.
+		hangup: func() { hangups.Add(1); hungUp <- struct{}{} },
 	}
 	sigs := make(chan os.Signal)
 	done := make(chan struct{})
@@ -27,6 +30,7 @@ func TestFirstSignalStopsARepeatIsIgnoredAndALaterOneKills(t *testing.T) {
 	sigs <- syscall.SIGHUP // with a hangup action, SIGHUP does not stop
 	sigs <- syscall.SIGTERM
 	sigs <- syscall.SIGTERM // the same request delivered twice
+	<-hungUp
 	if stops.Load() != 1 || hurries.Load() != 0 || hangups.Load() != 1 || h.first() != syscall.SIGTERM {
 		t.Fatalf("stops %d hurries %d hangups %d first %v; want 1, 0, 1, SIGTERM", stops.Load(), hurries.Load(), hangups.Load(), h.first())
 	}
