@@ -19,11 +19,14 @@ var HardPasswords = []string{
 }
 
 // UnreachableURLs are store URLs of every scheme that has passwords, each
-// with the password PW, on a port where nothing listens. Each fails fast.
+// with the password PW, on a port where nothing listens. Each fails fast,
+// refused at once; the connect timeouts only bound a machine so loaded
+// that a refusal comes late (with 2 s, one of two twins once timed out
+// where the other was refused, and their messages differed).
 var UnreachableURLs = []string{
-	"postgres://app:PW@127.0.0.1:1/db?connect_timeout=2",
-	"postgresql://app:PW@127.0.0.1:1/db?connect_timeout=2&table=t",
-	"mysql://root:PW@127.0.0.1:1/db?timeout=2s",
+	"postgres://app:PW@127.0.0.1:1/db?connect_timeout=10",
+	"postgresql://app:PW@127.0.0.1:1/db?connect_timeout=10&table=t",
+	"mysql://root:PW@127.0.0.1:1/db?timeout=10s",
 	"redis://:PW@127.0.0.1:1/0?dial_timeout=1s&max_retries=-1",
 	"rediss://u:PW@127.0.0.1:1/0?dial_timeout=1s&max_retries=-1&namespace=n",
 	"etcd://u:PW@127.0.0.1:1?dial_timeout=300ms",
