@@ -310,9 +310,15 @@ func (c *checker) earlyTakeovers() {
 	}
 }
 
+// expiryLag is how long past a term's expiry + grace a store itself may
+// keep peers out. etcd revokes an expired lease, and deletes its keys, only
+// when its lessor's timer next fires (every 500 ms), then commits the
+// revocation through raft (store/etcd's doc says so).
+var expiryLag = map[string]time.Duration{kindEtcd: 500 * time.Millisecond}
+
 // takeoverBound is how soon a crashed holder's keys must run elsewhere.
 func (c *checker) takeoverBound() time.Duration {
-	return c.t.TTL + c.t.Grace + c.t.RenewEvery + TakeoverSlack
+	return c.t.TTL + c.t.Grace + c.t.RenewEvery + TakeoverSlack + expiryLag[c.rep.History.Kind]
 }
 
 // crashTakeovers: each key a killed replica was running is running on

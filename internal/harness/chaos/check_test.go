@@ -265,6 +265,30 @@ func TestASlowTakeoverAfterAKillIsCaught(t *testing.T) {
 	}
 }
 
+// etcd deletes an expired lease's keys only when its lessor's timer next
+// fires, every 500 ms: a CI run on a loaded host saw etcd takeovers 4.38 s
+// and 4.59 s after a kill, past the 4.35 s every other store meets. The
+// bound allows etcd that timer, and no other store.
+func TestEtcdsTakeoverBoundAllowsItsRevokeTimer(t *testing.T) {
+	for _, tc := range []struct {
+		kind string
+		ok   bool
+	}{{kindEtcd, true}, {kindPostgres, false}, {kindRedis, false}} {
+		s := newStory("r1", "r2")
+		s.h.Kind = tc.kind
+		s.run("r1", 1, 0, 1000, "")
+		s.add(Event{T: s.at(1000), Ev: evFaultBegin, Fault: FaultKill, Target: "r1"})
+		s.add(Event{T: s.at(1010), Ev: evExited, Target: "r1"})
+		s.add(Event{T: s.at(1010), Ev: evFaultEnd, Fault: FaultKill, Target: "r1"})
+		s.run("r2", 2, 1000+4600, 9000, causeStopping)
+		rep := s.check(t)
+		if rep.OK() != tc.ok {
+			t.Errorf("%s: a takeover 4.6 s after a kill passes=%v, want %v (bound %v):\n%s",
+				tc.kind, rep.OK(), tc.ok, rep.Takeover.Bound, text(rep))
+		}
+	}
+}
+
 func TestAKilledHolderNobodyReplacesIsCaught(t *testing.T) {
 	s := newStory("r1", "r2")
 	s.run("r1", 1, 0, 1000, "")
