@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/tenure-dev/tenure/internal/harness/netproxy"
 	"strings"
 	"testing"
 	"time"
@@ -25,17 +26,17 @@ var networkedStores = []struct {
 }
 
 // viaProxies opens b as a replica would: through a proxy per endpoint.
-func viaProxies(t *testing.T, b backend) (closingStore, proxies) {
+func viaProxies(t *testing.T, b backend) (closingStore, netproxy.Group) {
 	t.Helper()
 	eps, err := b.endpoints()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var ps proxies
+	var ps netproxy.Group
 	t.Cleanup(func() { ps.Close() })
 	var addrs []string
 	for _, ep := range eps {
-		p, err := newProxy(ep)
+		p, err := netproxy.New(ep)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -91,13 +92,13 @@ func TestReplicasReachEveryStoreOnlyThroughTheirProxies(t *testing.T) {
 			if err := list(ctx, st, 2*time.Second); err != nil {
 				t.Fatalf("through the proxy: %v", err)
 			}
-			ps.setDown(true)
+			ps.SetDown(true)
 			for range 3 { // a fresh connection of a pool must not get round it either
 				if err := list(ctx, st, 300*time.Millisecond); err == nil {
 					t.Fatal("a call got through a partition of every proxy")
 				}
 			}
-			ps.setDown(false)
+			ps.SetDown(false)
 			deadline := time.Now().Add(10 * time.Second)
 			for err := list(ctx, st, time.Second); err != nil; err = list(ctx, st, time.Second) {
 				if time.Now().After(deadline) {
@@ -129,14 +130,11 @@ func TestAnEtcdReplicaDialsEveryEndpointThroughAProxyOfItsOwn(t *testing.T) {
 			if err := list(t.Context(), st, time.Second); err != nil {
 				t.Fatal(err)
 			}
-			p.mu.Lock()
-			n := len(p.links)
-			p.mu.Unlock()
-			if n > 0 {
+			if p.Conns() > 0 {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("nothing connected through the proxy for %s", p.upstream)
+				t.Fatalf("nothing connected through the proxy for %s", p.Upstream())
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
@@ -185,7 +183,7 @@ func TestSlowStoreCountsEachStoresRoundTrips(t *testing.T) {
 					}
 				}
 			}
-			ps.setDelay(oneWay)
+			ps.SetDelay(oneWay)
 			slowest := 0.0
 			for name, call := range calls {
 				best := 1e9 // the fewest of three: a loaded machine only adds

@@ -154,17 +154,17 @@ func (h *harness) network(p *proc, s Step, on bool) {
 	if len(p.proxies) > 0 {
 		switch s.Fault {
 		case FaultPartition:
-			p.proxies.setDown(on)
+			p.proxies.SetDown(on)
 		case FaultHold:
-			p.proxies.setHold(on)
+			p.proxies.SetHold(on)
 		case FaultLatency:
-			p.proxies.setDelay(map[bool]time.Duration{true: s.Latency}[on])
+			p.proxies.SetDelay(map[bool]time.Duration{true: s.Latency}[on])
 		case FaultSlowStore:
 			// The added time of a call, spread over the round trips of the
 			// store's slowest steady call, half each way: every call still
 			// answers within the call timeout, as the fault promises.
 			rt := time.Duration(roundTrips[h.backend.Kind])
-			p.proxies.setDelay(map[bool]time.Duration{true: s.Latency / (2 * rt)}[on])
+			p.proxies.SetDelay(map[bool]time.Duration{true: s.Latency / (2 * rt)}[on])
 		}
 		return
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/tenure-dev/tenure/internal/harness/netproxy"
 	"io"
 	"os"
 	"os/exec"
@@ -25,9 +26,9 @@ type proc struct {
 	n          int // spawn order
 	cmd        *exec.Cmd
 	pid        int
-	log        string  // its event log
-	proxies    proxies // networked stores: one per store endpoint
-	control    string  // SQLite: the fault control file
+	log        string         // its event log
+	proxies    netproxy.Group // networked stores: one per store endpoint
+	control    string         // SQLite: the fault control file
 	expected   atomic.Bool
 	exited     chan struct{}
 	busy       bool // a fault is using it; guarded by harness.mu
@@ -92,7 +93,7 @@ func (h *harness) spawnAs(owner string, busy bool) (p *proc, err error) {
 		if err != nil {
 			return nil, err
 		}
-		var ps proxies // p is nil by the time a failed return's defers run
+		var ps netproxy.Group // p is nil by the time a failed return's defers run
 		defer func() {
 			if err != nil {
 				ps.Close()
@@ -100,7 +101,7 @@ func (h *harness) spawnAs(owner string, busy bool) (p *proc, err error) {
 		}()
 		addrs := make([]string, len(eps))
 		for i, ep := range eps {
-			px, err := newProxy(ep)
+			px, err := netproxy.New(ep)
 			if err != nil {
 				return nil, fmt.Errorf("chaos: proxy: %w", err)
 			}

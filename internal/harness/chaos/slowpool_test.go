@@ -43,7 +43,7 @@ func TestRenewalsFindAConnectionOnASlowNetwork(t *testing.T) {
 			}
 			// 47 ms each way: a call's round trip answers well within the
 			// 300 ms a call may take, a fresh connection does not.
-			ps.setDelay(47 * time.Millisecond)
+			ps.SetDelay(47 * time.Millisecond)
 			stop := make(chan struct{})
 			var wg sync.WaitGroup
 			wg.Go(func() { // the acquisition pass, retrying keys the peer holds

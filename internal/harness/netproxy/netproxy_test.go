@@ -1,4 +1,4 @@
-package chaos
+package netproxy
 
 import (
 	"bufio"
@@ -76,8 +76,8 @@ func (c *client) read(wait time.Duration) (string, error) {
 	return c.r.ReadString('\n')
 }
 
-func proxyTo(t *testing.T, c *counter) *proxy {
-	p, err := newProxy(c.ln.Addr().String())
+func proxyTo(t *testing.T, c *counter) *Proxy {
+	p, err := New(c.ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,14 +92,14 @@ func TestHeldRepliesStillCommit(t *testing.T) {
 	if got, err := cl.ask(t, time.Second); err != nil || got != "1\n" {
 		t.Fatalf("through the proxy: %q, %v", got, err)
 	}
-	p.setHold(true)
+	p.SetHold(true)
 	if got, err := cl.ask(t, 200*time.Millisecond); !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("a reply got through while held: %q, %v", got, err)
 	}
 	if n := up.committed.Load(); n != 2 {
 		t.Fatalf("the held request was not committed upstream: %d requests committed, want 2", n)
 	}
-	p.setHold(false)
+	p.SetHold(false)
 	if got, err := cl.read(time.Second); err != nil || got != "2\n" {
 		t.Fatalf("the held reply was not delivered late: %q, %v", got, err)
 	}
@@ -112,7 +112,7 @@ func TestAPartitionStallsRequestsAndBreaksTheConnectionsThatLivedThroughIt(t *te
 	if _, err := old.ask(t, time.Second); err != nil {
 		t.Fatal(err)
 	}
-	p.setDown(true)
+	p.SetDown(true)
 	if got, err := old.ask(t, 200*time.Millisecond); !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("an answer crossed the partition: %q, %v", got, err)
 	}
@@ -123,7 +123,7 @@ func TestAPartitionStallsRequestsAndBreaksTheConnectionsThatLivedThroughIt(t *te
 	if n := up.committed.Load(); n != 1 {
 		t.Fatalf("%d requests committed, want only the one before the partition", n)
 	}
-	p.setDown(false)
+	p.SetDown(false)
 	for name, c := range map[string]*client{"old": old, "during": during} {
 		if got, err := c.read(time.Second); err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
 			t.Errorf("the %s connection survived the partition: %q, %v", name, got, err)
@@ -138,7 +138,7 @@ func TestLatencyDelaysEachDirection(t *testing.T) {
 	up := newCounter(t)
 	p := proxyTo(t, up)
 	cl := dial(t, p.Addr())
-	p.setDelay(60 * time.Millisecond)
+	p.SetDelay(60 * time.Millisecond)
 	start := time.Now()
 	if _, err := cl.ask(t, time.Second); err != nil {
 		t.Fatal(err)
@@ -146,7 +146,7 @@ func TestLatencyDelaysEachDirection(t *testing.T) {
 	if rtt := time.Since(start); rtt < 120*time.Millisecond {
 		t.Errorf("round trip %v with 60ms each way, want at least 120ms", rtt)
 	}
-	p.setDelay(0)
+	p.SetDelay(0)
 	start = time.Now()
 	if _, err := cl.ask(t, time.Second); err != nil {
 		t.Fatal(err)

@@ -1,4 +1,8 @@
-package chaos
+// Package netproxy is a TCP proxy that plays network faults on real
+// connections between a client and a server: a partition, replies held
+// back, added latency. The fault harness puts one between each replica and
+// each store endpoint; store tests put one on a replication link.
+package netproxy
 
 import (
 	"net"
@@ -6,8 +10,8 @@ import (
 	"time"
 )
 
-// proxy is a TCP proxy between one replica and the store, through which
-// the harness plays network faults on real connections:
+// Proxy is a TCP proxy between a client (a replica) and a server (the
+// store), through which a test plays network faults on real connections:
 //
 //   - down: nothing gets through in either direction, new connections
 //     hang; when it heals, every connection that lived through it is
@@ -16,7 +20,7 @@ import (
 //     when it ends they are delivered late (to a client that has usually
 //     given up on them);
 //   - delay: every chunk is delivered that much later, in each direction.
-type proxy struct {
+type Proxy struct {
 	ln       net.Listener
 	upstream string
 
@@ -49,51 +53,62 @@ func (l *link) close() {
 	})
 }
 
-// proxies are a replica's proxies, one per endpoint of the store (etcd's
+// Group is a replica's proxies, one per endpoint of the store (etcd's
 // client keeps a connection to each member it was given): a network fault
 // strikes them all at once, as a partition of the replica's host would.
-type proxies []*proxy
+type Group []*Proxy
 
-func (ps proxies) setDown(down bool) {
+func (ps Group) SetDown(down bool) {
 	for _, p := range ps {
-		p.setDown(down)
+		p.SetDown(down)
 	}
 }
 
-func (ps proxies) setHold(hold bool) {
+func (ps Group) SetHold(hold bool) {
 	for _, p := range ps {
-		p.setHold(hold)
+		p.SetHold(hold)
 	}
 }
 
-func (ps proxies) setDelay(d time.Duration) {
+func (ps Group) SetDelay(d time.Duration) {
 	for _, p := range ps {
-		p.setDelay(d)
+		p.SetDelay(d)
 	}
 }
 
 // Close closes every proxy.
-func (ps proxies) Close() {
+func (ps Group) Close() {
 	for _, p := range ps {
 		p.Close()
 	}
 }
 
-func newProxy(upstream string) (*proxy, error) {
+// New starts a proxy on a free loopback port that forwards to upstream.
+func New(upstream string) (*Proxy, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	p := &proxy{ln: ln, upstream: upstream, changed: make(chan struct{}), links: map[*link]bool{}}
+	p := &Proxy{ln: ln, upstream: upstream, changed: make(chan struct{}), links: map[*link]bool{}}
 	p.wg.Go(p.accept)
 	return p, nil
 }
 
-// Addr is the address replicas dial instead of the store's.
-func (p *proxy) Addr() string { return p.ln.Addr().String() }
+// Addr is the address clients dial instead of upstream.
+func (p *Proxy) Addr() string { return p.ln.Addr().String() }
+
+// Upstream is the address the proxy forwards to.
+func (p *Proxy) Upstream() string { return p.upstream }
+
+// Conns is how many client connections the proxy holds now.
+func (p *Proxy) Conns() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.links)
+}
 
 // Close stops the proxy and closes every connection through it.
-func (p *proxy) Close() {
+func (p *Proxy) Close() {
 	p.mu.Lock()
 	p.closed = true
 	for l := range p.links {
@@ -105,8 +120,8 @@ func (p *proxy) Close() {
 	p.wg.Wait()
 }
 
-// setDown cuts the store off (true) or heals the partition (false).
-func (p *proxy) setDown(down bool) {
+// SetDown cuts the store off (true) or heals the partition (false).
+func (p *Proxy) SetDown(down bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.down = down
@@ -120,28 +135,28 @@ func (p *proxy) setDown(down bool) {
 	p.broadcastLocked()
 }
 
-// setHold holds replies back (true) or delivers them again (false).
-func (p *proxy) setHold(hold bool) {
+// SetHold holds replies back (true) or delivers them again (false).
+func (p *Proxy) SetHold(hold bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.hold = hold
 	p.broadcastLocked()
 }
 
-// setDelay sets the added one-way latency.
-func (p *proxy) setDelay(d time.Duration) {
+// SetDelay sets the added one-way latency.
+func (p *Proxy) SetDelay(d time.Duration) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.delay = d
 	p.broadcastLocked()
 }
 
-func (p *proxy) broadcastLocked() {
+func (p *Proxy) broadcastLocked() {
 	close(p.changed)
 	p.changed = make(chan struct{})
 }
 
-func (p *proxy) accept() {
+func (p *Proxy) accept() {
 	for {
 		c, err := p.ln.Accept()
 		if err != nil {
@@ -161,7 +176,7 @@ func (p *proxy) accept() {
 	}
 }
 
-func (p *proxy) serve(l *link) {
+func (p *Proxy) serve(l *link) {
 	defer func() {
 		l.close()
 		p.mu.Lock()
@@ -200,7 +215,7 @@ type chunk struct {
 // pump copies src to dst through the proxy's faults. Reading and writing
 // are separate goroutines so that added latency delays each chunk from the
 // moment it arrived, instead of adding up.
-func (p *proxy) pump(l *link, src, dst net.Conn, reply bool) {
+func (p *Proxy) pump(l *link, src, dst net.Conn, reply bool) {
 	chunks := make(chan chunk, 64)
 	var reader sync.WaitGroup
 	reader.Go(func() {
@@ -246,7 +261,7 @@ func (p *proxy) pump(l *link, src, dst net.Conn, reply bool) {
 
 // await blocks while the proxy's faults stop this direction, and reports
 // false when the link was closed meanwhile.
-func (p *proxy) await(l *link, reply bool) bool {
+func (p *Proxy) await(l *link, reply bool) bool {
 	for {
 		p.mu.Lock()
 		blocked := p.down || reply && p.hold
