@@ -19,20 +19,18 @@ import (
 // the server, so no client clock is involved.
 type statements struct {
 	create, acquire, holder, renew, release, list, revoke string
-	lock, prune, raiseFloor                               string
+	lock, prune, raiseFloor, recordServer                 string
 }
-
-// floor is the epoch floor: the highest epoch Prune deleted, kept in the
-// row whose key is empty (no lease key is). See prune.go for why an
-// acquisition never reads a stale one.
-const floor = `(SELECT COALESCE(max(f.epoch), 0) FROM %s AS f WHERE f.key = '')`
 
 // eventJSON is the NOTIFY payload of one row, parsed by parseEvent. Keys
 // and owners are at most 512 bytes without control characters, so the
 // payload stays far below PostgreSQL's 8000-byte limit.
 const eventJSON = `json_build_object('e', %s, 'k', l.key, 'o', l.owner, 'n', l.epoch)::text`
 
-func buildStatements(t string) statements {
+// buildStatements writes the statements of table t; identity is the SQL
+// expression naming the server (serverIdentity, or noIdentity where the
+// server cannot tell).
+func buildStatements(t, identity string) statements {
 	acquired := fmt.Sprintf(eventJSON, `'acquired'`)
 	released := fmt.Sprintf(eventJSON, `'released'`)
 	return statements{
@@ -49,12 +47,22 @@ func buildStatements(t string) statements {
 		// Rules 1–2. ON CONFLICT locks the existing row before it evaluates
 		// the WHERE and SET clauses, so their clock_timestamp() is read after
 		// any wait; excluded.expires_at is not used for that reason (the
-		// VALUES row is computed before the wait).
+		// inserted row is computed before the wait). The row comes from the
+		// floor row, and only when the floor row names the server the
+		// statement runs on and no failover quarantine is on (see
+		// promotion.go): otherwise nothing is inserted or updated, and the
+		// holder statement says why. excluded.epoch is the floor + 1, so a
+		// key's epoch also rises past every epoch a lost primary may have
+		// issued; a prune cannot raise the floor meanwhile (its table lock
+		// waits for this statement).
 		acquire: `INSERT INTO ` + t + ` AS l (key, owner, epoch, expires_at, released, running, updated_at)
-VALUES ($1, $2, ` + fmt.Sprintf(floor, t) + ` + 1, clock_timestamp() + $3 * interval '1 microsecond', false, $5, clock_timestamp())
+SELECT $1::text, $2::text, f.epoch + 1, clock_timestamp() + $3::bigint * interval '1 microsecond', false, $5::boolean, clock_timestamp()
+FROM ` + t + ` AS f
+WHERE f.key = '' AND f.owner = ` + identity + `
+	AND f.updated_at + ($3::bigint + $4::bigint) * interval '1 microsecond' <= clock_timestamp()
 ON CONFLICT (key) DO UPDATE SET
 	owner = excluded.owner,
-	epoch = l.epoch + 1,
+	epoch = GREATEST(l.epoch + 1, excluded.epoch),
 	expires_at = clock_timestamp() + $3 * interval '1 microsecond',
 	released = false,
 	running = excluded.running,
@@ -64,15 +72,22 @@ WHERE l.released
 	OR l.expires_at + $4 * interval '1 microsecond' <= clock_timestamp()
 RETURNING l.epoch, pg_notify($6, ` + acquired + `)`,
 
-		// The state of a key for a refused acquisition; sent in the same
-		// batch, so it costs no extra round trip. It is a new statement with
-		// a new snapshot, so it sees the row that blocked the INSERT even when
-		// that row was committed after the INSERT began.
-		holder: `SELECT l.owner, l.epoch, l.released, l.running,
-	NOT l.released AND l.owner <> '' AND l.expires_at > c.now,
-	(extract(epoch FROM l.expires_at - c.now) * 1000000)::bigint
-FROM ` + t + ` AS l, (SELECT clock_timestamp() AS now) AS c
-WHERE l.key = $1`,
+		// The state of a key for a refused acquisition, and of the floor
+		// row that may have refused it; sent in the same batch, so it costs
+		// no extra round trip. It is a new statement with a new snapshot,
+		// so it sees the row that blocked the INSERT even when that row was
+		// committed after the INSERT began. The last column is how long
+		// the failover quarantine keeps peers out, less the grace ($2 is
+		// the TTL), in the form of a lease's time left.
+		holder: `SELECT l.key IS NOT NULL, COALESCE(l.owner, ''), COALESCE(l.epoch, 0),
+	COALESCE(l.released, false), COALESCE(l.running, false),
+	COALESCE(NOT l.released AND l.owner <> '' AND l.expires_at > c.now, false),
+	COALESCE((extract(epoch FROM l.expires_at - c.now) * 1000000)::bigint, 0),
+	COALESCE(f.owner = ` + identity + `, false),
+	COALESCE((extract(epoch FROM f.updated_at - c.now) * 1000000)::bigint, 0) + $2::bigint
+FROM (SELECT clock_timestamp() AS now) AS c
+	LEFT JOIN ` + t + ` AS l ON l.key = $1
+	LEFT JOIN ` + t + ` AS f ON f.key = ''`,
 
 		// Rule 3 in one statement. A plain UPDATE computes its new row and
 		// checks its WHERE before waiting for a row lock held by another
@@ -161,8 +176,9 @@ RETURNING l.epoch, pg_notify($2, ` + acquired + `)`,
 	RETURNING l.key, l.epoch
 )
 SELECT count(*), COALESCE(max(epoch), 0), COALESCE(max(key), '') FROM d`,
-		raiseFloor: `INSERT INTO ` + t + ` AS l (key, owner, epoch, expires_at, released)
-VALUES ('', '', $1, '-infinity', true)
+		recordServer: recordServerSQL(t, identity),
+		raiseFloor: `INSERT INTO ` + t + ` AS l (key, owner, epoch, expires_at, released, updated_at)
+VALUES ('', '', $1, '-infinity', true, 'epoch')
 ON CONFLICT (key) DO UPDATE SET epoch = GREATEST(l.epoch, excluded.epoch)`,
 	}
 }
@@ -187,6 +203,36 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (_ store.
 }
 
 func (s *Store) acquireOnce(ctx context.Context, req store.AcquireRequest) (store.AcquireResult, error) {
+	// At most: a fall-back to noIdentity, recording the server, and a
+	// try that no longer races the floor row's first write.
+	for try := 1; ; try++ {
+		st := s.statements()
+		res, floor, err := s.acquireBatch(ctx, st, req)
+		switch {
+		case err != nil && try < 4 && s.identityUnsupported(err):
+			continue
+		case err != nil || floor == floorPassed || try == 4:
+			return res, err
+		case floor == floorOtherServer:
+			// A promotion (see promotion.go), or no server named yet.
+			if err := s.recordServer(ctx, st); err != nil {
+				return store.AcquireResult{}, err
+			}
+		}
+	}
+}
+
+// floorCheck is what the floor row said of an acquisition.
+type floorCheck int
+
+const (
+	floorPassed      floorCheck = iota // granted, or refused by the key's record or a quarantine
+	floorOtherServer                   // refused: the floor row names another server, or is missing
+	floorChanged                       // refused, but the floor row named this server by the time of the holder statement
+)
+
+// acquireBatch tries once, and reports what the floor row said.
+func (s *Store) acquireBatch(ctx context.Context, st *statements, req store.AcquireRequest) (store.AcquireResult, floorCheck, error) {
 	// READ COMMITTED whatever the connection's default: only then is the
 	// statement's snapshot taken after the table lock a prune holds, so
 	// that a key pruned meanwhile starts above the raised floor (see
@@ -195,14 +241,17 @@ func (s *Store) acquireOnce(ctx context.Context, req store.AcquireRequest) (stor
 	// trip: the batch is one pipeline.
 	b := &pgx.Batch{}
 	b.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
-	b.Queue(s.sql.acquire, req.Key, req.Owner, req.TTL.Microseconds(), req.Grace.Microseconds(), req.Running, s.table)
-	b.Queue(s.sql.holder, req.Key)
+	b.Queue(st.acquire, req.Key, req.Owner, req.TTL.Microseconds(), req.Grace.Microseconds(), req.Running, s.table)
+	b.Queue(st.holder, req.Key, req.TTL.Microseconds())
 	b.Queue("COMMIT")
 	br := s.pool.SendBatch(ctx, b)
 	_, err := br.Exec()
-	var res store.AcquireResult
+	var (
+		res   store.AcquireResult
+		floor floorCheck
+	)
 	if err == nil {
-		res, err = readAcquire(br, req.Key)
+		res, floor, err = readAcquire(br, req.Key)
 	}
 	if err == nil {
 		_, err = br.Exec()
@@ -210,27 +259,41 @@ func (s *Store) acquireOnce(ctx context.Context, req store.AcquireRequest) (stor
 	if cerr := br.Close(); err == nil && cerr != nil {
 		err = cerr
 	}
-	return res, err
+	return res, floor, err
 }
 
-func readAcquire(br pgx.BatchResults, key string) (store.AcquireResult, error) {
+func readAcquire(br pgx.BatchResults, key string) (store.AcquireResult, floorCheck, error) {
 	var epoch int64
 	err := br.QueryRow().Scan(&epoch, nil)
 	switch {
 	case err == nil:
-		return store.AcquireResult{Acquired: true, Epoch: epoch}, nil
+		return store.AcquireResult{Acquired: true, Epoch: epoch}, floorPassed, nil
 	case !errors.Is(err, pgx.ErrNoRows):
-		return store.AcquireResult{}, err
+		return store.AcquireResult{}, floorPassed, err
 	}
 	h := store.Lease{Key: key}
-	var left int64
-	if err := br.QueryRow().Scan(&h.Owner, &h.Epoch, &h.Released, &h.Running, &h.Live, &left); err != nil {
-		// The INSERT found a conflicting row, so it exists; no rows here
-		// would mean it was deleted behind the store's back.
-		return store.AcquireResult{}, fmt.Errorf("read holder: %w", err)
+	var (
+		exists, sameServer bool
+		left, quarantine   int64
+	)
+	err = br.QueryRow().Scan(&exists, &h.Owner, &h.Epoch, &h.Released, &h.Running, &h.Live, &left, &sameServer, &quarantine)
+	if err != nil {
+		return store.AcquireResult{}, floorPassed, fmt.Errorf("read holder: %w", err)
 	}
 	h.TimeLeft = time.Duration(left) * time.Microsecond
-	return store.AcquireResult{Holder: h}, nil
+	switch {
+	case !sameServer:
+		return store.AcquireResult{Holder: h}, floorOtherServer, nil
+	case !h.Live && quarantine > 0:
+		// The failover quarantine, not the key's own record, keeps the
+		// caller out: report it as a term of nobody's that ends with it.
+		h = store.Lease{Key: key, Epoch: h.Epoch, Live: true, TimeLeft: time.Duration(quarantine) * time.Microsecond}
+	case !exists:
+		// No record, no quarantine, the server named: the INSERT ran
+		// before another session's first write of the floor row.
+		return store.AcquireResult{Holder: h}, floorChanged, nil
+	}
+	return store.AcquireResult{Holder: h}, floorPassed, nil
 }
 
 // Renew extends every listed term of owner in one statement.

@@ -39,6 +39,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"net/url"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -81,6 +82,10 @@ type Store struct {
 	table    string     // validated, unquoted; also the NOTIFY channel
 	ident    string     // quoted table identifier for SQL
 	sql      statements
+	// plain is sql without the server's identity, and noIdentity says
+	// the server has shown it cannot tell it (promotion.go).
+	plain      statements
+	noIdentity atomic.Bool
 	// access clears each call: none once closed, no write when read-only,
 	// and the table created on first use.
 	access sqlstore.Access
@@ -208,7 +213,8 @@ func newStore(pool *pgxpool.Pool, opts Options) (*Store, error) {
 		return nil, err
 	}
 	ident := pgx.Identifier{table}.Sanitize()
-	s := &Store{pool: pool, table: table, ident: ident, sql: buildStatements(ident)}
+	s := &Store{pool: pool, table: table, ident: ident, sql: buildStatements(ident, serverIdentity),
+		plain: buildStatements(ident, noIdentity)}
 	s.access = sqlstore.Access{
 		Backend: "postgres", Table: table, ReadOnly: opts.ReadOnly, AutoMigrate: !opts.NoAutoMigrate,
 		Closed: s.watches.Closed, Exists: s.tableExists, Create: s.migrate,

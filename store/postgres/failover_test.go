@@ -1,0 +1,146 @@
+package postgres
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/tenure-dev/tenure/internal/harness/testenv"
+	"github.com/tenure-dev/tenure/store"
+)
+
+const (
+	failoverTTL   = 2 * time.Second
+	failoverGrace = 500 * time.Millisecond
+)
+
+// openPair opens a store on the pair through its multi-host URL.
+func openPair(t *testing.T, pair *testenv.PostgresPair) *Store {
+	t.Helper()
+	s, err := Open(testenv.Context(t), pair.URL(), Options{Table: testenv.UniqueName("failover_")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// acquireEventually retries Acquire while the pool reconnects to the new
+// primary, and returns the first answer.
+func acquireEventually(t *testing.T, s *Store, key, owner string) store.AcquireResult {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		res, err := s.Acquire(ctx, store.AcquireRequest{Key: key, Owner: owner, TTL: failoverTTL, Grace: failoverGrace})
+		cancel()
+		if err == nil {
+			return res
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Acquire(%q) after the failover: %v", key, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// renewEventually is Renew, retried while the pool reconnects.
+func renewEventually(t *testing.T, s *Store, owner string, items ...store.RenewItem) []bool {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		got, err := s.Renew(ctx, owner, failoverTTL, items)
+		cancel()
+		if err == nil {
+			return got
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Renew after the failover: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// An asynchronous standby promoted after the primary crashed lacks the
+// primary's last commits. Here the standby's WAL receiver is held, so the
+// acquisition of "lost" is acknowledged to a but never replicated. Without
+// the promotion check, b took "lost" at once, with the very epoch a had been
+// given: two holders, one fencing token. With it, the store notices the new
+// timeline, keeps every key out of reach for TTL + grace (a fails closed
+// meanwhile: its renewal is refused) and then grants an epoch above any the
+// old primary issued. a's term on "kept", which was replicated, renews on.
+func TestAPromotedStandbyGrantsNoLostTermAgain(t *testing.T) {
+	pair := testenv.StartPostgresPair(t, testenv.Async)
+	s := openPair(t, pair)
+	kept := testenv.MustAcquire(t, s, "kept", "a", failoverTTL, failoverGrace)
+	testenv.MustAcquire(t, s, "warm", "a", failoverTTL, failoverGrace) // the floor row names the primary
+
+	if err := pair.HoldReplication(); err != nil {
+		t.Fatal(err)
+	}
+	lost := testenv.MustAcquire(t, s, "lost", "a", failoverTTL, failoverGrace)
+	if err := pair.Failover(); err != nil {
+		t.Fatal(err)
+	}
+	promoted := time.Now()
+
+	res := acquireEventually(t, s, "lost", "b")
+	if res.Acquired {
+		t.Fatalf("b was granted %q (epoch %d) at once after the promotion; a was granted epoch %d on the old primary and may still run it", "lost", res.Epoch, lost)
+	}
+	if h := res.Holder; !h.Live || h.Owner != "" || h.TimeLeft <= 0 || h.TimeLeft > failoverTTL {
+		t.Errorf("refused during the quarantine with holder %+v; want a live term of nobody's ending within the TTL", h)
+	}
+	if res := acquireEventually(t, s, "new-key", "b"); res.Acquired {
+		t.Errorf("a key never seen was granted during the quarantine")
+	}
+	got := renewEventually(t, s, "a", store.RenewItem{Key: "kept", Epoch: kept}, store.RenewItem{Key: "lost", Epoch: lost})
+	if !got[0] || got[1] {
+		t.Errorf("renewals after the promotion (kept, lost) = %v; want [true false]: the replicated term goes on, the lost one fails", got)
+	}
+
+	for {
+		res = acquireEventually(t, s, "lost", "b")
+		if res.Acquired {
+			break
+		}
+		// a renews as its keeper would, every few tens of milliseconds here.
+		if got := renewEventually(t, s, "a", store.RenewItem{Key: "kept", Epoch: kept}); !got[0] {
+			t.Fatalf("a's replicated term on %q was not renewed during the quarantine", "kept")
+		}
+		if time.Since(promoted) > time.Minute {
+			t.Fatalf("b never got %q: %+v", "lost", res.Holder)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if waited := time.Since(promoted); waited < failoverTTL+failoverGrace {
+		t.Errorf("b got %q %v after the promotion, before TTL + grace = %v", "lost", waited, failoverTTL+failoverGrace)
+	}
+	if res.Epoch <= lost+epochJump-2 {
+		t.Errorf("b's epoch %d is not above the floor a promotion raises (a's lost epoch %d + %d)", res.Epoch, lost, epochJump)
+	}
+}
+
+// A table whose floor row names no server (made by an older version, or
+// by a prune) starts naming its server without a quarantine.
+func TestTheFirstServerRecordedStartsNoQuarantine(t *testing.T) {
+	s := tables.New(t)
+	ctx := testenv.Context(t)
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.pool.Exec(ctx, s.sql.raiseFloor, 41); err != nil {
+		t.Fatal(err)
+	}
+	if got := testenv.MustAcquire(t, s, "k", "a", failoverTTL, failoverGrace); got != 42 {
+		t.Errorf("first epoch %d, want 42: above the floor, with no jump", got)
+	}
+	var owner string
+	if err := s.pool.QueryRow(ctx, `SELECT owner FROM `+s.ident+` WHERE key = ''`).Scan(&owner); err != nil {
+		t.Fatal(err)
+	}
+	if owner == "" {
+		t.Errorf("the floor row names no server after an acquisition")
+	}
+}
