@@ -152,8 +152,12 @@ func (r scheduledRunner) record(ctx context.Context, key, infix string, start, e
 	ctx, cancel := context.WithTimeout(ctx, r.s.cfg.CallTimeout)
 	defer cancel()
 	ttl := time.Until(end) + time.Minute
-	_, err := r.s.cfg.Store.Acquire(ctx, store.AcquireRequest{
+	res, err := r.s.cfg.Store.Acquire(ctx, store.AcquireRequest{
 		Key: key + infix + strconv.FormatInt(start.Unix(), 10), Owner: ScheduleOwner, TTL: ttl,
 	})
+	if err == nil && !res.Acquired {
+		// Not written is not recorded: the caller retries, or does not run.
+		err = fmt.Errorf("the store refused the record: held by %q", res.Holder.Owner)
+	}
 	return err
 }

@@ -2,12 +2,14 @@ package tenure_test
 
 import (
 	"context"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/tenure-dev/tenure"
 	"github.com/tenure-dev/tenure/internal/harness/testenv"
+	"github.com/tenure-dev/tenure/store"
 	"github.com/tenure-dev/tenure/store/memstore"
 )
 
@@ -164,4 +166,29 @@ func TestScheduleSettingsAreValidated(t *testing.T) {
 	if err := sup.Set("k"+tenure.DoneInfix+"1", tenure.Job{Runner: runner}); err == nil {
 		t.Error("a key holding a record infix: nil error")
 	}
+}
+
+// A schedule record the store refuses is not taken as written: with
+// NoRetry, a period whose start could not be recorded does not run (a
+// failover quarantine, or a term of another owner on the record's key).
+func TestARefusedScheduleRecordIsNotTakenAsWritten(t *testing.T) {
+	bubble(t, func(t *testing.T, st *memstore.Store) {
+		runs := &periodRuns{t: t}
+		start := time.Now().Truncate(time.Hour)
+		key := "report" + tenure.StartedInfix + strconv.FormatInt(start.Unix(), 10)
+		res, err := st.Acquire(t.Context(), store.AcquireRequest{Key: key, Owner: "intruder", TTL: 2 * time.Hour})
+		if err != nil || !res.Acquired {
+			t.Fatalf("Acquire(%q): %+v, %v", key, res, err)
+		}
+		r := newReplica(t, st, "A")
+		if err := r.Set("report", tenure.Job{Runner: runs.runner("A", time.Second), Schedule: scheduled(t, "0 * * * *"), NoRetry: true}); err != nil {
+			t.Fatal(err)
+		}
+		r.start()
+		defer r.stop()
+		advance(10 * time.Minute)
+		if n := len(runs.perMinute()); n != 0 {
+			t.Errorf("the period ran (%d runs) though its start could not be recorded", n)
+		}
+	})
 }

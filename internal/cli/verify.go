@@ -85,8 +85,13 @@ Supported stores: every one tenure runs on —
   mysql://                    the same, on MySQL or MariaDB
   redis://, rediss://         fenced writes in an SQLite file beside the run
   etcd://, etcd+https://      fenced writes in scratch keys, refused by etcd
-PostgreSQL, MySQL and Redis URLs must name one TCP host (no unix socket, no
-host list); an etcd URL may list several endpoints. The same --seed and
+With --failover-cmd the fenced writes go to an SQLite file beside the run
+whatever the store: a failover may lose the store's own acknowledged writes.
+MySQL and Redis URLs must name one TCP host (no unix socket, no host list);
+a PostgreSQL URL may list a primary and its standbys
+(postgres://u@db1,db2/ops?target_session_attrs=read-write), an etcd URL
+several endpoints. --failover-cmd then makes the store's own failover one
+of the faults. The same --seed and
 --faults replay the same fault schedule. A failed run keeps its history
 (named in the report) so it can be studied and replayed.
 

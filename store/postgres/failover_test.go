@@ -105,6 +105,9 @@ func TestAPromotedStandbyGrantsNoLostTermAgain(t *testing.T) {
 		if res.Acquired {
 			break
 		}
+		if h := res.Holder; h.TimeLeft <= -failoverGrace || h.TimeLeft > failoverTTL {
+			t.Fatalf("refused with holder %+v: it does not say when the quarantine ends", h)
+		}
 		// a renews as its keeper would, every few tens of milliseconds here.
 		if got := renewEventually(t, s, "a", store.RenewItem{Key: "kept", Epoch: kept}); !got[0] {
 			t.Fatalf("a's replicated term on %q was not renewed during the quarantine", "kept")
@@ -122,25 +125,85 @@ func TestAPromotedStandbyGrantsNoLostTermAgain(t *testing.T) {
 	}
 }
 
-// A table whose floor row names no server (made by an older version, or
-// by a prune) starts naming its server without a quarantine.
-func TestTheFirstServerRecordedStartsNoQuarantine(t *testing.T) {
+// A new table's floor row names its server from the start: its first
+// acquisition waits for nothing, and starts at epoch 1.
+func TestANewTableNamesItsServer(t *testing.T) {
 	s := tables.New(t)
-	ctx := testenv.Context(t)
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.pool.Exec(ctx, s.sql.raiseFloor, 41); err != nil {
-		t.Fatal(err)
-	}
-	if got := testenv.MustAcquire(t, s, "k", "a", failoverTTL, failoverGrace); got != 42 {
-		t.Errorf("first epoch %d, want 42: above the floor, with no jump", got)
+	if got := testenv.MustAcquire(t, s, "k", "a", failoverTTL, failoverGrace); got != 1 {
+		t.Errorf("first epoch %d, want 1", got)
 	}
 	var owner string
-	if err := s.pool.QueryRow(ctx, `SELECT owner FROM `+s.ident+` WHERE key = ''`).Scan(&owner); err != nil {
+	if err := s.pool.QueryRow(testenv.Context(t), `SELECT owner FROM `+s.ident+` WHERE key = ''`).Scan(&owner); err != nil {
 		t.Fatal(err)
 	}
 	if owner == "" {
-		t.Errorf("the floor row names no server after an acquisition")
+		t.Errorf("the floor row names no server")
+	}
+}
+
+// A floor row that names no server (a table made before the promotion
+// check, whose history is unknown) is treated as a promotion once: a
+// quarantine, and epochs above the floor; a record (no grace) is not held
+// back.
+func TestAFloorRowNamingNoServerStartsOneQuarantine(t *testing.T) {
+	s := tables.New(t)
+	held := testenv.MustAcquire(t, s, "held", "a", failoverTTL, failoverGrace)
+	ctx := testenv.Context(t)
+	if _, err := s.pool.Exec(ctx, `UPDATE `+s.ident+` SET owner = '' WHERE key = ''`); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Acquire(ctx, store.AcquireRequest{Key: "k", Owner: "b", TTL: failoverTTL, Grace: failoverGrace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Acquired || !res.Holder.Live || res.Holder.Owner != "" {
+		t.Fatalf("acquired %v, holder %+v; want a refusal by the quarantine", res.Acquired, res.Holder)
+	}
+	if got := testenv.Renew(t, s, "a", failoverTTL, store.RenewItem{Key: "held", Epoch: held}); !got[0] {
+		t.Errorf("a live term was not renewed during the quarantine")
+	}
+	rec, err := s.Acquire(ctx, store.AcquireRequest{Key: "k~paused", Owner: "tenure-pause", TTL: time.Hour})
+	if err != nil || !rec.Acquired || rec.Epoch <= epochJump {
+		t.Errorf("a record without grace: %+v, %v; want it granted above the raised floor", rec, err)
+	}
+	if ok, err := s.Revoke(ctx, "held"); err != nil || !ok {
+		t.Fatalf("Revoke: %v, %v", ok, err)
+	}
+	if got := testenv.LeaseOf(t, s, "held"); got.Epoch <= epochJump {
+		t.Errorf("revocation's epoch %d is not above the raised floor", got.Epoch)
+	}
+}
+
+// A store on a role that may not call the identity functions never names
+// the server, so it cannot end a quarantine a store that can has started;
+// it keeps to it.
+func TestAStoreThatCannotTellItsServerKeepsToTheQuarantine(t *testing.T) {
+	a := tables.New(t)
+	ctx := testenv.Context(t)
+	testenv.MustAcquire(t, a, "warm", "a", failoverTTL, failoverGrace)
+	b, err := Open(ctx, testenv.Postgres.URL(t), Options{Table: a.table})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	b.noIdentity.Store(true)
+	if _, err := a.pool.Exec(ctx, `UPDATE `+a.ident+` SET owner = 'another/00000002' WHERE key = ''`); err != nil {
+		t.Fatal(err)
+	}
+	acquire := func(s *Store, key string) store.AcquireResult {
+		res, err := s.Acquire(ctx, store.AcquireRequest{Key: key, Owner: "x", TTL: failoverTTL, Grace: failoverGrace})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	if res := acquire(a, "k1"); res.Acquired {
+		t.Fatal("granted right after a promotion")
+	}
+	if res := acquire(b, "k2"); res.Acquired {
+		t.Error("the store that cannot tell its server was granted a key during the quarantine")
+	}
+	if res := acquire(a, "k3"); res.Acquired {
+		t.Error("the quarantine ended once the other store had acquired")
 	}
 }

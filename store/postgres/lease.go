@@ -19,7 +19,8 @@ import (
 // the server, so no client clock is involved.
 type statements struct {
 	create, acquire, holder, renew, release, list, revoke string
-	lock, prune, raiseFloor, recordServer                 string
+	lock, prune, raiseFloor                               string
+	promotionSQL
 }
 
 // eventJSON is the NOTIFY payload of one row, parsed by parseEvent. Keys
@@ -27,10 +28,10 @@ type statements struct {
 // payload stays far below PostgreSQL's 8000-byte limit.
 const eventJSON = `json_build_object('e', %s, 'k', l.key, 'o', l.owner, 'n', l.epoch)::text`
 
-// buildStatements writes the statements of table t; identity is the SQL
-// expression naming the server (serverIdentity, or noIdentity where the
-// server cannot tell).
-func buildStatements(t, identity string) statements {
+// buildStatements writes the statements of table t; identity says whether
+// they name the server they run on (promotion.go).
+func buildStatements(t string, identity bool) statements {
+	p := buildPromotionSQL(t, identity)
 	acquired := fmt.Sprintf(eventJSON, `'acquired'`)
 	released := fmt.Sprintf(eventJSON, `'released'`)
 	return statements{
@@ -58,8 +59,8 @@ func buildStatements(t, identity string) statements {
 		acquire: `INSERT INTO ` + t + ` AS l (key, owner, epoch, expires_at, released, running, updated_at)
 SELECT $1::text, $2::text, f.epoch + 1, clock_timestamp() + $3::bigint * interval '1 microsecond', false, $5::boolean, clock_timestamp()
 FROM ` + t + ` AS f
-WHERE f.key = '' AND f.owner = ` + identity + `
-	AND f.updated_at + ($3::bigint + $4::bigint) * interval '1 microsecond' <= clock_timestamp()
+WHERE f.key = '' AND ` + p.named + `
+	AND ($4::bigint = 0 OR f.updated_at + ($3::bigint + $4::bigint) * interval '1 microsecond' <= clock_timestamp())
 ON CONFLICT (key) DO UPDATE SET
 	owner = excluded.owner,
 	epoch = GREATEST(l.epoch + 1, excluded.epoch),
@@ -83,7 +84,7 @@ RETURNING l.epoch, pg_notify($6, ` + acquired + `)`,
 	COALESCE(l.released, false), COALESCE(l.running, false),
 	COALESCE(NOT l.released AND l.owner <> '' AND l.expires_at > c.now, false),
 	COALESCE((extract(epoch FROM l.expires_at - c.now) * 1000000)::bigint, 0),
-	COALESCE(f.owner = ` + identity + `, false),
+	COALESCE(` + p.named + `, false),
 	COALESCE((extract(epoch FROM f.updated_at - c.now) * 1000000)::bigint, 0) + $2::bigint
 FROM (SELECT clock_timestamp() AS now) AS c
 	LEFT JOIN ` + t + ` AS l ON l.key = $1
@@ -152,9 +153,12 @@ ORDER BY l.key`,
 		// A new epoch owned by nobody; the expiry is kept, since a holder
 		// that never hears of the revocation may run until it: its next
 		// renewal is refused, and peers wait for expiry + grace.
+		// Above the floor too: after a promotion (recordServer runs first,
+		// in the same transaction) the old primary may have issued l.epoch
+		// + 1 already.
 		revoke: `UPDATE ` + t + ` AS l SET
 	owner = '',
-	epoch = l.epoch + 1,
+	epoch = GREATEST(l.epoch, (SELECT COALESCE(max(f.epoch), 0) FROM ` + t + ` AS f WHERE f.key = '')) + 1,
 	released = false,
 	running = false,
 	updated_at = clock_timestamp()
@@ -176,7 +180,7 @@ RETURNING l.epoch, pg_notify($2, ` + acquired + `)`,
 	RETURNING l.key, l.epoch
 )
 SELECT count(*), COALESCE(max(epoch), 0), COALESCE(max(key), '') FROM d`,
-		recordServer: recordServerSQL(t, identity),
+		promotionSQL: p,
 		raiseFloor: `INSERT INTO ` + t + ` AS l (key, owner, epoch, expires_at, released, updated_at)
 VALUES ('', '', $1, '-infinity', true, 'epoch')
 ON CONFLICT (key) DO UPDATE SET epoch = GREATEST(l.epoch, excluded.epoch)`,
@@ -203,7 +207,7 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (_ store.
 }
 
 func (s *Store) acquireOnce(ctx context.Context, req store.AcquireRequest) (store.AcquireResult, error) {
-	// At most: a fall-back to noIdentity, recording the server, and a
+	// At most: a fall-back to the plain statements, recording the server, and a
 	// try that no longer races the floor row's first write.
 	for try := 1; ; try++ {
 		st := s.statements()
@@ -251,7 +255,7 @@ func (s *Store) acquireBatch(ctx context.Context, st *statements, req store.Acqu
 		floor floorCheck
 	)
 	if err == nil {
-		res, floor, err = readAcquire(br, req.Key)
+		res, floor, err = readAcquire(br, req.Key, req.Grace)
 	}
 	if err == nil {
 		_, err = br.Exec()
@@ -262,7 +266,7 @@ func (s *Store) acquireBatch(ctx context.Context, st *statements, req store.Acqu
 	return res, floor, err
 }
 
-func readAcquire(br pgx.BatchResults, key string) (store.AcquireResult, floorCheck, error) {
+func readAcquire(br pgx.BatchResults, key string, grace time.Duration) (store.AcquireResult, floorCheck, error) {
 	var epoch int64
 	err := br.QueryRow().Scan(&epoch, nil)
 	switch {
@@ -284,10 +288,11 @@ func readAcquire(br pgx.BatchResults, key string) (store.AcquireResult, floorChe
 	switch {
 	case !sameServer:
 		return store.AcquireResult{Holder: h}, floorOtherServer, nil
-	case !h.Live && quarantine > 0:
+	case grace > 0 && !h.Live && quarantine > -grace.Microseconds() && (!exists || quarantine > left):
 		// The failover quarantine, not the key's own record, keeps the
-		// caller out: report it as a term of nobody's that ends with it.
-		h = store.Lease{Key: key, Epoch: h.Epoch, Live: true, TimeLeft: time.Duration(quarantine) * time.Microsecond}
+		// caller out: report it as a term of nobody's that ends with it,
+		// grace included, as a record's expiry would be.
+		h = store.Lease{Key: key, Epoch: h.Epoch, Live: quarantine > 0, TimeLeft: time.Duration(quarantine) * time.Microsecond}
 	case !exists:
 		// No record, no quarantine, the server named: the INSERT ran
 		// before another session's first write of the floor row.
@@ -422,7 +427,16 @@ func (s *Store) Revoke(ctx context.Context, key string) (_ bool, err error) {
 		return false, err
 	}
 	var epoch int64
-	err = s.pool.QueryRow(ctx, s.sql.revoke, key, s.table).Scan(&epoch, nil)
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		st := s.statements()
+		if _, err := tx.Exec(ctx, st.recordServer); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, st.revoke, key, s.table).Scan(&epoch, nil)
+	})
+	if err != nil && s.identityUnsupported(err) {
+		return s.Revoke(ctx, key)
+	}
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return false, nil

@@ -17,6 +17,18 @@
 // session) and expect Watch to stay silent: LISTEN needs a session too, and
 // the engine then polls.
 //
+// With a streaming standby, list every host and ask for the primary:
+// postgres://app@db1,db2/ops?target_session_attrs=read-write. A standby
+// promoted after its primary died may lack the primary's last commits
+// (with asynchronous replication); the store notices the promotion (the
+// server's timeline changed) on its first acquisition there, grants no
+// term for TTL + grace, so that every holder whose term was lost has
+// failed closed, and raises every later epoch above any the old primary
+// issued. Terms the new primary holds renew on. With synchronous
+// replication (synchronous_standby_names set, synchronous_commit on or
+// remote_apply) nothing acknowledged is lost and the quarantine only
+// delays takeovers. SAFETY.md has the figures.
+//
 // [Open] refuses a URL parameter that is neither pgx's, Tenure's ?table=
 // nor a PostgreSQL setting (a misspelling, most often) before it connects,
 // rather than let the server fail the connection on it.
@@ -24,8 +36,8 @@
 // Table layout (the key column uses the "C" collation, so keys compare byte
 // for byte: "Job", "job" and "job " are three keys):
 //
-//	key        text COLLATE "C" PRIMARY KEY
-//	owner      text        -- '' after a revocation
+//	key        text COLLATE "C" PRIMARY KEY -- '' for the floor row
+//	owner      text        -- '' after a revocation; the floor row: the server
 //	epoch      bigint      -- strictly increasing per key, never reset
 //	expires_at timestamptz
 //	released   boolean
@@ -213,8 +225,8 @@ func newStore(pool *pgxpool.Pool, opts Options) (*Store, error) {
 		return nil, err
 	}
 	ident := pgx.Identifier{table}.Sanitize()
-	s := &Store{pool: pool, table: table, ident: ident, sql: buildStatements(ident, serverIdentity),
-		plain: buildStatements(ident, noIdentity)}
+	s := &Store{pool: pool, table: table, ident: ident, sql: buildStatements(ident, true),
+		plain: buildStatements(ident, false)}
 	s.access = sqlstore.Access{
 		Backend: "postgres", Table: table, ReadOnly: opts.ReadOnly, AutoMigrate: !opts.NoAutoMigrate,
 		Closed: s.watches.Closed, Exists: s.tableExists, Create: s.migrate,
@@ -261,13 +273,24 @@ func (s *Store) migrate(ctx context.Context) error {
 	// creating the same table at once can both pass the check and one then
 	// fails with a unique violation on pg_type. A transaction-scoped
 	// advisory lock per table name serialises them across processes.
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrateLockID(s.table)); err != nil {
+	// The floor row names the server from the start (promotion.go), in
+	// the same transaction: a table is never seen without it.
+	create := func() error {
+		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrateLockID(s.table)); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, s.sql.create); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, s.statements().nameServer)
 			return err
-		}
-		_, err := tx.Exec(ctx, s.sql.create)
-		return err
-	})
+		})
+	}
+	err = create()
+	if err != nil && s.identityUnsupported(err) {
+		err = create()
+	}
 	if err != nil {
 		return fmt.Errorf("postgres: create table %s: %w", s.table, err)
 	}

@@ -13,6 +13,7 @@ import (
 
 	mysqldrv "github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	goredis "github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -81,8 +82,8 @@ type closingStore interface {
 
 // CheckStore reports whether Run can verify the store at rawURL: a URL
 // storeurl reads, whose server proxies can stand in for — one TCP host for
-// PostgreSQL, MySQL and Redis (no unix socket, no host list), any list of
-// endpoints for etcd. It connects to nothing. Errors wrap
+// MySQL and Redis, one or several for PostgreSQL (a primary and its
+// standbys; no unix socket), any list of endpoints for etcd. It connects to nothing. Errors wrap
 // store.ErrInvalidURL (or store.ErrInvalidName) and never show a password.
 func CheckStore(rawURL string) error {
 	_, err := parseBackend(rawURL, "chaos_check")
@@ -127,18 +128,26 @@ func (b backend) endpoints() ([]string, error) {
 	bad := func(why string) error {
 		return fmt.Errorf("chaos: %s: %s: %w", store.RedactURL(b.URL), why, store.ErrInvalidURL)
 	}
-	oneTCP := "verify needs one TCP host in the URL, which a proxy per replica stands in for (no unix socket, no host list)"
+	oneTCP := "verify needs one TCP host in the URL, which a proxy per replica stands in for (no unix socket, no host list but PostgreSQL's)"
 	switch b.Kind {
 	case kindPostgres:
+		// Hosts in the URL's order (a primary and its standbys, say), each
+		// once: pgx adds a fallback per host for each TLS mode it tries.
 		cfg, err := b.pgConfig()
 		if err != nil {
 			return nil, err
 		}
 		c := cfg.ConnConfig
-		if len(c.Fallbacks) > 0 || strings.HasPrefix(c.Host, "/") {
-			return nil, bad(oneTCP)
+		var eps []string
+		for _, h := range append([]*pgconn.FallbackConfig{{Host: c.Host, Port: c.Port}}, c.Fallbacks...) {
+			if strings.HasPrefix(h.Host, "/") {
+				return nil, bad("verify needs TCP hosts in the URL, which a proxy per replica stands in for (no unix socket)")
+			}
+			if ep := net.JoinHostPort(h.Host, strconv.Itoa(int(h.Port))); !slices.Contains(eps, ep) {
+				eps = append(eps, ep)
+			}
 		}
-		return []string{net.JoinHostPort(c.Host, strconv.Itoa(int(c.Port)))}, nil
+		return eps, nil
 	case kindMySQL:
 		cfg, _, err := mysql.ParseURL(b.URL)
 		if err != nil {
@@ -193,16 +202,17 @@ func (b backend) via(proxies []string) (backend, error) {
 	if b.Kind == kindEtcd {
 		return b, nil
 	}
-	if b.URL, err = withHost(b.URL, proxies[0]); err != nil {
+	if b.URL, err = withHost(b.URL, strings.Join(proxies, ",")); err != nil {
 		return b, err
 	}
 	if got, err := b.endpoints(); err != nil || !slices.Equal(got, proxies) {
-		return b, fmt.Errorf("chaos: the URL rewritten for a proxy reaches %v, not only %s (%v)", got, proxies[0], err)
+		return b, fmt.Errorf("chaos: the URL rewritten for proxies reaches %v, not only %v (%v)", got, proxies, err)
 	}
 	return b, nil
 }
 
-// withHost returns raw with its host:port replaced by addr. The password
+// withHost returns raw with its host:port replaced by addr (a list for
+// PostgreSQL's several hosts). The password
 // is taken out first and put back encoded, as storeurl does, so that one
 // net/url would misread survives.
 func withHost(raw, addr string) (string, error) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/tenure-dev/tenure/internal/harness/netproxy"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -227,8 +228,8 @@ func TestDirectConnectionsNeverShowAPassword(t *testing.T) {
 					cctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 					defer cancel()
 					var out []string
-					for _, err := range []error{b.cleanup(cctx), prepareResource(cctx, newResourceSpec(b, "x", t.TempDir())),
-						dropResource(cctx, newResourceSpec(b, "x", t.TempDir()))} {
+					for _, err := range []error{b.cleanup(cctx), prepareResource(cctx, newResourceSpec(b, "x", t.TempDir(), true)),
+						dropResource(cctx, newResourceSpec(b, "x", t.TempDir(), true))} {
 						if err != nil {
 							out = append(out, err.Error())
 						}
@@ -255,7 +256,7 @@ func TestDirectConnectionsNeverShowAPassword(t *testing.T) {
 func TestAPasswordWithAnAtSignReachesPostgresUnharmed(t *testing.T) {
 	u := testenv.WithPassword(t, testenv.Postgres.URL(t), "postgres", "p@ss@word")
 	b := scratchBackend(t, u.String())
-	rs := newResourceSpec(b, strings.TrimPrefix(b.Scratch, "chaos_test_"), t.TempDir())
+	rs := newResourceSpec(b, strings.TrimPrefix(b.Scratch, "chaos_test_"), t.TempDir(), true)
 	ctx := t.Context()
 	if err := prepareResource(ctx, rs); err != nil {
 		t.Fatal(err)
@@ -289,6 +290,27 @@ func TestAProxiedURLKeepsItsPassword(t *testing.T) {
 	}
 }
 
+// A PostgreSQL URL listing a primary and its standby gets a proxy per
+// host, in the URL's order, and the rewritten URL reaches the proxies
+// alone (pgx's fallback per TLS mode counted once).
+func TestAPostgresHostListGetsAProxyPerHost(t *testing.T) {
+	b, err := parseBackend("postgres://app:pw@db1:5432,db2:5433/ops?target_session_attrs=read-write", "chaos_check")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eps, err := b.endpoints()
+	if err != nil || !slices.Equal(eps, []string{"db1:5432", "db2:5433"}) {
+		t.Fatalf("endpoints %v, %v; want db1:5432 then db2:5433", eps, err)
+	}
+	v, err := b.via([]string{"127.0.0.1:4001", "127.0.0.1:4002"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(v.URL, "@127.0.0.1:4001,127.0.0.1:4002/ops?") || v.Via["db2:5433"] != "127.0.0.1:4002" {
+		t.Errorf("rewritten to %s, via %v", store.RedactURL(v.URL), v.Via)
+	}
+}
+
 // A run's scratch table, namespace or prefix, and its resource tables or
 // keys, are gone once it has cleaned up.
 func TestCleanupLeavesNothingOfARunBehind(t *testing.T) {
@@ -299,7 +321,7 @@ func TestCleanupLeavesNothingOfARunBehind(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rs := newResourceSpec(b, strings.TrimPrefix(b.Scratch, "chaos_test_"), t.TempDir())
+			rs := newResourceSpec(b, strings.TrimPrefix(b.Scratch, "chaos_test_"), t.TempDir(), true)
 			st, err := b.open(ctx)
 			if err != nil {
 				t.Fatal(err)

@@ -254,7 +254,10 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	for i := range o.Keys {
 		h.hist.Keys = append(h.hist.Keys, fmt.Sprintf("chaos-%s/k%d", runID, i+1))
 	}
-	h.res = newResourceSpec(b, runID, dir)
+	// A store the run fails over may lose what it acknowledged; a
+	// resource kept in it would lose fenced writes and make the fencing
+	// check meaningless.
+	h.res = newResourceSpec(b, runID, dir, o.RestartStore == nil)
 
 	runErr := h.run(ctx)
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)

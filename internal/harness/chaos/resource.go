@@ -33,12 +33,16 @@ type resourceSpec struct {
 }
 
 // newResourceSpec puts the run's resource next to its store where the
-// store can fence writes itself, and in an SQLite file in dir otherwise:
-// Redis has no transaction that could hold a fence's order.
-func newResourceSpec(b backend, runID, dir string) resourceSpec {
+// store can fence writes itself and inStore allows it, and in an SQLite
+// file in dir otherwise: Redis has no transaction that could hold a
+// fence's order.
+func newResourceSpec(b backend, runID, dir string, inStore bool) resourceSpec {
 	b.Via = nil
 	switch b.Kind {
 	case kindPostgres, kindMySQL, kindEtcd:
+		if !inStore {
+			break
+		}
 		return resourceSpec{Kind: b.Kind, Server: b, Fence: "chaos_fence_" + runID, Table: "chaos_data_" + runID}
 	}
 	return resourceSpec{Kind: kindSQLite, Path: filepath.Join(dir, "resource.db"), Fence: "chaos_fence", Table: "chaos_data"}

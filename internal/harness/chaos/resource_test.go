@@ -13,7 +13,7 @@ import (
 func resourceFor(t *testing.T, raw string) resource {
 	t.Helper()
 	b := scratchBackend(t, raw)
-	rs := newResourceSpec(b, testenv.UniqueName("t"), t.TempDir())
+	rs := newResourceSpec(b, testenv.UniqueName("t"), t.TempDir(), true)
 	ctx := t.Context()
 	if err := prepareResource(ctx, rs); err != nil {
 		t.Fatal(err)
