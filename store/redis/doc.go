@@ -48,15 +48,26 @@
 // that key within the same microseconds. Epochs are therefore large numbers
 // (about 1.8e15 in 2026), well inside int64 and exact in Lua's doubles.
 //
+// # Failover
+//
+// Redis acknowledges a write before its replicas have it, so a replica
+// promoted by a failover (Sentinel, Cluster, or by hand) may lack the
+// primary's last acquisitions and renewals. Every Redis server has a
+// replication id, and a promotion or a restart gives it a new one. The
+// acquisition script compares it with the one recorded in the namespace
+// (hash field "\0server"); on the first acquisition after a change, it
+// grants no term that asks for a grace for TTL + grace, so that every
+// holder whose term was lost has failed closed (its renewals are refused,
+// or cannot reach the store) before a peer starts the key. Terms the new
+// primary holds renew on. Epochs need no help: the clock part of the rule
+// above already puts the next one above every lost one.
+//
 // What this does not cover:
 //
-//   - Asynchronous replication. Redis acknowledges a write before its
-//     replicas have it; a failover can promote a replica that missed an
-//     acquisition or a renewal. The epoch rule still yields a larger epoch
-//     for the next term, but two processes may then both believe they hold
-//     the key until the lost holder's deadline passes: at most one holder
-//     per key is not guaranteed across such a failover. Fencing with the
-//     epoch (package fence) is what protects downstream data then.
+//   - A server that lost everything (a restart without persistence, a
+//     FLUSHALL) looks like a new namespace, and gets no quarantine:
+//     holders whose records vanished still run until their deadline.
+//     Give Redis persistence where that matters.
 //   - Clocks that go back. If the promoted replica's or restarted server's
 //     clock is behind the old server's by more than the time since the last
 //     acquisition, a key whose record was lost can get an epoch that an

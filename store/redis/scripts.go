@@ -64,12 +64,40 @@ end
 
 // acquireScript starts a term when the key is free (rule 1 of package store).
 //
+// It first checks which server it runs on (see "Failover" in doc.go): the
+// hash field serverField holds "replid,since" — the replication id of the
+// server the namespace's writes went to, and when a quarantine began. A
+// replica promoted by a failover, or a server restarted, has a new
+// replication id and may lack acknowledged writes: the first acquisition
+// there starts a quarantine in which no term that asks for a grace is
+// granted for TTL + grace, so a holder whose term was lost has failed
+// closed before a peer starts the key. A namespace with records but no
+// such field (made before this check) starts one too: its history is
+// unknown. An empty one (new, or wiped) does not.
+//
 //	ARGV: key, owner, ttl µs, grace µs, running 0|1, event channel
 //	→ {1, epoch} or {0, epoch, owner, time left µs, running 0|1, live 0|1}
 var acquireScript = goredis.NewScript(prelude + `
 local key, owner = ARGV[1], ARGV[2]
 local ttl, grace = tonumber(ARGV[3]), tonumber(ARGV[4])
 local now = now_us()
+
+local replid = string.match(redis.call('INFO', 'replication'), 'master_replid:(%w+)') or ''
+local since = 0
+local named = redis.call('HGET', KEYS[1], '` + serverField + `')
+if named then
+  local id, at = string.match(named, '^(%w*),(%d+)$')
+  since = tonumber(at) or now
+  if id ~= replid then
+    since = now
+  end
+elseif redis.call('ZCARD', KEYS[2]) > 0 then
+  since = now
+end
+if named ~= replid .. ',' .. int(since) then
+  redis.call('HSET', KEYS[1], '` + serverField + `', replid .. ',' .. int(since))
+end
+
 local v = redis.call('HGET', KEYS[1], key)
 local e = nil
 if v then
@@ -80,7 +108,13 @@ if v then
     if o ~= '' and now < x then live = 1 end
     return {0, e, o, x - now, run and 1 or 0, live}
   end
-else
+end
+if grace > 0 and now < since + ttl + grace then
+  -- The quarantine blocks, as a term of nobody's would.
+  local left = since + ttl - now
+  return {0, e or redis.call('HGET', KEYS[1], '') or '0', '', left, 0, left > 0 and 1 or 0}
+end
+if not v then
   redis.call('ZADD', KEYS[2], 0, key)
   e = redis.call('HGET', KEYS[1], '') or nil -- the floor Prune left
 end
@@ -89,6 +123,11 @@ redis.call('HSET', KEYS[1], key, encode(epoch, now + ttl, false, ARGV[5] == '1',
 redis.call('PUBLISH', ARGV[6], 'A\t' .. epoch .. '\t' .. owner .. '\t' .. key)
 return {1, epoch}
 `)
+
+// serverField is the hash field that names the server (acquireScript). It
+// starts with a byte no lease key holds, and is not in the sorted set, so
+// List and Prune never see it.
+const serverField = `\0server`
 
 // renewScript extends every listed live term of owner (rule 3).
 //
