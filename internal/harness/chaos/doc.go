@@ -89,12 +89,17 @@
 //     gracefully, so the population returns to its size. An engine whose
 //     store owner id is the configured name lets the two take keys from
 //     each other and run them at once.
-//   - store-restart: the store itself crashes and comes back
-//     (Options.RestartStore; tests only, on Redis).
+//   - store-restart: the store itself crashes and comes back, or fails
+//     over to a replica (Options.RestartStore: a Redis restart, an etcd
+//     member's death, a PostgreSQL standby or a Redis replica promoted
+//     after its primary's host died with the replica behind; tenure
+//     verify --failover-cmd). A store that may fail over keeps no fenced
+//     resource: its acknowledged writes may be lost.
 //
 // PostgreSQL, MySQL, Redis and etcd are reached through in-process TCP
 // proxies, one per replica and store endpoint, and nothing else: the SQL
-// stores and Redis get their proxy's address in the URL; etcd's gRPC
+// stores and Redis get their proxy's address in the URL (a PostgreSQL URL
+// listing a primary and its standbys, one per host); etcd's gRPC
 // client keeps its endpoints (so TLS checks the servers' names) and dials
 // each through its proxy, refusing any address it has none for. A network
 // fault strikes all of a replica's proxies at once. SQLite has no network,

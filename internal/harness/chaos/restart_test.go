@@ -6,10 +6,14 @@ import (
 	"net"
 	"os/exec"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/tenure-dev/tenure/internal/harness/netproxy"
 	"github.com/tenure-dev/tenure/internal/harness/testenv"
 )
 
@@ -33,14 +37,15 @@ func TestChaosRedisRestarts(t *testing.T) {
 
 // redisServer is a redis-server this test owns.
 type redisServer struct {
-	t    *testing.T
-	dir  string
-	port int
-	cmd  *exec.Cmd
-	done chan struct{}
+	t     *testing.T
+	dir   string
+	port  int
+	extra []string // more redis-server arguments, say --replicaof
+	cmd   *exec.Cmd
+	done  chan struct{}
 }
 
-func startRedis(t *testing.T) *redisServer {
+func startRedis(t *testing.T, extra ...string) *redisServer {
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
 		testenv.Unavailable(t, "redis-server is not installed")
@@ -51,7 +56,7 @@ func startRedis(t *testing.T) *redisServer {
 	}
 	port := ln.Addr().(*net.TCPAddr).Port
 	ln.Close()
-	s := &redisServer{t: t, dir: t.TempDir(), port: port}
+	s := &redisServer{t: t, dir: t.TempDir(), port: port, extra: extra}
 	if err := s.start(bin, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -59,11 +64,14 @@ func startRedis(t *testing.T) *redisServer {
 	return s
 }
 
-func (s *redisServer) url() string { return fmt.Sprintf("redis://127.0.0.1:%d/0", s.port) }
+func (s *redisServer) addr() string { return fmt.Sprintf("127.0.0.1:%d", s.port) }
+
+func (s *redisServer) url() string { return "redis://" + s.addr() + "/0" }
 
 func (s *redisServer) start(bin string, wait time.Duration) error {
-	cmd := exec.Command(bin, "--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--dir", s.dir,
-		"--appendonly", "yes", "--appendfsync", "always", "--save", "", "--daemonize", "no")
+	args := []string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--dir", s.dir,
+		"--appendonly", "yes", "--appendfsync", "always", "--save", "", "--daemonize", "no"}
+	cmd := exec.Command(bin, append(args, s.extra...)...)
 	cmd.Stdout, cmd.Stderr = nil, nil
 	if err := cmd.Start(); err != nil {
 		return fmt.Errorf("start redis-server: %w", err)
@@ -153,42 +161,96 @@ func TestChaosEtcdCluster(t *testing.T) {
 	}
 }
 
-// TestChaosPostgresStandby runs replicas against a PostgreSQL primary with
-// an asynchronous streaming standby, every replica given both hosts
-// (target_session_attrs=read-write) through proxies of its own, and fails
-// the primary over again and again: the standby falls behind (its WAL
-// stream held for half the fault's drawn downtime, 0.25-2 s), the
-// primary's host dies with its replication link, the standby is promoted
-// lacking what the primary acknowledged meanwhile, and the old primary
-// comes back as the new one's standby from a fresh base backup. Replicas
-// are killed and restarted meanwhile. The store's promotion check
-// (store/postgres/promotion.go) must keep every invariant anyway; without
-// it, a lost acquisition is granted again at once.
-func TestChaosPostgresStandby(t *testing.T) {
+// TestChaosRedisFailover runs replicas against a Redis primary with an
+// asynchronous replica, reached at one address that moves to the replica
+// when it is promoted, as a virtual IP a failover manager moves would.
+// Each failover cuts the replication link for half the fault's drawn
+// downtime first (the replica falls behind), SIGKILLs the primary,
+// promotes the replica (REPLICAOF NO ONE) and moves the address; the old
+// primary comes back as the new one's replica. Replicas are killed and
+// restarted meanwhile. The store's server check (store/redis, "Failover")
+// must keep every invariant anyway.
+func TestChaosRedisFailover(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs replicas under faults for tens of seconds")
 	}
-	pair := testenv.StartPostgresPair(t, testenv.Async)
+	primary := startRedis(t)
+	link, err := netproxy.New(primary.addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(link.Close)
+	front, err := netproxy.New(primary.addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(front.Close)
+	replica := startRedisReplica(t, link)
 	quarantine := DefaultTiming().TTL + DefaultTiming().Grace
 	failover := func(ctx context.Context, down time.Duration) error {
-		if err := pair.HoldReplication(); err != nil {
+		link.SetDown(true)
+		err := sleepCtx(ctx, down/2)
+		primary.kill()
+		link.SetDown(false)
+		if err != nil {
 			return err
 		}
-		if err := sleepCtx(ctx, down/2); err != nil {
+		c := goredis.NewClient(&goredis.Options{Addr: replica.addr()})
+		err = c.ReplicaOf(ctx, "NO", "ONE").Err()
+		c.Close()
+		if err != nil {
 			return err
 		}
-		if err := pair.Failover(); err != nil {
-			return err
-		}
-		// The fault lasts while no term may be granted, at least.
+		front.SetUpstream(replica.addr())
 		_ = sleepCtx(ctx, max(down, quarantine)) // a cancelled run still rejoins
-		return pair.Rejoin()
+		// The old primary comes back as the new one's replica.
+		link.SetUpstream(replica.addr())
+		host, port, _ := strings.Cut(link.Addr(), ":")
+		primary.extra = []string{"--replicaof", host, port}
+		if err := primary.start(primary.cmd.Path, 10*time.Second); err != nil {
+			return err
+		}
+		if err := waitSynced(ctx, primary); err != nil {
+			return err
+		}
+		primary, replica = replica, primary
+		return nil
 	}
-	rep := runChaosWith(t, pair.URL(), 30*time.Second, func(o *Options) {
+	rep := runChaosWith(t, "redis://"+front.Addr()+"/0", 30*time.Second, func(o *Options) {
 		o.RestartStore = failover
 		o.Faults = []string{FaultStoreRestart, FaultKill, FaultRestart}
 	})
 	if rep != nil && rep.Faults[FaultStoreRestart] < 1 {
 		t.Errorf("no failover")
+	}
+}
+
+// startRedisReplica starts a redis-server replicating through link, and
+// waits until it is in sync.
+func startRedisReplica(t *testing.T, link *netproxy.Proxy) *redisServer {
+	host, port, _ := strings.Cut(link.Addr(), ":")
+	s := startRedis(t, "--replicaof", host, port)
+	if err := waitSynced(t.Context(), s); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// waitSynced waits until the replica s reports its link to its primary up.
+func waitSynced(ctx context.Context, s *redisServer) error {
+	c := goredis.NewClient(&goredis.Options{Addr: s.addr()})
+	defer c.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		info, err := c.Info(ctx, "replication").Result()
+		if err == nil && strings.Contains(info, "master_link_status:up") {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("redis replica on %s not in sync: %v", s.addr(), err)
+		}
+		if err := sleepCtx(ctx, 20*time.Millisecond); err != nil {
+			return err
+		}
 	}
 }

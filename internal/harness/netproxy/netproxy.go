@@ -98,7 +98,22 @@ func New(upstream string) (*Proxy, error) {
 func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 
 // Upstream is the address the proxy forwards to.
-func (p *Proxy) Upstream() string { return p.upstream }
+func (p *Proxy) Upstream() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.upstream
+}
+
+// SetUpstream forwards new connections to addr and closes the ones open
+// now, as moving a virtual IP to another host would.
+func (p *Proxy) SetUpstream(addr string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.upstream = addr
+	for l := range p.links {
+		l.close()
+	}
+}
 
 // Conns is how many client connections the proxy holds now.
 func (p *Proxy) Conns() int {
@@ -188,7 +203,7 @@ func (p *Proxy) serve(l *link) {
 	if !p.await(l, false) {
 		return
 	}
-	server, err := net.DialTimeout("tcp", p.upstream, 5*time.Second)
+	server, err := net.DialTimeout("tcp", p.Upstream(), 5*time.Second)
 	if err != nil {
 		return
 	}

@@ -155,3 +155,21 @@ func TestLatencyDelaysEachDirection(t *testing.T) {
 		t.Errorf("round trip %v after the latency was removed", rtt)
 	}
 }
+
+// Moving the upstream closes the connections open through the proxy, and
+// new ones reach the new upstream, as a virtual IP moved to another host.
+func TestSetUpstreamMovesNewConnectionsAndClosesOldOnes(t *testing.T) {
+	a, b := newCounter(t), newCounter(t)
+	p := proxyTo(t, a)
+	old := dial(t, p.Addr())
+	if got, err := old.ask(t, time.Second); err != nil || got != "1\n" {
+		t.Fatalf("through the proxy to a: %q, %v", got, err)
+	}
+	p.SetUpstream(b.ln.Addr().String())
+	if got, err := old.ask(t, time.Second); err == nil {
+		t.Errorf("a connection opened before the move still answers: %q", got)
+	}
+	if got, err := dial(t, p.Addr()).ask(t, time.Second); err != nil || got != "1\n" || b.committed.Load() != 1 || a.committed.Load() != 1 {
+		t.Errorf("a new connection: %q, %v; a committed %d, b %d; want b's first", got, err, a.committed.Load(), b.committed.Load())
+	}
+}
