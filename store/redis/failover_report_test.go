@@ -91,7 +91,7 @@ func measureRedisFailover(t *testing.T, lag time.Duration) (int, time.Duration) 
 	if err := c.ReplicaOf(ctx, "NO", "ONE").Err(); err != nil {
 		t.Fatal(err)
 	}
-	keys, err := c.ZRangeByLex(ctx, s.keys[1], &goredis.ZRangeBy{Min: "[k", Max: "[l"}).Result()
+	keys, err := c.ZRangeArgs(ctx, goredis.ZRangeArgs{Key: s.keys[1], Start: "[k", Stop: "[l", ByLex: true}).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
