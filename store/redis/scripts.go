@@ -73,7 +73,9 @@ end
 // granted for TTL + grace, so a holder whose term was lost has failed
 // closed before a peer starts the key. A namespace with records but no
 // such field (made before this check) starts one too: its history is
-// unknown. An empty one (new, or wiped) does not.
+// unknown. An empty one (new, or wiped) does not. A client whose ACL
+// denies INFO checks nothing and writes nothing, but keeps to a quarantine
+// another client started.
 //
 //	ARGV: key, owner, ttl µs, grace µs, running 0|1, event channel
 //	→ {1, epoch} or {0, epoch, owner, time left µs, running 0|1, live 0|1}
@@ -82,20 +84,26 @@ local key, owner = ARGV[1], ARGV[2]
 local ttl, grace = tonumber(ARGV[3]), tonumber(ARGV[4])
 local now = now_us()
 
-local replid = string.match(redis.call('INFO', 'replication'), 'master_replid:(%w+)') or ''
+-- A user whose ACL denies INFO (it is in @dangerous) gets no check, and
+-- writes nothing: it keeps to a quarantine another client started.
+local info = redis.pcall('INFO', 'replication')
+local replid = nil
+if type(info) == 'string' then
+  replid = string.match(info, 'master_replid:(%w+)') or ''
+end
 local since = 0
-local named = redis.call('HGET', KEYS[1], '` + serverField + `')
+local named = redis.call('HGET', KEYS[1], '` + luaServerField + `')
+local id = nil
 if named then
-  local id, at = string.match(named, '^(%w*),(%d+)$')
+  local at
+  id, at = string.match(named, '^(%w*),(%d+)$')
   since = tonumber(at) or now
-  if id ~= replid then
+end
+if replid and id ~= replid then
+  if named or redis.call('ZCARD', KEYS[2]) > 0 then
     since = now
   end
-elseif redis.call('ZCARD', KEYS[2]) > 0 then
-  since = now
-end
-if named ~= replid .. ',' .. int(since) then
-  redis.call('HSET', KEYS[1], '` + serverField + `', replid .. ',' .. int(since))
+  redis.call('HSET', KEYS[1], '` + luaServerField + `', replid .. ',' .. int(since))
 end
 
 local v = redis.call('HGET', KEYS[1], key)
@@ -126,8 +134,11 @@ return {1, epoch}
 
 // serverField is the hash field that names the server (acquireScript). It
 // starts with a byte no lease key holds, and is not in the sorted set, so
-// List and Prune never see it.
-const serverField = `\0server`
+// List and Prune never see it. luaServerField is how the script writes it.
+const (
+	serverField    = "\x00server"
+	luaServerField = `\0server`
+)
 
 // renewScript extends every listed live term of owner (rule 3).
 //
