@@ -62,12 +62,26 @@
 // primary holds renew on. Epochs need no help: the clock part of the rule
 // above already puts the next one above every lost one.
 //
+// A client that had an answer from the namespace before and finds it
+// empty (the server lost everything, or a failover lost its first writes)
+// starts the quarantine too.
+//
+// The replication id also changes where nothing was lost, and each change
+// costs one quarantine: every restart (AOF or not), attaching the first
+// replica to a lone primary, the replication backlog freed after
+// repl-backlog-ttl without replicas, a planned FAILOVER.
+//
 // What this does not cover:
 //
-//   - A server that lost everything (a restart without persistence, a
-//     FLUSHALL) looks like a new namespace, and gets no quarantine:
-//     holders whose records vanished still run until their deadline.
-//     Give Redis persistence where that matters.
+//   - A client whose ACL denies INFO (it is in @dangerous, which many
+//     deny: grant +info) checks nothing. It still keeps to a quarantine
+//     another client started, and writes nothing that could end one.
+//   - A server that lost everything, seen first by a client new to the
+//     namespace, looks new and gets no quarantine. Give Redis persistence
+//     where that matters.
+//   - Split brain: an old primary cut off but alive keeps its id and goes
+//     on granting and renewing to the clients that still reach it. Fence
+//     it (min-replicas-to-write, or a failover manager that stops it).
 //   - Clocks that go back. If the promoted replica's or restarted server's
 //     clock is behind the old server's by more than the time since the last
 //     acquisition, a key whose record was lost can get an epoch that an

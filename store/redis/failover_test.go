@@ -113,3 +113,52 @@ func TestAPromotedReplicaGrantsNoLostTermAtOnce(t *testing.T) {
 		t.Errorf("b's epoch %d is not above a's lost epoch %d", res.Epoch, lost)
 	}
 }
+
+// A failover that loses a new namespace's first writes leaves it empty on
+// the promoted replica. A client that had an answer from the namespace
+// before knows it existed, and takes the empty one for lost data: it
+// grants nothing with a grace for TTL + grace. (The replicas reach the
+// primary at one address, which the failover moves to the replica.)
+func TestAClientThatSawTheNamespaceQuarantinesWhenItComesBackEmpty(t *testing.T) {
+	primary := startRedis(t)
+	replica, link := replicaOf(t, primary)
+	front, err := netproxy.New(primary.addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(front.Close)
+	ctx := testenv.Context(t)
+	ns := randomNamespace()
+	open := func() *Store {
+		s, err := Open(ctx, "redis://"+front.Addr()+"/0", Options{Namespace: ns})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	a, b := open(), open()
+	link.SetDown(true) // nothing from here on reaches the replica
+	testenv.MustAcquire(t, b, "other", "b", failoverTTL, failoverGrace)
+	lost := testenv.MustAcquire(t, a, "job", "a", failoverTTL, failoverGrace)
+	primary.stop()
+	if err := replica.client().ReplicaOf(ctx, "NO", "ONE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	front.SetUpstream(replica.addr())
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		res, err := b.Acquire(ctx, store.AcquireRequest{Key: "job", Owner: "b", TTL: failoverTTL, Grace: failoverGrace})
+		if err != nil {
+			if time.Now().After(deadline) {
+				t.Fatalf("Acquire after the failover: %v", err)
+			}
+			time.Sleep(50 * time.Millisecond) // go-redis redials the moved address
+			continue
+		}
+		if res.Acquired {
+			t.Fatalf("b was granted %q (epoch %d) at once on the empty namespace; a was granted epoch %d and may still run it", "job", res.Epoch, lost)
+		}
+		return
+	}
+}

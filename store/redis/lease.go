@@ -33,11 +33,12 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 		return store.AcquireResult{}, store.ErrClosed
 	}
 	reply, err := acquireScript.Run(ctx, s.client, s.keys,
-		req.Key, req.Owner, micros(req.TTL), micros(req.Grace), flag(req.Running), s.channel,
+		req.Key, req.Owner, micros(req.TTL), micros(req.Grace), flag(req.Running), s.channel, flag(s.seen.Load()),
 	).Slice()
 	if err != nil {
 		return store.AcquireResult{}, s.wrap("acquire", err)
 	}
+	s.seen.Store(true)
 	res, err := parseAcquire(req.Key, reply)
 	if err != nil {
 		return store.AcquireResult{}, fmt.Errorf("redis: acquire %q: %w", req.Key, err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"sync/atomic"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -33,6 +34,11 @@ type Store struct {
 	keys      []string // {ns}:leases, {ns}:keys — passed to every script
 	channel   string   // {ns}:events
 	listPage  int      // records per List script call; tests lower it
+
+	// seen is set once the acquisition script has answered: the namespace
+	// existed then, so finding it empty later means it lost its data
+	// (acquireScript).
+	seen atomic.Bool
 
 	// watches is the closed state and every running Watch, which Close
 	// ends.

@@ -73,11 +73,14 @@ end
 // granted for TTL + grace, so a holder whose term was lost has failed
 // closed before a peer starts the key. A namespace with records but no
 // such field (made before this check) starts one too: its history is
-// unknown. An empty one (new, or wiped) does not. A client whose ACL
+// unknown; so does an empty one that this client has seen before (ARGV[7]:
+// a failover lost the namespace's first writes, or the server lost
+// everything). One new to it and to this client does not. A client whose ACL
 // denies INFO checks nothing and writes nothing, but keeps to a quarantine
 // another client started.
 //
-//	ARGV: key, owner, ttl µs, grace µs, running 0|1, event channel
+//	ARGV: key, owner, ttl µs, grace µs, running 0|1, event channel,
+//	      seen 0|1 (this client has had an answer from the namespace)
 //	→ {1, epoch} or {0, epoch, owner, time left µs, running 0|1, live 0|1}
 var acquireScript = goredis.NewScript(prelude + `
 local key, owner = ARGV[1], ARGV[2]
@@ -100,7 +103,7 @@ if named then
   since = tonumber(at) or now
 end
 if replid and id ~= replid then
-  if named or redis.call('ZCARD', KEYS[2]) > 0 then
+  if named or ARGV[7] == '1' or redis.call('ZCARD', KEYS[2]) > 0 then
     since = now
   end
   redis.call('HSET', KEYS[1], '` + luaServerField + `', replid .. ',' .. int(since))

@@ -40,8 +40,15 @@ func TestEpochsKeepRisingAfterARestartThatLostAllData(t *testing.T) {
 	}
 
 	// The same Store and client carry on: go-redis reconnects, and EVALSHA
-	// falls back to EVAL for the emptied script cache.
-	next := testenv.MustAcquire(t, s, "nightly-report", "worker-2", time.Minute, time.Minute)
+	// falls back to EVAL for the emptied script cache. The Store has seen
+	// the namespace before, so an empty one means lost data and holders
+	// that may still run: nothing with a grace is granted for TTL + grace.
+	res, err := s.Acquire(ctx, store.AcquireRequest{Key: "nightly-report", Owner: "worker-2", TTL: time.Minute, Grace: time.Minute})
+	if err != nil || res.Acquired || !res.Holder.Live || res.Holder.TimeLeft > time.Minute {
+		t.Fatalf("Acquire right after the data loss: %+v, %v; want a refusal for the quarantine", res, err)
+	}
+	// Epochs still rise: a record without grace is not held back.
+	next := testenv.MustAcquire(t, s, "nightly-report", "worker-2", time.Minute, 0)
 	if next <= last {
 		t.Fatalf("first epoch after the data loss is %d, not above %d from before it: a stale holder could write again", next, last)
 	}
