@@ -12,7 +12,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tenure-dev/tenure/internal/harness/testenv"
-	"github.com/tenure-dev/tenure/store"
 )
 
 // failoverLoss is what one failover lost of the writes the old primary
@@ -93,30 +92,12 @@ func measureFailover(t *testing.T, pair *testenv.PostgresPair) failoverLoss {
 	const ttl, grace = time.Minute, time.Second
 	renewed := testenv.MustAcquire(t, s, "r", "w", ttl, grace)
 
-	// acked[n-1] is when key n's acquisition and the renewal after it
-	// were acknowledged.
-	var acked []time.Time
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for n := 1; ; n++ {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			res, err := s.Acquire(ctx, store.AcquireRequest{Key: fmt.Sprintf("k%08d", n), Owner: "w", TTL: ttl, Grace: grace})
-			if err == nil && res.Acquired {
-				_, err = s.Renew(ctx, "w", ttl, []store.RenewItem{{Key: "r", Epoch: renewed}})
-			}
-			cancel()
-			if err != nil || !res.Acquired {
-				return // the primary is gone
-			}
-			acked = append(acked, time.Now())
-		}
-	}()
+	writes := testenv.StartWrites(s, "w", renewed, ttl, grace)
 	time.Sleep(time.Duration(200+rand.IntN(500)) * time.Millisecond)
 	if err := pair.Failover(); err != nil {
 		t.Fatal(err)
 	}
-	<-done
+	writes.Wait()
 
 	ctx := testenv.Context(t)
 	conn, err := pgx.Connect(ctx, pair.PrimaryURL())
@@ -133,14 +114,6 @@ func measureFailover(t *testing.T, pair *testenv.PostgresPair) failoverLoss {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if kept >= len(acked) {
-		return failoverLoss{}
-	}
-	// How stale the new primary is: from the last acknowledgement it kept
-	// to the last one given.
-	from := acked[0]
-	if kept > 0 {
-		from = acked[kept-1]
-	}
-	return failoverLoss{commits: 2 * (len(acked) - kept), window: acked[len(acked)-1].Sub(from)}
+	commits, window := writes.LostTail(kept)
+	return failoverLoss{commits: commits, window: window}
 }

@@ -18,29 +18,9 @@ import (
 // engine can give up.
 func TestMissingRightsAreReportedAsDenied(t *testing.T) {
 	ctx := testenv.Context(t)
-	base := testenv.Redis.URL(t)
-	opts, err := goredis.ParseURL(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin := goredis.NewClient(opts)
-	defer admin.Close()
-	user := testenv.UniqueName("tenure_norights_")
 	// Every command, but only keys no namespace of this test uses.
-	if err := admin.Do(ctx, "ACL", "SETUSER", user, "on", "nopass", "~elsewhere:*", "&*", "+@all").Err(); err != nil {
-		t.Skipf("this Redis has no ACLs (Redis 6 or later): %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		admin.Do(ctx, "ACL", "DELUSER", user)
-	})
-	u, err := url.Parse(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.User = url.UserPassword(user, "any")
-	s, err := Open(ctx, u.String(), Options{Namespace: testenv.UniqueName("denied_")})
+	userURL, _ := aclUser(t, "tenure_norights_", "~elsewhere:*", "&*", "+@all")
+	s, err := Open(ctx, userURL, Options{Namespace: testenv.UniqueName("denied_")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,28 +40,9 @@ func TestMissingRightsAreReportedAsDenied(t *testing.T) {
 func TestAUserWithoutInfoAcquiresAndKeepsToAQuarantine(t *testing.T) {
 	ctx := testenv.Context(t)
 	base := testenv.Redis.URL(t)
-	opts, err := goredis.ParseURL(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin := goredis.NewClient(opts)
-	defer admin.Close()
-	user := testenv.UniqueName("tenure_noinfo_")
-	if err := admin.Do(ctx, "ACL", "SETUSER", user, "on", "nopass", "~*", "&*", "+@all", "-@dangerous").Err(); err != nil {
-		t.Skipf("this Redis has no ACLs (Redis 6 or later): %v", err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		admin.Do(ctx, "ACL", "DELUSER", user)
-	})
-	u, err := url.Parse(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.User = url.UserPassword(user, "any")
+	userURL, admin := aclUser(t, "tenure_noinfo_", "~*", "&*", "+@all", "-@dangerous")
 	ns := testenv.UniqueName("noinfo_")
-	limited, err := Open(ctx, u.String(), Options{Namespace: ns})
+	limited, err := Open(ctx, userURL, Options{Namespace: ns})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,4 +80,43 @@ func TestAUserWithoutInfoAcquiresAndKeepsToAQuarantine(t *testing.T) {
 	if res, err := limited.Acquire(ctx, req); err != nil || res.Acquired || !res.Holder.Live {
 		t.Errorf("Acquire by a user without INFO during the quarantine: %+v, %v; want a refusal", res, err)
 	}
+}
+
+// aclUser makes an ACL user with rules on the test server, deleted when
+// the test ends, and returns a URL that logs in as it and an admin client.
+// It skips on a Redis without ACLs.
+func aclUser(t *testing.T, prefix string, rules ...string) (string, *goredis.Client) {
+	t.Helper()
+	ctx := testenv.Context(t)
+	base := testenv.Redis.URL(t)
+	opts, err := goredis.ParseURL(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := goredis.NewClient(opts)
+	t.Cleanup(func() { admin.Close() })
+	user := testenv.UniqueName(prefix)
+	args := append([]any{"ACL", "SETUSER", user, "on", "nopass"}, anys(rules)...)
+	if err := admin.Do(ctx, args...).Err(); err != nil {
+		t.Skipf("this Redis has no ACLs (Redis 6 or later): %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		admin.Do(ctx, "ACL", "DELUSER", user)
+	})
+	u, err := url.Parse(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.User = url.UserPassword(user, "any")
+	return u.String(), admin
+}
+
+func anys(ss []string) []any {
+	out := make([]any, len(ss))
+	for i, s := range ss {
+		out[i] = s
+	}
+	return out
 }

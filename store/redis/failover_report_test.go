@@ -1,8 +1,6 @@
 package redis
 
 import (
-	"context"
-	"fmt"
 	"math/rand/v2"
 	"os"
 	"strconv"
@@ -12,7 +10,6 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/tenure-dev/tenure/internal/harness/testenv"
-	"github.com/tenure-dev/tenure/store"
 )
 
 // TestFailoverLossReport kills the primary while one writer acquires a new
@@ -65,27 +62,11 @@ func measureRedisFailover(t *testing.T, lag time.Duration) (int, time.Duration) 
 	const ttl, grace = time.Minute, time.Second
 	renewed := testenv.MustAcquire(t, s, "r", "w", ttl, grace)
 
-	var acked []time.Time // acked[n-1]: key n's acquisition and the renewal after it
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for n := 1; ; n++ {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			res, err := s.Acquire(ctx, store.AcquireRequest{Key: fmt.Sprintf("k%08d", n), Owner: "w", TTL: ttl, Grace: grace})
-			if err == nil && res.Acquired {
-				_, err = s.Renew(ctx, "w", ttl, []store.RenewItem{{Key: "r", Epoch: renewed}})
-			}
-			cancel()
-			if err != nil || !res.Acquired {
-				return // the primary is gone
-			}
-			acked = append(acked, time.Now())
-		}
-	}()
+	writes := testenv.StartWrites(s, "w", renewed, ttl, grace)
 	time.Sleep(time.Duration(200+rand.IntN(300)) * time.Millisecond)
 	link.SetDown(true) // the primary's host fails: what it had not delivered never arrives
 	primary.stop()
-	<-done
+	writes.Wait()
 	link.SetDown(false)
 	c := replica.client()
 	if err := c.ReplicaOf(ctx, "NO", "ONE").Err(); err != nil {
@@ -99,12 +80,5 @@ func measureRedisFailover(t *testing.T, lag time.Duration) (int, time.Duration) 
 	if len(keys) > 0 {
 		kept, _ = strconv.Atoi(keys[len(keys)-1][1:])
 	}
-	if kept >= len(acked) {
-		return 0, 0
-	}
-	from := acked[0]
-	if kept > 0 {
-		from = acked[kept-1]
-	}
-	return 2 * (len(acked) - kept), acked[len(acked)-1].Sub(from)
+	return writes.LostTail(kept)
 }
