@@ -17,15 +17,15 @@ import (
 // + grace; the guard must have stopped the child at the lease's safety
 // deadline before that, on its own.
 
-// childHolder picks, for a freeze-wrapper step, one of the free replicas
-// that holds a key whose work runs as a child (ids: their store owner ids;
-// held: each held key's owner), or nil when none does yet. The holder of
-// the step's own key is preferred by the caller.
-func (h *harness) childHolder(s Step, free []*proc, ids map[*proc]string, held map[string]string) *proc {
+// holderAmong picks one of the free replicas that holds a key for which
+// wanted is true (ids: their store owner ids; held: each held key's
+// owner), or nil when none does yet. The holder of the step's own key is
+// preferred by the caller.
+func (h *harness) holderAmong(s Step, free []*proc, ids map[*proc]string, held map[string]string, wanted func(key int) bool) *proc {
 	var holders []*proc
 	for _, p := range free {
 		for i, k := range h.hist.Keys {
-			if isChildKey(i) && ids[p] != "" && held[k] == ids[p] {
+			if wanted(i) && ids[p] != "" && held[k] == ids[p] {
 				holders = append(holders, p)
 				break
 			}

@@ -286,9 +286,11 @@ func (h *harness) warmUp(ctx context.Context) error {
 // replica picked by the step; every replica for a store-wide fault.
 func (h *harness) claim(ctx context.Context, s Step, end time.Time) []*proc {
 	for ctx.Err() == nil && time.Now().Before(end) {
-		held, _ := h.holders(ctx)
-		if t := h.tryClaim(s, held); t != nil {
-			return t
+		// Without the holders a step aimed at one would hit a bystander.
+		if held, err := h.holders(ctx); err == nil {
+			if t := h.tryClaim(s, held); t != nil {
+				return t
+			}
 		}
 		_ = sleepCtx(ctx, 50*time.Millisecond)
 	}
@@ -324,9 +326,17 @@ func (h *harness) tryClaim(s Step, held map[string]string) []*proc {
 		return nil
 	} else {
 		pick := free[s.Pick%len(free)]
-		if s.Fault == FaultFreezeWrapper {
+		switch s.Fault {
+		case FaultFreezeWrapper:
 			// Only a replica running child work can leave a child running.
-			if pick = h.childHolder(s, free, ids, held); pick == nil {
+			if pick = h.holderAmong(s, free, ids, held, isChildKey); pick == nil {
+				return nil
+			}
+		case FaultKill:
+			// Killing a replica that holds nothing tests nothing: wait for
+			// a holder to be free (in CI a kill once hit a bystander, and
+			// a run meant to measure takeovers measured none).
+			if pick = h.holderAmong(s, free, ids, held, func(int) bool { return true }); pick == nil {
 				return nil
 			}
 		}
