@@ -49,12 +49,12 @@ func TestFailoverLossReport(t *testing.T) {
 // the last acknowledgement it kept to the last one given.
 func measureRedisFailover(t *testing.T, lag time.Duration) (int, time.Duration) {
 	t.Helper()
-	primary := startRedis(t)
+	primary := testenv.StartRedis(t)
 	replica, link := replicaOf(t, primary)
 	link.SetDelay(lag)
 	ctx := testenv.Context(t)
 	ns := randomNamespace()
-	s, err := Open(ctx, "redis://"+primary.addr()+"/0", Options{Namespace: ns})
+	s, err := Open(ctx, "redis://"+primary.Addr()+"/0", Options{Namespace: ns})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,10 +65,10 @@ func measureRedisFailover(t *testing.T, lag time.Duration) (int, time.Duration) 
 	writes := testenv.StartWrites(s, "w", renewed, ttl, grace)
 	time.Sleep(time.Duration(200+rand.IntN(300)) * time.Millisecond)
 	link.SetDown(true) // the primary's host fails: what it had not delivered never arrives
-	primary.stop()
+	primary.Kill()
 	writes.Wait()
 	link.SetDown(false)
-	c := replica.client()
+	c := replica.Client()
 	if err := c.ReplicaOf(ctx, "NO", "ONE").Err(); err != nil {
 		t.Fatal(err)
 	}

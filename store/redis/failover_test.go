@@ -17,27 +17,19 @@ const (
 
 // replicaOf starts a private replica of primary, replicating through a
 // proxy the test can cut, and waits until it is in sync.
-func replicaOf(t *testing.T, primary *redisServer) (*redisServer, *netproxy.Proxy) {
+func replicaOf(t *testing.T, primary *testenv.RedisServer) (*testenv.RedisServer, *netproxy.Proxy) {
 	t.Helper()
-	link, err := netproxy.New(primary.addr())
+	link, err := netproxy.New(primary.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(link.Close)
 	host, port, _ := strings.Cut(link.Addr(), ":")
-	replica := startRedis(t, "--replicaof", host, port)
-	c := replica.client()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		info, err := c.Info(testenv.Context(t), "replication").Result()
-		if err == nil && strings.Contains(info, "master_link_status:up") {
-			return replica, link
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the replica did not sync: %v\n%s", err, info)
-		}
-		time.Sleep(20 * time.Millisecond)
+	replica := testenv.StartRedis(t, "--replicaof", host, port)
+	if err := replica.WaitSynced(testenv.Context(t)); err != nil {
+		t.Fatal(err)
 	}
+	return replica, link
 }
 
 // A replica promoted after its primary died lacks what the primary had
@@ -48,28 +40,28 @@ func replicaOf(t *testing.T, primary *redisServer) (*redisServer, *netproxy.Prox
 // closed meanwhile: its renewal is refused), while a's replicated term on
 // "kept" renews on.
 func TestAPromotedReplicaGrantsNoLostTermAtOnce(t *testing.T) {
-	primary := startRedis(t)
+	primary := testenv.StartRedis(t)
 	replica, link := replicaOf(t, primary)
 	ctx := testenv.Context(t)
 	ns := randomNamespace()
-	a, err := Open(ctx, "redis://"+primary.addr()+"/0", Options{Namespace: ns})
+	a, err := Open(ctx, "redis://"+primary.Addr()+"/0", Options{Namespace: ns})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer a.Close()
 	kept := testenv.MustAcquire(t, a, "kept", "a", failoverTTL, failoverGrace)
-	if n, err := primary.client().Wait(ctx, 1, 5000).Result(); err != nil || n != 1 {
+	if n, err := primary.Client().Wait(ctx, 1, 5000).Result(); err != nil || n != 1 {
 		t.Fatalf("WAIT: %d replicas, %v", n, err)
 	}
 
 	link.SetDown(true)
 	lost := testenv.MustAcquire(t, a, "lost", "a", failoverTTL, failoverGrace)
-	primary.stop()
-	if err := replica.client().ReplicaOf(ctx, "NO", "ONE").Err(); err != nil {
+	primary.Kill()
+	if err := replica.Client().ReplicaOf(ctx, "NO", "ONE").Err(); err != nil {
 		t.Fatal(err)
 	}
 	promoted := time.Now()
-	b, err := Open(ctx, "redis://"+replica.addr()+"/0", Options{Namespace: ns})
+	b, err := Open(ctx, "redis://"+replica.Addr()+"/0", Options{Namespace: ns})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,9 +112,9 @@ func TestAPromotedReplicaGrantsNoLostTermAtOnce(t *testing.T) {
 // grants nothing with a grace for TTL + grace. (The replicas reach the
 // primary at one address, which the failover moves to the replica.)
 func TestAClientThatSawTheNamespaceQuarantinesWhenItComesBackEmpty(t *testing.T) {
-	primary := startRedis(t)
+	primary := testenv.StartRedis(t)
 	replica, link := replicaOf(t, primary)
-	front, err := netproxy.New(primary.addr())
+	front, err := netproxy.New(primary.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,11 +133,11 @@ func TestAClientThatSawTheNamespaceQuarantinesWhenItComesBackEmpty(t *testing.T)
 	link.SetDown(true) // nothing from here on reaches the replica
 	testenv.MustAcquire(t, b, "other", "b", failoverTTL, failoverGrace)
 	lost := testenv.MustAcquire(t, a, "job", "a", failoverTTL, failoverGrace)
-	primary.stop()
-	if err := replica.client().ReplicaOf(ctx, "NO", "ONE").Err(); err != nil {
+	primary.Kill()
+	if err := replica.Client().ReplicaOf(ctx, "NO", "ONE").Err(); err != nil {
 		t.Fatal(err)
 	}
-	front.SetUpstream(replica.addr())
+	front.SetUpstream(replica.Addr())
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		res, err := b.Acquire(ctx, store.AcquireRequest{Key: "job", Owner: "b", TTL: failoverTTL, Grace: failoverGrace})

@@ -51,10 +51,23 @@ var (
 	_ store.Revoker = (*Store)(nil)
 )
 
-// Open connects to the single Redis server named by a redis:// or rediss://
-// URL (redis://[user:password@]host:port/db?dial_timeout=…, as accepted by
-// go-redis ParseURL), checks that it answers and returns a Store that owns
-// the connection pool. Use [New] for Sentinel or Cluster.
+// Open connects to the Redis server named by a redis:// or rediss:// URL,
+// checks that it answers and returns a Store that owns the connection
+// pool. Use [New] for Cluster or a client configured in code.
+//
+// A single server: redis://[user:password@]host:port/db?dial_timeout=…,
+// as go-redis ParseURL reads it.
+//
+// Sentinel, when the URL names a master_name: the host is a Sentinel, and
+// addr= adds more of them, as go-redis ParseFailoverURL reads it:
+//
+//	redis://[user:password@]sentinel1:26379/0?master_name=mymaster&addr=sentinel2:26379&addr=sentinel3:26379
+//
+// The store follows the master the Sentinels name across failovers. One
+// rule differs from ParseFailoverURL, so that a password means the same in
+// every Tenure URL: the user and password before the '@' are the Redis
+// servers' (the master's and its replicas'); the Sentinels' own, if they
+// require one, go in sentinel_username= and sentinel_password=.
 //
 // The password never appears in an error.
 func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
@@ -74,18 +87,27 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("redis: %s: scheme must be redis or rediss: %w", shown, store.ErrInvalidURL)
 	}
 	secrets := store.URLSecrets(rawURL)
-	o, err := goredis.ParseURL(rest)
-	if err != nil {
-		return nil, fmt.Errorf("redis: %s: %w: %w", shown, store.ErrInvalidURL, store.RedactError(err, secrets...))
+	var client *goredis.Client
+	if u.Query().Has("master_name") {
+		o, err := sentinelOptions(u, password)
+		if err != nil {
+			return nil, fmt.Errorf("redis: %s: %w: %w", shown, store.ErrInvalidURL, store.RedactError(err, secrets...))
+		}
+		client = goredis.NewFailoverClient(o)
+	} else {
+		o, err := goredis.ParseURL(rest)
+		if err != nil {
+			return nil, fmt.Errorf("redis: %s: %w: %w", shown, store.ErrInvalidURL, store.RedactError(err, secrets...))
+		}
+		if password != "" {
+			o.Password = password
+		}
+		// Store calls must end at their context deadline: the engine's
+		// fail-closed timing bounds every call, and go-redis ignores
+		// deadlines unless told otherwise.
+		o.ContextTimeoutEnabled = true
+		client = goredis.NewClient(o)
 	}
-	if password != "" {
-		o.Password = password
-	}
-	// Store calls must end at their context deadline: the engine's
-	// fail-closed timing bounds every call, and go-redis ignores deadlines
-	// unless told otherwise.
-	o.ContextTimeoutEnabled = true
-	client := goredis.NewClient(o)
 	s, err := newStore(client, opts, true)
 	if err != nil {
 		_ = client.Close()
@@ -96,6 +118,42 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("redis: connect to %s: %w", shown, store.RedactError(denied(err), secrets...))
 	}
 	return s, nil
+}
+
+// sentinelOptions reads a Sentinel URL (u, its password taken out into
+// password) by Open's rules.
+func sentinelOptions(u *url.URL, password string) (*goredis.FailoverOptions, error) {
+	q := u.Query()
+	for _, name := range []string{"username", "password"} {
+		if q.Has(name) {
+			return nil, fmt.Errorf("%s= is not read in a Tenure URL: put the Redis servers' user and password before the '@', "+
+				"and the Sentinels' in sentinel_username= and sentinel_password=", name)
+		}
+	}
+	for _, name := range []string{"replica_only", "route_by_latency", "route_randomly"} {
+		if q.Has(name) {
+			return nil, fmt.Errorf("%s= sends calls to replicas, which cannot take Tenure's writes", name)
+		}
+	}
+	if q.Get("master_name") == "" {
+		return nil, errors.New("master_name= is empty: name the master the Sentinels monitor")
+	}
+	sentinelUser, sentinelPassword := q.Get("sentinel_username"), q.Get("sentinel_password")
+	q.Del("sentinel_username")
+	q.Del("sentinel_password")
+	bare := *u
+	bare.User, bare.RawQuery = nil, q.Encode()
+	o, err := goredis.ParseFailoverURL(bare.String())
+	if err != nil {
+		return nil, err
+	}
+	if u.User != nil {
+		o.Username = u.User.Username()
+	}
+	o.Password = password
+	o.SentinelUsername, o.SentinelPassword = sentinelUser, sentinelPassword
+	o.ContextTimeoutEnabled = true // as for one server, see Open
+	return o, nil
 }
 
 // New returns a Store on an existing client: a single node, a Sentinel

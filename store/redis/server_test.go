@@ -17,8 +17,8 @@ import (
 // it, run it as a cluster or pause it without disturbing the shared one.
 
 func TestEpochsKeepRisingAfterARestartThatLostAllData(t *testing.T) {
-	srv := startRedis(t)
-	s, err := New(srv.client(), Options{})
+	srv := testenv.StartRedis(t)
+	s, err := New(srv.Client(), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +34,10 @@ func TestEpochsKeepRisingAfterARestartThatLostAllData(t *testing.T) {
 		last = e
 	}
 
-	srv.restart() // --save "" and no AOF: every record and the script cache are gone
+	// --save "" and no AOF: every record and the script cache are gone.
+	if err := srv.Restart(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
 	if n, err := s.client.Exists(ctx, s.keys...).Result(); err != nil || n != 0 {
 		t.Fatalf("after the restart %d of the namespace's keys exist (err %v); the test needs them lost", n, err)
 	}
@@ -59,8 +62,8 @@ func TestEpochsKeepRisingAfterARestartThatLostAllData(t *testing.T) {
 }
 
 func TestWatchChannelClosesWhenTheServerGoesAway(t *testing.T) {
-	srv := startRedis(t)
-	s, err := New(srv.client(), Options{})
+	srv := testenv.StartRedis(t)
+	s, err := New(srv.Client(), Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +72,7 @@ func TestWatchChannelClosesWhenTheServerGoesAway(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv.stop()
+	srv.Kill()
 	// A closed channel tells the engine to poll and watch again; events
 	// published while nobody listened are gone.
 	testenv.WaitClosed(t, events)
@@ -96,8 +99,8 @@ func TestOpenErrorsNeverShowThePassword(t *testing.T) {
 }
 
 func TestCloseLeavesAGivenClientOpen(t *testing.T) {
-	srv := startRedis(t)
-	c := srv.client()
+	srv := testenv.StartRedis(t)
+	c := srv.Client()
 	s, err := New(c, Options{Namespace: "app"})
 	if err != nil {
 		t.Fatal(err)
@@ -123,8 +126,8 @@ func TestNewRejectsAClientThatIgnoresDeadlines(t *testing.T) {
 // shows that one namespace lives in one slot.
 func startCluster(t *testing.T) *goredis.ClusterClient {
 	t.Helper()
-	srv := startRedis(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
-	node := srv.client()
+	srv := testenv.StartRedis(t, "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf")
+	node := srv.Client()
 	ctx := testenv.Context(t)
 	slots := make([]int, 16384)
 	for i := range slots {
@@ -142,7 +145,7 @@ func startCluster(t *testing.T) *goredis.ClusterClient {
 			t.Fatalf("cluster not ready: %v\n%s", err, info)
 		}
 	}
-	c := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: []string{srv.addr()}, ContextTimeoutEnabled: true})
+	c := goredis.NewClusterClient(&goredis.ClusterOptions{Addrs: []string{srv.Addr()}, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { c.Close() })
 	return c
 }

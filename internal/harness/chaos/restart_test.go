@@ -2,10 +2,7 @@ package chaos
 
 import (
 	"context"
-	"fmt"
-	"net"
-	"os/exec"
-	"strconv"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -26,8 +23,8 @@ func TestChaosRedisRestarts(t *testing.T) {
 		t.Skip("runs replicas under faults for tens of seconds")
 	}
 	srv := startRedis(t)
-	rep := runChaosWith(t, srv.url(), 25*time.Second, func(o *Options) {
-		o.RestartStore = srv.restart
+	rep := runChaosWith(t, srv.URL(), 25*time.Second, func(o *Options) {
+		o.RestartStore = srv.Restart
 		o.Faults = []string{FaultStoreRestart}
 	})
 	if rep != nil && rep.Faults[FaultStoreRestart] < 3 {
@@ -35,80 +32,10 @@ func TestChaosRedisRestarts(t *testing.T) {
 	}
 }
 
-// redisServer is a redis-server this test owns.
-type redisServer struct {
-	t     *testing.T
-	dir   string
-	port  int
-	extra []string // more redis-server arguments, say --replicaof
-	cmd   *exec.Cmd
-	done  chan struct{}
-}
-
-func startRedis(t *testing.T, extra ...string) *redisServer {
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		testenv.Unavailable(t, "redis-server is not installed")
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	s := &redisServer{t: t, dir: t.TempDir(), port: port, extra: extra}
-	if err := s.start(bin, 10*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.kill() })
-	return s
-}
-
-func (s *redisServer) addr() string { return fmt.Sprintf("127.0.0.1:%d", s.port) }
-
-func (s *redisServer) url() string { return "redis://" + s.addr() + "/0" }
-
-func (s *redisServer) start(bin string, wait time.Duration) error {
-	args := []string{"--port", strconv.Itoa(s.port), "--bind", "127.0.0.1", "--dir", s.dir,
-		"--appendonly", "yes", "--appendfsync", "always", "--save", "", "--daemonize", "no"}
-	cmd := exec.Command(bin, append(args, s.extra...)...)
-	cmd.Stdout, cmd.Stderr = nil, nil
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start redis-server: %w", err)
-	}
-	s.cmd, s.done = cmd, make(chan struct{})
-	go func() { _ = cmd.Wait(); close(s.done) }()
-	deadline := time.Now().Add(wait)
-	for {
-		c, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", s.port), 100*time.Millisecond)
-		if err == nil {
-			c.Close()
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("redis-server did not listen on %d within %v", s.port, wait)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func (s *redisServer) kill() {
-	if s.cmd != nil {
-		_ = s.cmd.Process.Kill()
-		<-s.done
-	}
-}
-
-// restart crashes the server (SIGKILL) and starts it again after down.
-func (s *redisServer) restart(ctx context.Context, down time.Duration) error {
-	s.kill()
-	t := time.NewTimer(down)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
-	return s.start(s.cmd.Path, 10*time.Second)
+// startRedis starts a private redis-server that fsyncs every write before
+// answering: a crash loses nothing it acknowledged.
+func startRedis(t *testing.T, extra ...string) *testenv.RedisServer {
+	return testenv.StartRedis(t, append(slices.Clone(testenv.RedisFsyncEveryWrite), extra...)...)
 }
 
 // TestChaosEtcdCluster runs replicas against a three-member etcd cluster,
@@ -175,12 +102,12 @@ func TestChaosRedisFailover(t *testing.T) {
 		t.Skip("runs replicas under faults for tens of seconds")
 	}
 	primary := startRedis(t)
-	link, err := netproxy.New(primary.addr())
+	link, err := netproxy.New(primary.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(link.Close)
-	front, err := netproxy.New(primary.addr())
+	front, err := netproxy.New(primary.Addr())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,27 +117,22 @@ func TestChaosRedisFailover(t *testing.T) {
 	failover := func(ctx context.Context, down time.Duration) error {
 		link.SetDown(true)
 		err := sleepCtx(ctx, down/2)
-		primary.kill()
+		primary.Kill()
 		link.SetDown(false)
 		if err != nil {
 			return err
 		}
-		c := goredis.NewClient(&goredis.Options{Addr: replica.addr()})
+		c := goredis.NewClient(&goredis.Options{Addr: replica.Addr()})
 		err = c.ReplicaOf(ctx, "NO", "ONE").Err()
 		c.Close()
 		if err != nil {
 			return err
 		}
-		front.SetUpstream(replica.addr())
+		front.SetUpstream(replica.Addr())
 		_ = sleepCtx(ctx, max(down, quarantine)) // a cancelled run still rejoins
 		// The old primary comes back as the new one's replica.
-		link.SetUpstream(replica.addr())
-		host, port, _ := strings.Cut(link.Addr(), ":")
-		primary.extra = []string{"--replicaof", host, port}
-		if err := primary.start(primary.cmd.Path, 10*time.Second); err != nil {
-			return err
-		}
-		if err := waitSynced(ctx, primary); err != nil {
+		link.SetUpstream(replica.Addr())
+		if err := primary.StartReplicaOf(ctx, link.Addr()); err != nil {
 			return err
 		}
 		primary, replica = replica, primary
@@ -227,30 +149,11 @@ func TestChaosRedisFailover(t *testing.T) {
 
 // startRedisReplica starts a redis-server replicating through link, and
 // waits until it is in sync.
-func startRedisReplica(t *testing.T, link *netproxy.Proxy) *redisServer {
+func startRedisReplica(t *testing.T, link *netproxy.Proxy) *testenv.RedisServer {
 	host, port, _ := strings.Cut(link.Addr(), ":")
 	s := startRedis(t, "--replicaof", host, port)
-	if err := waitSynced(t.Context(), s); err != nil {
+	if err := s.WaitSynced(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	return s
-}
-
-// waitSynced waits until the replica s reports its link to its primary up.
-func waitSynced(ctx context.Context, s *redisServer) error {
-	c := goredis.NewClient(&goredis.Options{Addr: s.addr()})
-	defer c.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		info, err := c.Info(ctx, "replication").Result()
-		if err == nil && strings.Contains(info, "master_link_status:up") {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("redis replica on %s not in sync: %v", s.addr(), err)
-		}
-		if err := sleepCtx(ctx, 20*time.Millisecond); err != nil {
-			return err
-		}
-	}
 }
