@@ -43,7 +43,9 @@ created); every other key's work runs as a child process through the guard
 that run uses. It injects faults one at a time, on a schedule drawn from
 the seed; the first faults go through every kind once. Each replica reaches
 a networked store through proxies of its own, where the network faults
-happen. The kinds (--faults):
+happen (for SQLite and a Redis Sentinel URL, whose master's address comes
+from the Sentinels at run time, they are played inside each replica's
+store calls). The kinds (--faults):
 
   kill            SIGKILL a key's holder, start a replacement
   pause           SIGSTOP a holder for 0.5–4 TTL, then SIGCONT

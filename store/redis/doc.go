@@ -2,7 +2,9 @@
 // Cluster), built on github.com/redis/go-redis/v9.
 //
 //	s, err := redis.Open(ctx, "redis://:secret@10.0.0.5:6379/0", redis.Options{})
-//	// or, with a client you configured (Sentinel, Cluster, TLS, …):
+//	// Sentinel: the host is a Sentinel, addr= adds more, master_name= names the master
+//	s, err := redis.Open(ctx, "redis://:secret@10.0.0.7:26379/0?master_name=mymaster&addr=10.0.0.8:26379&addr=10.0.0.9:26379", redis.Options{})
+//	// or, with a client you configured (Cluster, TLS, …):
 //	s, err := redis.New(client, redis.Options{Namespace: "billing"})
 //
 // # Layout

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"strings"
 	"sync/atomic"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -71,6 +72,27 @@ var (
 //
 // The password never appears in an error.
 func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
+	client, err := NewClient(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	s, err := newStore(client, opts, true)
+	if err != nil {
+		_ = client.Close()
+		return nil, err
+	}
+	if err := client.Ping(ctx).Err(); err != nil {
+		_ = client.Close()
+		return nil, fmt.Errorf("redis: connect to %s: %w", store.RedactURL(rawURL), store.RedactError(denied(err), store.URLSecrets(rawURL)...))
+	}
+	return s, nil
+}
+
+// NewClient returns the go-redis client Open would use for rawURL (see
+// Open for the URL), without connecting: a tool that needs the same
+// server as a Store (to clean up a namespace, say) reads the URL by the
+// same rules. The caller closes it.
+func NewClient(rawURL string) (*goredis.Client, error) {
 	shown := store.RedactURL(rawURL)
 	// The password is read once, by store's rules, and handed to go-redis
 	// apart from the URL, which it parses without it.
@@ -86,38 +108,36 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	if u.Scheme != "redis" && u.Scheme != "rediss" {
 		return nil, fmt.Errorf("redis: %s: scheme must be redis or rediss: %w", shown, store.ErrInvalidURL)
 	}
-	secrets := store.URLSecrets(rawURL)
-	var client *goredis.Client
-	if u.Query().Has("master_name") {
+	invalid := func(err error) error {
+		return fmt.Errorf("redis: %s: %w: %w", shown, store.ErrInvalidURL, store.RedactError(err, store.URLSecrets(rawURL)...))
+	}
+	if IsSentinelURL(rawURL) {
 		o, err := sentinelOptions(u, password)
 		if err != nil {
-			return nil, fmt.Errorf("redis: %s: %w: %w", shown, store.ErrInvalidURL, store.RedactError(err, secrets...))
+			return nil, invalid(err)
 		}
-		client = goredis.NewFailoverClient(o)
-	} else {
-		o, err := goredis.ParseURL(rest)
-		if err != nil {
-			return nil, fmt.Errorf("redis: %s: %w: %w", shown, store.ErrInvalidURL, store.RedactError(err, secrets...))
-		}
-		if password != "" {
-			o.Password = password
-		}
-		// Store calls must end at their context deadline: the engine's
-		// fail-closed timing bounds every call, and go-redis ignores
-		// deadlines unless told otherwise.
-		o.ContextTimeoutEnabled = true
-		client = goredis.NewClient(o)
+		return goredis.NewFailoverClient(o), nil
 	}
-	s, err := newStore(client, opts, true)
+	o, err := goredis.ParseURL(rest)
 	if err != nil {
-		_ = client.Close()
-		return nil, err
+		return nil, invalid(err)
 	}
-	if err := client.Ping(ctx).Err(); err != nil {
-		_ = client.Close()
-		return nil, fmt.Errorf("redis: connect to %s: %w", shown, store.RedactError(denied(err), secrets...))
+	if password != "" {
+		o.Password = password
 	}
-	return s, nil
+	// Store calls must end at their context deadline: the engine's
+	// fail-closed timing bounds every call, and go-redis ignores deadlines
+	// unless told otherwise.
+	o.ContextTimeoutEnabled = true
+	return goredis.NewClient(o), nil
+}
+
+// IsSentinelURL reports whether rawURL names Sentinels (master_name=)
+// rather than a Redis server.
+func IsSentinelURL(rawURL string) bool {
+	_, query, _ := strings.Cut(rawURL, "?")
+	q, _ := url.ParseQuery(query)
+	return q.Has("master_name")
 }
 
 // sentinelOptions reads a Sentinel URL (u, its password taken out into

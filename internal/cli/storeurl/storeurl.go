@@ -8,6 +8,7 @@
 //	postgres://user:pass@host:5432/db, postgresql://…         (?table=, plus pgx's parameters)
 //	mysql://user:pass@host:3306/db                            (?table=, ?socket=, plus the driver's parameters)
 //	redis://[user:pass@]host:6379/0, rediss://…               (?namespace=, plus go-redis's)
+//	redis://[user:pass@]sentinel:26379/0?master_name=M&addr=…  (Sentinel; see store/redis.Open)
 //	etcd://[user:pass@]host:2379[,host2:2379], etcd+https://… (?prefix=, ?dial_timeout=, TLS files)
 //
 // An empty URL means an SQLite file in the user's state directory (see

@@ -23,6 +23,7 @@ import (
 	"github.com/tenure-dev/tenure/store"
 	"github.com/tenure-dev/tenure/store/etcd"
 	"github.com/tenure-dev/tenure/store/mysql"
+	"github.com/tenure-dev/tenure/store/redis"
 	"github.com/tenure-dev/tenure/store/sqlite"
 )
 
@@ -110,8 +111,13 @@ func parseBackend(rawURL, scratch string) (backend, error) {
 	return b, nil
 }
 
-// networked reports whether replicas reach the store through proxies.
-func (b backend) networked() bool { return b.Kind != kindSQLite }
+// networked reports whether replicas reach the store through proxies. A
+// Redis Sentinel URL is not: the Sentinels hand the client the master's
+// address at run time, which no proxy made beforehand stands in for, so
+// its network faults are played in the replica, as for SQLite.
+func (b backend) networked() bool {
+	return b.Kind != kindSQLite && (b.Kind != kindRedis || !redis.IsSentinelURL(b.URL))
+}
 
 // secrets are every form of the URL's secrets, for store.RedactError.
 func (b backend) secrets() []string { return store.URLSecrets(b.URL) }
@@ -362,18 +368,12 @@ func (b backend) mysqlDB() (*sql.DB, error) {
 }
 
 func (b backend) redisOptions() (*goredis.Options, error) {
-	rest, password, err := store.SplitURLPassword(b.URL)
+	c, err := redis.NewClient(b.URL)
 	if err != nil {
-		return nil, fmt.Errorf("chaos: %s: %w", store.RedactURL(b.URL), err)
+		return nil, fmt.Errorf("chaos: %w", err)
 	}
-	o, err := goredis.ParseURL(rest)
-	if err != nil {
-		return nil, fmt.Errorf("chaos: %s: %w: %w", store.RedactURL(b.URL), b.redact(err), store.ErrInvalidURL)
-	}
-	if password != "" {
-		o.Password = password
-	}
-	return o, nil
+	defer c.Close()
+	return c.Options(), nil
 }
 
 // cleanup drops the run's scratch table, namespace or prefix. The SQLite
@@ -432,11 +432,10 @@ func (b backend) dropMySQL(ctx context.Context, tables ...string) error {
 }
 
 func (b backend) dropRedisNamespace(ctx context.Context, ns string) error {
-	o, err := b.redisOptions()
+	c, err := redis.NewClient(b.URL)
 	if err != nil {
 		return err
 	}
-	c := goredis.NewClient(o)
 	defer c.Close()
 	var keys []string
 	iter := c.Scan(ctx, 0, "{"+ns+"}:*", 1000).Iterator()

@@ -103,9 +103,11 @@
 // client keeps its endpoints (so TLS checks the servers' names) and dials
 // each through its proxy, refusing any address it has none for. A network
 // fault strikes all of a replica's proxies at once. SQLite has no network,
-// so the network faults are emulated inside the replica's store recorder,
-// driven by a control file the harness writes. The fault kinds and their parameters replay exactly
-// from a seed and a set of kinds; which process holds which key at each
+// and a Redis Sentinel URL gets the master's address from the Sentinels
+// at run time, where no proxy made beforehand stands in for it; for those
+// the network faults are emulated inside the replica's store recorder,
+// driven by a control file the harness writes. The fault kinds and their
+// parameters replay exactly from a seed and a set of kinds; which process holds which key at each
 // moment does not, since it depends on the operating system's scheduling.
 //
 // # The checks

@@ -157,3 +157,31 @@ func startRedisReplica(t *testing.T, link *netproxy.Proxy) *testenv.RedisServer 
 	}
 	return s
 }
+
+// TestChaosRedisSentinel runs replicas against a primary, its replica and
+// three Sentinels, every replica given the Sentinel URL. Each store
+// restart SIGKILLs the primary and waits until the Sentinels have
+// promoted the replica; the old primary comes back as the new one's
+// replica after the fault's downtime. The network faults are played in
+// each replica's store recorder, since the Sentinels hand out the
+// master's address at run time (see backend.networked).
+func TestChaosRedisSentinel(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs replicas under faults for tens of seconds")
+	}
+	g := testenv.StartRedisSentinel(t)
+	failover := func(ctx context.Context, down time.Duration) error {
+		if _, err := g.Failover(ctx); err != nil {
+			return err
+		}
+		_ = sleepCtx(ctx, down) // a cancelled run still rejoins
+		return g.Rejoin(context.WithoutCancel(ctx))
+	}
+	rep := runChaosWith(t, g.URL(), 30*time.Second, func(o *Options) {
+		o.RestartStore = failover
+		o.Faults = []string{FaultStoreRestart, FaultKill, FaultPartition, FaultPause}
+	})
+	if rep != nil && rep.Faults[FaultStoreRestart] < 1 {
+		t.Errorf("no failover")
+	}
+}

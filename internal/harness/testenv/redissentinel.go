@@ -135,18 +135,23 @@ func (g *RedisSentinel) Failover(ctx context.Context) (*RedisServer, error) {
 	return next, nil
 }
 
-// Rejoin starts the server Failover killed. The Sentinels turn it into a
-// replica of the new primary; Rejoin waits until it is in sync.
+// Rejoin starts the server Failover killed again, as a replica of the
+// new primary (as the Sentinels would reconfigure it, without its
+// serving as an empty master meanwhile), and waits until it is in sync.
 func (g *RedisSentinel) Rejoin(ctx context.Context) error {
 	s := g.down
 	if s == nil {
 		return nil
 	}
-	if err := s.Start(); err != nil {
+	primary, err := g.Primary(ctx)
+	if err != nil {
+		return err
+	}
+	if err := s.StartReplicaOf(ctx, primary.Addr()); err != nil {
 		return err
 	}
 	g.down = nil
-	return s.WaitSynced(ctx)
+	return nil
 }
 
 // waitSentinel polls the Sentinel s until ok holds, for up to 15 s.
