@@ -17,9 +17,8 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
-	"github.com/tenure-dev/tenure"
 	"github.com/tenure-dev/tenure/internal/cli/storeurl"
-	"github.com/tenure-dev/tenure/internal/engine/poolkey"
+	"github.com/tenure-dev/tenure/internal/leaseview"
 	"github.com/tenure-dev/tenure/store"
 )
 
@@ -43,22 +42,6 @@ func viewLeases(leases []store.Lease) []leaseView {
 		})
 	}
 	return out
-}
-
-// state is the word shown for a lease: held, released, expired, or
-// revoked (by tenure release: owned by nobody, blocked until its expiry +
-// grace).
-func state(l store.Lease) string {
-	switch {
-	case l.Live:
-		return "held"
-	case l.Released:
-		return "released"
-	case l.Owner == "" && l.Epoch > 0:
-		return "revoked"
-	default:
-		return "expired"
-	}
 }
 
 func timeLeft(l store.Lease) string {
@@ -97,102 +80,52 @@ func writeTable(w io.Writer, leases []store.Lease) {
 		fmt.Fprintln(w, "no leases")
 		return
 	}
-	var keys []store.Lease
-	var workers []worker
-	var paused, moving []string
-	done := 0 // scheduled periods recorded as finished
-	type poolOwner struct{ prefix, pool, owner string }
-	held := make(map[poolOwner]int) // live keys of each worker in its pool
-	for _, l := range leases {
-		if k, ok := tenure.PausedKey(l.Key); ok {
-			if l.Live {
-				paused = append(paused, printable(k))
-			}
-			continue
-		}
-		if strings.Contains(l.Key, tenure.DoneInfix) || strings.Contains(l.Key, tenure.StartedInfix) {
-			if l.Live && strings.Contains(l.Key, tenure.DoneInfix) {
-				done++
-			}
-			continue // a schedule's bookkeeping, in --json as it is
-		}
-		if strings.Contains(l.Key, tenure.MoveInfix) {
-			if m, ok := tenure.ParseMove(l); ok {
-				to := "any other replica"
-				if m.To != "" {
-					to = printable(m.To)
-				}
-				moving = append(moving, fmt.Sprintf("%s from %s to %s (%s left)", printable(m.Key), printable(m.From), to, roundDur(l.TimeLeft)))
-			}
-			continue
-		}
-		if wk, ok := parseWorker(l); ok {
-			workers = append(workers, wk)
-			continue
-		}
-		keys = append(keys, l)
-		if prefix, pool, _, ok := poolkey.ParseKey(l.Key); ok && l.Live {
-			held[poolOwner{prefix, pool, l.Owner}]++
-		}
-	}
-	if len(keys) > 0 {
+	v := leaseview.Classify(leases)
+	if len(v.Keys) > 0 {
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 		fmt.Fprintln(tw, "KEY\tOWNER\tEPOCH\tSTATE\tRUNNING\tTIME LEFT")
-		for _, l := range keys {
-			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", printable(l.Key), printable(orDash(l.Owner)), l.Epoch, state(l), yesNo(l.Running), timeLeft(l))
+		for _, l := range v.Keys {
+			fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", printable(l.Key), printable(orDash(l.Owner)), l.Epoch, leaseview.State(l), yesNo(l.Running), timeLeft(l))
 		}
 		tw.Flush()
 	}
-	if len(paused) > 0 {
-		if len(keys) > 0 {
+	if len(v.Paused) > 0 {
+		if len(v.Keys) > 0 {
 			fmt.Fprintln(w)
+		}
+		paused := make([]string, len(v.Paused))
+		for i, k := range v.Paused {
+			paused[i] = printable(k)
 		}
 		fmt.Fprintf(w, "paused (tenure resume --key KEY): %s\n", strings.Join(paused, ", "))
 	}
-	for _, m := range moving {
-		fmt.Fprintf(w, "moving %s\n", m)
+	for _, m := range v.Moves {
+		to := "any other replica"
+		if m.To != "" {
+			to = printable(m.To)
+		}
+		fmt.Fprintf(w, "moving %s from %s to %s (%s left)\n", printable(m.Key), printable(m.From), to, roundDur(m.Lease.TimeLeft))
 	}
-	if done > 0 {
-		fmt.Fprintf(w, "scheduled periods finished and still on record: %d\n", done)
+	if v.Done > 0 {
+		fmt.Fprintf(w, "scheduled periods finished and still on record: %d\n", v.Done)
 	}
-	if len(workers) == 0 {
+	if len(v.Workers) == 0 {
 		return
 	}
-	if len(keys) > 0 {
+	if len(v.Keys) > 0 {
 		fmt.Fprintln(w)
 	}
 	// KEYS counts the worker's live leases of its pool in the listing.
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "POOL\tWORKER\tWEIGHT\tSTATE\tKEYS\tTIME LEFT")
-	for _, wk := range workers {
-		st, n := state(wk.lease), "-"
-		if wk.lease.Live {
-			st, n = "active", strconv.Itoa(held[poolOwner{wk.m.Prefix, wk.m.Pool, wk.lease.Owner}])
-			if !wk.lease.Running {
-				st = "draining"
-			}
+	for _, wk := range v.Workers {
+		n := "-"
+		if wk.Lease.Live {
+			n = strconv.Itoa(wk.Held)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", printable(wk.m.Prefix+wk.m.Pool), printable(orDash(wk.lease.Owner)), strconv.FormatFloat(wk.m.Weight, 'g', -1, 64), st, n, timeLeft(wk.lease))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", printable(wk.Prefix+wk.Pool), printable(orDash(wk.Lease.Owner)), strconv.FormatFloat(wk.Weight, 'g', -1, 64), wk.State(), n, timeLeft(wk.Lease))
 	}
 	tw.Flush()
-}
-
-// worker is a pool member's lease (see internal/engine/poolkey).
-type worker struct {
-	m     poolkey.Member
-	lease store.Lease
-}
-
-// parseWorker recognises a membership lease. The owner shown is the
-// lease's (empty once revoked); the pool and the weight come from the key.
-// A membership with a malformed weight is listed as a plain key, as every
-// worker ignores it.
-func parseWorker(l store.Lease) (worker, bool) {
-	m, err := poolkey.ParseMember(l.Key)
-	if err != nil {
-		return worker{}, false
-	}
-	return worker{m: m, lease: l}, true
 }
 
 func orDash(s string) string {
