@@ -204,7 +204,7 @@ TENURE_EPOCH is set too: they then describe the lease of a parent tenure.
 	root.PersistentFlags().String("log-level", "info", "log level: debug, info, warn or error")
 	root.PersistentFlags().String("log-format", "text", "log format: text (key=value) or json (one object a line)")
 	root.AddCommand(e.runCommand(), e.poolCommand(), e.statusCommand(), e.releaseCommand(), e.pauseCommand(), e.resumeCommand(), e.moveCommand(),
-		e.pruneCommand(), e.migrateCommand(), e.versionCommand(), e.demoCommand(), e.verifyCommand())
+		e.pruneCommand(), e.migrateCommand(), e.versionCommand(), e.demoCommand(), e.verifyCommand(), e.consoleCommand())
 	return root
 }
 

@@ -61,14 +61,19 @@ type httpServer struct {
 }
 
 // startHTTP listens on addr and serves /metrics, /status, /healthz and
-// /readyz. ready, when set, is what else the command needs to be ready.
-func startHTTP(addr string, sup *tenure.Supervisor, st store.Store, secrets []string, metrics *tmetrics.Collector, ready func() error, log *slog.Logger) (*httpServer, error) {
+// /readyz, and the web console (con) at / and under /console/. ready,
+// when set, is what else the command needs to be ready.
+func startHTTP(addr string, sup *tenure.Supervisor, st store.Store, secrets []string, metrics *tmetrics.Collector, ready func() error,
+	con http.Handler, log *slog.Logger,
+) (*httpServer, error) {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(metrics,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.Handle("GET /{$}", con)
+	mux.Handle("/console/", con)
 	// /healthz: the process is alive and its loop turns (restart it if
 	// not); /readyz: it can do its job now (take it out of rotation if
 	// not). A store outage fails /readyz only: restarting every replica
@@ -113,7 +118,7 @@ func startHTTP(addr string, sup *tenure.Supervisor, st store.Store, secrets []st
 			log.Error("http server stopped", "err", err)
 		}
 	}()
-	log.Info("serving /metrics, /status, /healthz and /readyz", "addr", ln.Addr().String())
+	log.Info("serving the console at /, and /metrics, /status, /healthz and /readyz", "addr", ln.Addr().String())
 	return h, nil
 }
 

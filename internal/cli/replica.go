@@ -18,6 +18,7 @@ import (
 
 	"github.com/tenure-dev/tenure"
 	"github.com/tenure-dev/tenure/internal/cli/storeurl"
+	"github.com/tenure-dev/tenure/internal/console"
 	"github.com/tenure-dev/tenure/store/memstore"
 )
 
@@ -50,7 +51,7 @@ func addReplicaFlags(cmd *cobra.Command, f *replicaFlags) {
 	fl.DurationVar(&f.failureWindow, "failure-window", 0, "the window --max-failures counts in (default 8 renewal periods: three tries under the restart backoff)")
 	fl.DurationVar(&f.cooldown, "cooldown", 0, "how long a replica that released a failing key waits before asking for it again (default 12 renewal periods)")
 	fl.BoolVar(&f.passSighup, "pass-sighup", false, "pass SIGHUP on to the command (its reload); off by default, as a command that does not expect SIGHUP dies of it")
-	fl.StringVar(&f.http, "http", "", "serve /metrics, /status, /healthz (alive) and /readyz (store reachable; for run, the key held here or by a known peer) on this address (loopback only, e.g. 127.0.0.1:9090)")
+	fl.StringVar(&f.http, "http", "", "serve the web console at /, and /metrics, /status, /healthz (alive) and /readyz (store reachable; for run, the key held here or by a known peer) on this address (loopback only, e.g. 127.0.0.1:9090)")
 	fl.BoolVar(&f.httpPublic, "http-public", false, "allow --http on a non-loopback address")
 }
 
@@ -197,7 +198,16 @@ func (e *env) serve(ctx context.Context, stop context.CancelFunc, rep *replica) 
 		if rep.ready != nil {
 			ready = func() error { return rep.ready(sup) }
 		}
-		srv, err := startHTTP(rep.flags.http, sup, st, rep.spec.Secrets, metrics, ready, rep.log)
+		// The console reads the store once a second while the process
+		// runs; its page is read-only here (tenure console --allow-actions
+		// acts).
+		con := console.New(console.Config{Store: st, Prefix: cfg.Prefix, StoreShown: rep.spec.Shown,
+			Version: versionString(), Secrets: rep.spec.Secrets, Local: sup, Grace: sup.Config().Grace,
+			Public: rep.flags.httpPublic, Log: rep.log})
+		conCtx, stopConsole := context.WithCancel(ctx)
+		defer stopConsole()
+		go con.Run(conCtx)
+		srv, err := startHTTP(rep.flags.http, sup, st, rep.spec.Secrets, metrics, ready, con.Handler(), rep.log)
 		if err != nil {
 			return 0, withCode(ExitFailure, err)
 		}

@@ -1,0 +1,213 @@
+// Package console is Tenure's web console: one self-contained page, served
+// by tenure run, tenure pool and tenure console, that shows every lease,
+// every pool's workers and the recent handoffs, live, and — only when the
+// process was started with --allow-actions, and only with its token —
+// moves, pauses, resumes and releases keys.
+//
+// The page (assets/, embedded) polls nothing itself: it holds one
+// server-sent events stream, and the server pushes a whole Snapshot after
+// every read of the store (once a second, and at once after an action).
+// The console reads the store with List, the same call tenure status
+// makes, so it adds one List a second per open console process, whatever
+// the number of viewers.
+//
+// What the console knows of the past it saw itself: handoffs and terms
+// start with the console's first read, and a term that began and ended
+// between two reads is not shown.
+package console
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/tenure-dev/tenure"
+	"github.com/tenure-dev/tenure/store"
+)
+
+// Local is the process serving the console, when it runs keys itself: a
+// *tenure.Supervisor. Its view adds what the store does not hold: which
+// keys are cooling after a crash loop here.
+type Local interface {
+	Owner() string
+	Status() []tenure.KeyStatus
+}
+
+// Config configures a Console.
+type Config struct {
+	// Store is read with List; with Actions it is also written.
+	Store store.Store
+	// Prefix limits the console to keys that start with it.
+	Prefix string
+	// StoreShown is the store's URL without its password, shown on the
+	// page.
+	StoreShown string
+	// Version is Tenure's version, shown on the page.
+	Version string
+	// Secrets are scrubbed from every error shown (store.RedactString).
+	Secrets []string
+	// Local is the supervisor of the serving process, nil for tenure
+	// console.
+	Local Local
+	// Grace is drawn after each lease's expiry. Default
+	// tenure.DefaultGrace.
+	Grace time.Duration
+	// Actions enables move, pause, resume and release, for requests that
+	// carry Token. Token must then be set.
+	Actions bool
+	Token   string
+	// Public serves requests for any Host header; otherwise only names
+	// of this host (localhost, loopback addresses), so a web page
+	// elsewhere cannot reach the console by pointing its own domain name
+	// at 127.0.0.1 (DNS rebinding).
+	Public bool
+	// Interval is the time between reads of the store. Default 1s.
+	Interval time.Duration
+	// Log receives read failures (at debug: they are on the page).
+	Log *slog.Logger
+}
+
+// Console serves the page and keeps its snapshot fresh.
+type Console struct {
+	cfg     Config
+	hist    *history
+	ttls    map[term]time.Duration
+	refresh chan struct{}
+
+	mu      sync.Mutex
+	snap    []byte // the last Snapshot, encoded
+	version uint64
+	changed chan struct{} // closed when snap changes, then replaced
+}
+
+// New returns a console for cfg; Run keeps it fresh.
+func New(cfg Config) *Console {
+	if cfg.Grace <= 0 {
+		cfg.Grace = tenure.DefaultGrace
+	}
+	if cfg.Interval <= 0 {
+		cfg.Interval = time.Second
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	return &Console{
+		cfg: cfg, hist: newHistory(20, 200), ttls: map[term]time.Duration{},
+		refresh: make(chan struct{}, 1), changed: make(chan struct{}),
+	}
+}
+
+// Run reads the store every Interval, and at once after an action, until
+// ctx ends.
+func (c *Console) Run(ctx context.Context) {
+	tick := time.NewTicker(c.cfg.Interval)
+	defer tick.Stop()
+	for {
+		c.read(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		case <-c.refresh:
+		}
+	}
+}
+
+// read takes one snapshot.
+func (c *Console) read(ctx context.Context) {
+	snap := Snapshot{Version: c.cfg.Version, Store: c.cfg.StoreShown, Actions: c.cfg.Actions,
+		Leases: []Lease{}, Pools: []Pool{}, Handoffs: []Handoff{}}
+	local := c.local()
+	snap.Owner = local.owner
+	rctx, cancel := context.WithTimeout(ctx, max(c.cfg.Interval, 2*time.Second))
+	leases, err := c.cfg.Store.List(rctx, c.cfg.Prefix)
+	cancel()
+	now := time.Now()
+	snap.At = now.UnixMilli()
+	var terms []Term
+	if err != nil {
+		if ctx.Err() != nil {
+			return
+		}
+		snap.Error = store.RedactString(err.Error(), c.cfg.Secrets...)
+		c.cfg.Log.Debug("console: reading the store failed", "err", snap.Error)
+		c.mu.Lock()
+		last := c.snap
+		c.mu.Unlock()
+		if last != nil {
+			// Keep showing the last good read, marked stale.
+			var prev snapshotWithTerms
+			if json.Unmarshal(last, &prev) == nil {
+				prev.Error, prev.At = snap.Error, snap.At
+				c.publish(prev)
+			}
+			return
+		}
+	} else {
+		snap.Leases, snap.Pools = build(leases, c.cfg.Grace, c.ttls, local)
+		c.hist.observe(snap.At, snap.Leases, local)
+		terms, snap.Handoffs = c.hist.recent(snap.Leases)
+	}
+	c.publish(snapshotWithTerms{Snapshot: snap, Terms: terms})
+}
+
+// snapshotWithTerms is the document sent: the snapshot and, for the
+// timeline, the recent terms of every key listed.
+type snapshotWithTerms struct {
+	Snapshot
+	Terms []Term `json:"terms"`
+}
+
+func (c *Console) publish(doc snapshotWithTerms) {
+	if doc.Terms == nil {
+		doc.Terms = []Term{}
+	}
+	b, err := json.Marshal(doc)
+	if err != nil {
+		c.cfg.Log.Error("console: encoding the snapshot", "err", err)
+		return
+	}
+	c.mu.Lock()
+	c.snap = b
+	c.version++
+	close(c.changed)
+	c.changed = make(chan struct{})
+	c.mu.Unlock()
+}
+
+// current returns the last snapshot, its version, and a channel closed
+// when a newer one is published.
+func (c *Console) current() ([]byte, uint64, <-chan struct{}) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.snap, c.version, c.changed
+}
+
+// local reads the serving process's own state.
+func (c *Console) local() localState {
+	st := localState{paused: map[string]bool{}, cooling: map[string]bool{}}
+	if c.cfg.Local == nil {
+		return st
+	}
+	st.owner = c.cfg.Local.Owner()
+	now := time.Now()
+	for _, k := range c.cfg.Local.Status() {
+		if k.Paused {
+			st.paused[k.Key] = true
+		}
+		if k.CoolingUntil.After(now) {
+			st.cooling[k.Key] = true
+		}
+	}
+	return st
+}
+
+// readSoon asks Run for a read now (after an action).
+func (c *Console) readSoon() {
+	select {
+	case c.refresh <- struct{}{}:
+	default:
+	}
+}

@@ -1,0 +1,175 @@
+package console
+
+import (
+	"math"
+	"slices"
+	"time"
+
+	"github.com/tenure-dev/tenure/internal/engine/poolkey"
+	"github.com/tenure-dev/tenure/internal/leaseview"
+	"github.com/tenure-dev/tenure/store"
+)
+
+// Snapshot is what the page draws: the whole picture at one moment. It is
+// sent whole (the page updates its rows in place), so a client that missed
+// one loses nothing.
+type Snapshot struct {
+	Version string `json:"version"`
+	// Store is the store's URL without its password.
+	Store string `json:"store"`
+	// Owner is the owner id of the process serving the page, "" for
+	// tenure console.
+	Owner string `json:"owner,omitempty"`
+	// At is when the store was read, in Unix milliseconds.
+	At int64 `json:"at"`
+	// Error is why the last read failed ("" when it did not); the rest is
+	// then the last good read's.
+	Error    string    `json:"error,omitempty"`
+	Actions  bool      `json:"actions"`
+	Leases   []Lease   `json:"leases"`
+	Pools    []Pool    `json:"pools"`
+	Handoffs []Handoff `json:"handoffs"`
+}
+
+// Lease is one key's lease.
+type Lease struct {
+	Key     string `json:"key"`
+	Owner   string `json:"owner"`
+	Epoch   int64  `json:"epoch"`
+	State   string `json:"state"` // held, released, expired, revoked
+	Running bool   `json:"running"`
+	// TimeLeftMs is the time to expiry on the store's clock, negative
+	// after it. TTLMs is the longest time left seen in this term (a
+	// renewal sets it to the TTL), GraceMs the grace after expiry.
+	TimeLeftMs int64 `json:"time_left_ms"`
+	TTLMs      int64 `json:"ttl_ms"`
+	GraceMs    int64 `json:"grace_ms"`
+	// Pool is the pool the key belongs to ("" for a singleton key).
+	Pool    string `json:"pool,omitempty"`
+	Paused  bool   `json:"paused,omitempty"`
+	Cooling bool   `json:"cooling,omitempty"` // this process's runner kept failing it
+	// Moving names the replica a move hands the key to ("*" for any).
+	Moving string `json:"moving,omitempty"`
+}
+
+// Pool is one pool's workers.
+type Pool struct {
+	Name string `json:"name"`
+	// Keys counts the pool's keys with a record in the store (a key
+	// never taken has none).
+	Keys    int      `json:"keys"`
+	Workers []Worker `json:"workers"`
+}
+
+// Worker is one pool member.
+type Worker struct {
+	Owner  string  `json:"owner"`
+	Weight float64 `json:"weight"`
+	State  string  `json:"state"` // active, draining, released, expired, revoked
+	Held   int     `json:"held"`
+	// Share is the worker's fair share of the pool's keys by weight, Cap
+	// its claim limit: share plus the balancer's default 10%, rounded up.
+	Share float64 `json:"share"`
+	Cap   int     `json:"cap"`
+}
+
+// capSlack is the balancer's default Epsilon (internal/engine/balance).
+const capSlack = 0.1
+
+// build turns a listing into a snapshot's leases and pools. ttls is the
+// longest time left seen per term, updated here.
+func build(leases []store.Lease, grace time.Duration, ttls map[term]time.Duration, local localState) ([]Lease, []Pool) {
+	v := leaseview.Classify(leases)
+	paused := make(map[string]bool, len(v.Paused))
+	for _, k := range v.Paused {
+		paused[k] = true
+	}
+	moving := make(map[string]string, len(v.Moves))
+	for _, m := range v.Moves {
+		to := m.To
+		if to == "" {
+			to = "*"
+		}
+		moving[m.Key] = to
+	}
+	seen := make(map[term]bool, len(v.Keys))
+	out := make([]Lease, 0, len(v.Keys))
+	keysOf := map[string]int{}
+	for _, l := range v.Keys {
+		t := term{l.Key, l.Epoch}
+		seen[t] = true
+		ttls[t] = max(ttls[t], l.TimeLeft)
+		pool := poolOf(l.Key)
+		if pool != "" {
+			keysOf[pool]++
+		}
+		out = append(out, Lease{
+			Key: l.Key, Owner: l.Owner, Epoch: l.Epoch, State: leaseview.State(l), Running: l.Running,
+			TimeLeftMs: l.TimeLeft.Milliseconds(), TTLMs: ttls[t].Milliseconds(), GraceMs: grace.Milliseconds(),
+			Pool: pool, Paused: paused[l.Key] || local.paused[l.Key], Cooling: local.cooling[l.Key], Moving: moving[l.Key],
+		})
+	}
+	for t := range ttls {
+		if !seen[t] {
+			delete(ttls, t)
+		}
+	}
+	return out, pools(v.Workers, keysOf)
+}
+
+// pools groups the members by pool, with each live one's fair share.
+func pools(workers []leaseview.Worker, keysOf map[string]int) []Pool {
+	byName := map[string]*Pool{}
+	var names []string
+	weight := map[string]float64{}
+	for _, w := range workers {
+		name := w.Prefix + w.Pool
+		p := byName[name]
+		if p == nil {
+			p = &Pool{Name: name, Keys: keysOf[name]}
+			byName[name] = p
+			names = append(names, name)
+		}
+		p.Workers = append(p.Workers, Worker{Owner: w.Lease.Owner, Weight: w.Weight, State: w.State(), Held: w.Held})
+		if w.Lease.Live {
+			weight[name] += w.Weight
+		}
+	}
+	slices.Sort(names)
+	out := make([]Pool, 0, len(names))
+	for _, name := range names {
+		p := byName[name]
+		for i, w := range p.Workers {
+			if w.State != "active" && w.State != "draining" || weight[name] == 0 {
+				continue
+			}
+			share := float64(p.Keys) * w.Weight / weight[name]
+			p.Workers[i].Share = share
+			p.Workers[i].Cap = int(math.Ceil(share * (1 + capSlack)))
+		}
+		out = append(out, *p)
+	}
+	return out
+}
+
+// term is one key's term.
+type term struct {
+	key   string
+	epoch int64
+}
+
+// poolOf is the pool a lease key belongs to, "" for a singleton key.
+func poolOf(key string) string {
+	prefix, pool, _, ok := poolkey.ParseKey(key)
+	if !ok {
+		return ""
+	}
+	return prefix + pool
+}
+
+// localState is what the process serving the page knows beyond the store.
+type localState struct {
+	owner   string
+	paused  map[string]bool
+	cooling map[string]bool
+}
