@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -95,7 +94,8 @@ fonts. The store's password is never shown.
 			srv := &http.Server{Handler: con.Handler(), ReadHeaderTimeout: 10 * time.Second}
 			served := make(chan error, 1)
 			go func() { served <- srv.Serve(ln) }()
-			go con.Run(ctx)
+			runDone := make(chan struct{})
+			go func() { defer close(runDone); con.Run(ctx) }()
 			where := "http://" + ln.Addr().String() + "/"
 			if actions {
 				where += "#token=" + cfg.Token
@@ -106,9 +106,10 @@ fonts. The store's password is never shown.
 			case err := <-served:
 				return withCode(ExitFailure, fmt.Errorf("the console stopped serving: %w", err))
 			}
+			<-runDone // the streams have ended: the shutdown waits for none
 			shutCtx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			defer cancel()
-			if err := srv.Shutdown(shutCtx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			if err := srv.Shutdown(shutCtx); err != nil {
 				return withCode(ExitFailure, err)
 			}
 			return nil

@@ -205,13 +205,20 @@ func (e *env) serve(ctx context.Context, stop context.CancelFunc, rep *replica) 
 			Version: versionString(), Secrets: rep.spec.Secrets, Local: sup, Grace: sup.Config().Grace,
 			Public: rep.flags.httpPublic, Log: rep.log})
 		conCtx, stopConsole := context.WithCancel(ctx)
-		defer stopConsole()
-		go con.Run(conCtx)
+		consoleDone := make(chan struct{})
+		go func() { defer close(consoleDone); con.Run(conCtx) }()
 		srv, err := startHTTP(rep.flags.http, sup, st, rep.spec.Secrets, metrics, ready, con.Handler(), rep.log)
 		if err != nil {
+			stopConsole()
 			return 0, withCode(ExitFailure, err)
 		}
-		defer srv.close()
+		defer func() {
+			// The console's streams end first, so open pages do not hold
+			// the server's shutdown up.
+			stopConsole()
+			<-consoleDone
+			srv.close()
+		}()
 	}
 
 	if rep.announce != nil {

@@ -75,6 +75,9 @@ type Console struct {
 	hist    *history
 	ttls    map[term]time.Duration
 	refresh chan struct{}
+	// done is closed when Run returns: it ends every stream, so a server
+	// shutting down is not held up by open pages.
+	done chan struct{}
 
 	mu      sync.Mutex
 	snap    []byte // the last Snapshot, encoded
@@ -95,13 +98,14 @@ func New(cfg Config) *Console {
 	}
 	return &Console{
 		cfg: cfg, hist: newHistory(20, 200), ttls: map[term]time.Duration{},
-		refresh: make(chan struct{}, 1), changed: make(chan struct{}),
+		refresh: make(chan struct{}, 1), changed: make(chan struct{}), done: make(chan struct{}),
 	}
 }
 
 // Run reads the store every Interval, and at once after an action, until
-// ctx ends.
+// ctx ends; then it ends every stream. Call it once.
 func (c *Console) Run(ctx context.Context) {
+	defer close(c.done)
 	tick := time.NewTicker(c.cfg.Interval)
 	defer tick.Stop()
 	for {

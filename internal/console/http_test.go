@@ -211,3 +211,36 @@ func TestTheStreamSendsEachSnapshot(t *testing.T) {
 		t.Fatalf("second snapshot %+v, want job held by a", s.Leases)
 	}
 }
+
+// When Run ends, every stream ends: an open page must not hold up the
+// server's shutdown (http.Server.Shutdown waits for open requests).
+func TestStreamsEndWhenTheConsoleStops(t *testing.T) {
+	c, srv := newConsole(t, memstore.New(memstore.Options{}), false)
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan struct{})
+	go func() { defer close(ran); c.Run(ctx) }()
+	res, err := http.Get(srv.URL + "/console/api/stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	lines := bufio.NewScanner(res.Body)
+	for lines.Scan() && !strings.HasPrefix(lines.Text(), "data: ") {
+	} // the first snapshot came
+	cancel()
+	<-ran
+	ended := make(chan error, 1)
+	go func() {
+		for lines.Scan() {
+		}
+		ended <- lines.Err()
+	}()
+	select {
+	case err := <-ended:
+		if err != nil {
+			t.Fatalf("the stream broke instead of ending: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stream went on after the console stopped")
+	}
+}
