@@ -301,6 +301,20 @@ func TestHTTPServesMetricsStatusAndHealth(t *testing.T) {
 	if len(doc.Leases) != 1 || ownerName(doc.Leases[0]["owner"]) != "replica-http" || doc.Leases[0]["live"] != true {
 		t.Errorf("/status leases = %v", doc.Leases)
 	}
+	if page := get(t, "http://"+addr+"/"); !strings.Contains(page, "<title>Tenure console</title>") {
+		t.Errorf("/ is not the console: %.200s", page)
+	}
+	// A name that is not this host's (DNS rebinding) reads nothing.
+	req, _ := http.NewRequest("GET", "http://"+addr+"/status", nil)
+	req.Host = "attacker.example"
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusMisdirectedRequest {
+		t.Errorf("/status for Host attacker.example: %d, want 421", res.StatusCode)
+	}
 }
 
 func TestReleaseRevokesTheHoldersLeaseAndItsCommandStops(t *testing.T) {

@@ -107,6 +107,15 @@ func TestConsoleInABrowser(t *testing.T) {
 	if errs := b.ConsoleErrors(); len(errs) > 0 {
 		t.Errorf("the page logged errors: %q", errs)
 	}
+
+	// Ctrl-C with the page open: the console ends its stream and exits 0
+	// (TestStreamsEndWhenTheConsoleStops shows the stream ends).
+	if err := con.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if code := con.wait(t, 10*time.Second); code != 0 {
+		t.Errorf("tenure console exited %d on SIGINT, want 0", code)
+	}
 }
 
 // checkOutline compares the page's outline with the golden file;

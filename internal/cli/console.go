@@ -85,6 +85,9 @@ fonts. The store's password is never shown.
 				if cfg.Token, err = newToken(); err != nil {
 					return withCode(ExitFailure, err)
 				}
+				if public {
+					log.Warn("--allow-actions with --http-public: the token crosses the network unencrypted; put the console behind a TLS proxy")
+				}
 			}
 			con := console.New(cfg)
 			ln, err := net.Listen("tcp", addr)
@@ -106,11 +109,14 @@ fonts. The store's password is never shown.
 			case err := <-served:
 				return withCode(ExitFailure, fmt.Errorf("the console stopped serving: %w", err))
 			}
-			<-runDone // the streams have ended: the shutdown waits for none
+			<-runDone // the streams have ended
 			shutCtx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 			defer cancel()
 			if err := srv.Shutdown(shutCtx); err != nil {
-				return withCode(ExitFailure, err)
+				// A request still open (an action waiting on the store, a
+				// client that stopped reading) is cut: the operator asked
+				// the console to stop.
+				_ = srv.Close()
 			}
 			return nil
 		},

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/tenure-dev/tenure"
+	"github.com/tenure-dev/tenure/internal/console"
 	"github.com/tenure-dev/tenure/store"
 )
 
@@ -63,7 +64,7 @@ type httpServer struct {
 // startHTTP listens on addr and serves /metrics, /status, /healthz and
 // /readyz, and the web console (con) at / and under /console/. ready,
 // when set, is what else the command needs to be ready.
-func startHTTP(addr string, sup *tenure.Supervisor, st store.Store, secrets []string, metrics *tmetrics.Collector, ready func() error,
+func startHTTP(addr string, public bool, sup *tenure.Supervisor, st store.Store, secrets []string, metrics *tmetrics.Collector, ready func() error,
 	con http.Handler, log *slog.Logger,
 ) (*httpServer, error) {
 	reg := prometheus.NewRegistry()
@@ -109,7 +110,9 @@ func startHTTP(addr string, sup *tenure.Supervisor, st store.Store, secrets []st
 		return nil, fmt.Errorf("--http: %w", err)
 	}
 	h := &httpServer{
-		srv:  &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second},
+		// /status names every holder as the console does: both answer
+		// only for this host's names unless public (DNS rebinding).
+		srv:  &http.Server{Handler: console.HostGuard(mux, public), ReadHeaderTimeout: 10 * time.Second},
 		done: make(chan struct{}),
 	}
 	go func() {
@@ -118,7 +121,7 @@ func startHTTP(addr string, sup *tenure.Supervisor, st store.Store, secrets []st
 			log.Error("http server stopped", "err", err)
 		}
 	}()
-	log.Info("serving the console at /, and /metrics, /status, /healthz and /readyz", "addr", ln.Addr().String())
+	log.Info("serving /metrics, /status, /healthz and /readyz", "addr", ln.Addr().String(), "console", "http://"+ln.Addr().String()+"/")
 	return h, nil
 }
 

@@ -198,16 +198,17 @@ func (e *env) serve(ctx context.Context, stop context.CancelFunc, rep *replica) 
 		if rep.ready != nil {
 			ready = func() error { return rep.ready(sup) }
 		}
-		// The console reads the store once a second while the process
-		// runs; its page is read-only here (tenure console --allow-actions
-		// acts).
+		// The console reads the store once a second while a page is
+		// open; it is read-only here (tenure console --allow-actions acts).
 		con := console.New(console.Config{Store: st, Prefix: cfg.Prefix, StoreShown: rep.spec.Shown,
 			Version: versionString(), Secrets: rep.spec.Secrets, Local: sup, Grace: sup.Config().Grace,
-			Public: rep.flags.httpPublic, Log: rep.log})
-		conCtx, stopConsole := context.WithCancel(ctx)
+			Public: rep.flags.httpPublic, OnDemand: true, Log: rep.log})
+		// Not ctx itself: the first signal ends ctx, and the page should
+		// go on showing the handover while the commands stop.
+		conCtx, stopConsole := context.WithCancel(context.WithoutCancel(ctx))
 		consoleDone := make(chan struct{})
 		go func() { defer close(consoleDone); con.Run(conCtx) }()
-		srv, err := startHTTP(rep.flags.http, sup, st, rep.spec.Secrets, metrics, ready, con.Handler(), rep.log)
+		srv, err := startHTTP(rep.flags.http, rep.flags.httpPublic, sup, st, rep.spec.Secrets, metrics, ready, con.Handler(), rep.log)
 		if err != nil {
 			stopConsole()
 			return 0, withCode(ExitFailure, err)

@@ -27,6 +27,9 @@ func (c *Console) act(ctx context.Context, a action) (string, error) {
 	if err := store.ValidateKey(a.Key); err != nil {
 		return "", badAction{err.Error()}
 	}
+	if !strings.HasPrefix(a.Key, c.cfg.Prefix) {
+		return "", badAction{fmt.Sprintf("%q is outside this console's prefix %q", a.Key, c.cfg.Prefix)}
+	}
 	if _, isRecord := tenure.PausedKey(a.Key); isRecord || strings.Contains(a.Key, tenure.MoveInfix) {
 		return "", badAction{fmt.Sprintf("%q is a pause or move record; act on the key itself", a.Key)}
 	}

@@ -21,6 +21,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tenure-dev/tenure"
@@ -65,6 +66,11 @@ type Config struct {
 	Public bool
 	// Interval is the time between reads of the store. Default 1s.
 	Interval time.Duration
+	// OnDemand reads the store only while a page is open (or the state
+	// was asked for lately): for a console that every replica serves,
+	// which nobody may be watching. Handoffs are then seen only while
+	// someone watches.
+	OnDemand bool
 	// Log receives read failures (at debug: they are on the page).
 	Log *slog.Logger
 }
@@ -79,10 +85,15 @@ type Console struct {
 	// shutting down is not held up by open pages.
 	done chan struct{}
 
+	streams   atomic.Int64 // open streams
+	lastAsked atomic.Int64 // when the state was last asked for, Unix ms
+
 	mu      sync.Mutex
 	snap    []byte // the last Snapshot, encoded
+	frame   []byte // snap as a server-sent event, made once for every stream
 	version uint64
-	changed chan struct{} // closed when snap changes, then replaced
+	changed chan struct{}      // closed when snap changes, then replaced
+	good    *snapshotWithTerms // the last successful read
 }
 
 // New returns a console for cfg; Run keeps it fresh.
@@ -109,7 +120,9 @@ func (c *Console) Run(ctx context.Context) {
 	tick := time.NewTicker(c.cfg.Interval)
 	defer tick.Stop()
 	for {
-		c.read(ctx)
+		if c.wanted() {
+			c.read(ctx)
+		}
 		select {
 		case <-ctx.Done():
 			return
@@ -119,42 +132,62 @@ func (c *Console) Run(ctx context.Context) {
 	}
 }
 
-// read takes one snapshot.
+// wanted reports whether a read is worth making now.
+func (c *Console) wanted() bool {
+	return !c.cfg.OnDemand || c.streams.Load() > 0 || time.Now().UnixMilli()-c.lastAsked.Load() < askedFor.Milliseconds()
+}
+
+const (
+	// askedFor is how long an on-demand console goes on reading after a
+	// state request.
+	askedFor = 10 * time.Second
+	// listTimeout bounds a read: a slow store is shown late rather than
+	// never.
+	listTimeout = 10 * time.Second
+	// timelineSpan is how far back the page draws terms.
+	timelineSpan = 5 * time.Minute
+)
+
+// read takes one snapshot. A failed read is published as the last good
+// one with the error and when it happened.
 func (c *Console) read(ctx context.Context) {
-	snap := Snapshot{Version: c.cfg.Version, Store: c.cfg.StoreShown, Actions: c.cfg.Actions,
-		Leases: []Lease{}, Pools: []Pool{}, Handoffs: []Handoff{}}
 	local := c.local()
-	snap.Owner = local.owner
-	rctx, cancel := context.WithTimeout(ctx, max(c.cfg.Interval, 2*time.Second))
+	rctx, cancel := context.WithTimeout(ctx, listTimeout)
 	leases, err := c.cfg.Store.List(rctx, c.cfg.Prefix)
 	cancel()
-	now := time.Now()
-	snap.At = now.UnixMilli()
-	var terms []Term
+	now := time.Now().UnixMilli()
 	if err != nil {
 		if ctx.Err() != nil {
 			return
 		}
-		snap.Error = store.RedactString(err.Error(), c.cfg.Secrets...)
-		c.cfg.Log.Debug("console: reading the store failed", "err", snap.Error)
+		msg := store.RedactString(err.Error(), c.cfg.Secrets...)
+		c.cfg.Log.Debug("console: reading the store failed", "err", msg)
 		c.mu.Lock()
-		last := c.snap
+		doc := c.good
 		c.mu.Unlock()
-		if last != nil {
-			// Keep showing the last good read, marked stale.
-			var prev snapshotWithTerms
-			if json.Unmarshal(last, &prev) == nil {
-				prev.Error, prev.At = snap.Error, snap.At
-				c.publish(prev)
-			}
-			return
+		if doc == nil {
+			doc = &snapshotWithTerms{Snapshot: c.empty(local)}
 		}
-	} else {
-		snap.Leases, snap.Pools = build(leases, c.cfg.Grace, c.ttls, local)
-		c.hist.observe(snap.At, snap.Leases, local)
-		terms, snap.Handoffs = c.hist.recent(snap.Leases)
+		failed := *doc
+		failed.Error, failed.ErrorAt = msg, now
+		c.publish(failed)
+		return
 	}
-	c.publish(snapshotWithTerms{Snapshot: snap, Terms: terms})
+	doc := snapshotWithTerms{Snapshot: c.empty(local)}
+	doc.At = now
+	doc.Leases, doc.Pools = build(leases, now, c.cfg.Grace, c.ttls, local)
+	c.hist.observe(now, doc.Leases, local)
+	doc.Terms, doc.Handoffs = c.hist.recent(doc.Leases, now-timelineSpan.Milliseconds())
+	c.mu.Lock()
+	c.good = &doc
+	c.mu.Unlock()
+	c.publish(doc)
+}
+
+// empty is a snapshot with nothing read yet.
+func (c *Console) empty(local localState) Snapshot {
+	return Snapshot{Version: c.cfg.Version, Store: c.cfg.StoreShown, Owner: local.owner, Actions: c.cfg.Actions,
+		Leases: []Lease{}, Pools: []Pool{}, Handoffs: []Handoff{}}
 }
 
 // snapshotWithTerms is the document sent: the snapshot and, for the
@@ -170,15 +203,45 @@ func (c *Console) publish(doc snapshotWithTerms) {
 	}
 	b, err := json.Marshal(doc)
 	if err != nil {
-		c.cfg.Log.Error("console: encoding the snapshot", "err", err)
-		return
+		// Never freeze the page on a value JSON cannot hold: say so.
+		b, _ = json.Marshal(snapshotWithTerms{Snapshot: Snapshot{Version: doc.Version, Store: doc.Store, At: doc.At,
+			Error: "the console could not encode the store's state: " + err.Error(), ErrorAt: time.Now().UnixMilli(),
+			Leases: []Lease{}, Pools: []Pool{}, Handoffs: []Handoff{}}, Terms: []Term{}})
 	}
+	frame := append(append([]byte("event: snapshot\ndata: "), b...), "\n\n"...)
 	c.mu.Lock()
-	c.snap = b
+	c.snap, c.frame = b, frame
 	c.version++
 	close(c.changed)
 	c.changed = make(chan struct{})
 	c.mu.Unlock()
+}
+
+// fresh returns a snapshot for a state request: on an on-demand console
+// that was not reading, it asks for a read and waits for it (a little).
+func (c *Console) fresh(ctx context.Context) []byte {
+	idle := !c.wanted()
+	c.lastAsked.Store(time.Now().UnixMilli())
+	snap, _, changed := c.current()
+	if !idle {
+		return snap // nil until the first read: "not read yet"
+	}
+	c.readSoon()
+	select {
+	case <-changed:
+	case <-ctx.Done():
+	case <-c.done:
+	case <-time.After(listTimeout):
+	}
+	snap, _, _ = c.current()
+	return snap
+}
+
+// currentFrame is current's snapshot as a server-sent event.
+func (c *Console) currentFrame() ([]byte, uint64, <-chan struct{}) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.frame, c.version, c.changed
 }
 
 // current returns the last snapshot, its version, and a channel closed

@@ -42,10 +42,12 @@ type history struct {
 	started  bool
 	terms    map[string][]Term
 	handoffs []Handoff
-	// moving and cooling are the move records and this process's cooling
-	// keys of the last read and of the one being taken: what explains a
-	// term's end.
-	moving, cooling, nowMoving, nowCooling map[string]bool
+	// last is each key's lease at the last read, now the one being taken,
+	// and owner this process's owner id: what explains a term's end (a
+	// move record from its holder, a crash loop here, an expiry passed).
+	last, now map[string]Lease
+	cooling   map[string]bool
+	owner     string
 }
 
 func newHistory(perKey, keep int) *history {
@@ -54,11 +56,9 @@ func newHistory(perKey, keep int) *history {
 
 // observe takes one read of the store at time at (Unix ms).
 func (h *history) observe(at int64, leases []Lease, local localState) {
-	h.nowMoving, h.nowCooling = map[string]bool{}, local.cooling
+	h.now, h.cooling, h.owner = make(map[string]Lease, len(leases)), local.cooling, local.owner
 	for _, l := range leases {
-		if l.Moving != "" {
-			h.nowMoving[l.Key] = true
-		}
+		h.now[l.Key] = l
 	}
 	for _, l := range leases {
 		ts := h.terms[l.Key]
@@ -69,32 +69,34 @@ func (h *history) observe(at int64, leases []Lease, local localState) {
 		switch {
 		case last != nil && last.Epoch == l.Epoch:
 			if last.End == 0 && l.State != "held" {
-				last.End, last.Cause = at, h.endCause(l.Key, l.State)
+				last.End, last.Cause = at, h.endCause(at, l.Key, last.Owner, l.State)
 			}
 		case l.Owner == "" && l.State != "held":
 			// A revoked or dead record of a term never seen held.
 			if last != nil && last.End == 0 {
-				last.End, last.Cause = at, h.endCause(l.Key, l.State)
+				last.End, last.Cause = at, h.endCause(at, l.Key, last.Owner, l.State)
 			}
 		default:
 			cause := CauseFirst
 			from := ""
 			if last != nil {
 				if last.End == 0 {
-					last.End, last.Cause = at, h.endCause(l.Key, "")
+					last.End, last.Cause = at, h.endCause(at, l.Key, last.Owner, "")
 				}
 				cause, from = last.Cause, last.Owner
 			}
 			t := Term{Key: l.Key, Owner: l.Owner, Epoch: l.Epoch, Start: at}
 			if l.State != "held" {
-				t.End, t.Cause = at, h.endCause(l.Key, l.State)
+				t.End, t.Cause = at, h.endCause(at, l.Key, l.Owner, l.State)
 			}
 			ts = append(ts, t)
 			if len(ts) > h.perKey {
 				ts = ts[len(ts)-h.perKey:]
 			}
 			h.terms[l.Key] = ts
-			if h.started {
+			// A term first seen already over is drawn, but who had it
+			// when is not known: no handoff.
+			if h.started && t.End == 0 {
 				h.handoffs = append(h.handoffs, Handoff{Key: l.Key, At: at, From: from, To: l.Owner, Epoch: l.Epoch, Cause: cause})
 				if len(h.handoffs) > h.keep {
 					h.handoffs = h.handoffs[len(h.handoffs)-h.keep:]
@@ -103,16 +105,17 @@ func (h *history) observe(at int64, leases []Lease, local localState) {
 		}
 	}
 	h.started = true
-	h.moving, h.cooling = h.nowMoving, h.nowCooling
+	h.last = h.now
 }
 
-// endCause says why a key's term ended, given the state its record shows
-// ("" when a new term replaced it unseen) and the last read's records.
-func (h *history) endCause(key, state string) string {
+// endCause says why owner's term of key ended, given the state its record
+// shows ("" when a new term replaced it unseen) at time at.
+func (h *history) endCause(at int64, key, owner, state string) string {
+	last, now := h.last[key], h.now[key]
 	switch {
-	case h.moving[key] || h.nowMoving[key]:
+	case owner != "" && (last.movedFrom == owner || now.movedFrom == owner):
 		return CauseMoved
-	case h.cooling[key] || h.nowCooling[key]:
+	case owner != "" && owner == h.owner && h.cooling[key]:
 		return CauseCrashLoop
 	case state == "released":
 		return CauseReleased
@@ -120,18 +123,24 @@ func (h *history) endCause(key, state string) string {
 		return CauseRevoked
 	case state == "expired":
 		return CauseExpired
+	case last.Owner == owner && last.State == "held" && last.expiresAt <= at:
+		return CauseExpired // it expired between the reads
 	}
 	return CauseUnseen
 }
 
-// recent returns the terms of every key still listed, and the handoffs,
-// newest last.
-func (h *history) recent(leases []Lease) ([]Term, []Handoff) {
+// recent returns the terms of every key still listed that went on at or
+// after since (Unix ms), and the handoffs, newest last.
+func (h *history) recent(leases []Lease, since int64) ([]Term, []Handoff) {
 	var terms []Term
 	listed := make(map[string]bool, len(leases))
 	for _, l := range leases {
 		listed[l.Key] = true
-		terms = append(terms, h.terms[l.Key]...)
+		for _, t := range h.terms[l.Key] {
+			if t.End == 0 || t.End >= since {
+				terms = append(terms, t)
+			}
+		}
 	}
 	for k := range h.terms {
 		if !listed[k] {

@@ -24,14 +24,21 @@ func TestHandoffCauses(t *testing.T) {
 		{"released", []Lease{with(held("k", "a", 1), func(l *Lease) { l.State = "released" })}, none, CauseReleased},
 		{"expired", []Lease{with(held("k", "a", 1), func(l *Lease) { l.State = "expired" })}, none, CauseExpired},
 		{"revoked", []Lease{with(held("k", "", 1), func(l *Lease) { l.State = "revoked" })}, none, CauseRevoked},
-		{"moved", []Lease{with(held("k", "a", 1), func(l *Lease) { l.Moving = "*" })}, none, CauseMoved},
+		{"moved", []Lease{with(held("k", "a", 1), func(l *Lease) { l.movedFrom = "a" })}, none, CauseMoved},
+		// A move record from another holder explains nothing of a's.
+		{"moved from another", []Lease{with(held("k", "a", 1), func(l *Lease) { l.movedFrom = "z"; l.expiresAt = 100 })}, none, CauseUnseen},
 		{"crash-loop", []Lease{with(held("k", "a", 1), func(l *Lease) { l.State = "released" })},
-			localState{cooling: map[string]bool{"k": true}}, CauseCrashLoop},
-		{"unseen", nil, none, CauseUnseen},
+			localState{owner: "a", cooling: map[string]bool{"k": true}}, CauseCrashLoop},
+		// Cooling here says nothing of a peer's term.
+		{"crash-loop elsewhere", []Lease{with(held("k", "a", 1), func(l *Lease) { l.State = "released" })},
+			localState{owner: "me", cooling: map[string]bool{"k": true}}, CauseReleased},
+		// Seen held with its expiry before the next read: it expired.
+		{"expired between reads", []Lease{with(held("k", "a", 1), func(l *Lease) { l.expiresAt = 2 })}, none, CauseExpired},
+		{"unseen", []Lease{with(held("k", "a", 1), func(l *Lease) { l.expiresAt = 100 })}, none, CauseUnseen},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			h := newHistory(20, 200)
-			h.observe(1, []Lease{held("k", "a", 1), held("other", "x", 5)}, none)
+			h.observe(1, []Lease{with(held("k", "a", 1), func(l *Lease) { l.expiresAt = 100 }), held("other", "x", 5)}, none)
 			if len(h.handoffs) != 0 {
 				t.Fatalf("the first read made handoffs: %+v", h.handoffs)
 			}
@@ -48,7 +55,7 @@ func TestHandoffCauses(t *testing.T) {
 			if !slices.Equal(h.handoffs, want) {
 				t.Errorf("handoffs %+v, want %+v", h.handoffs, want)
 			}
-			terms, _ := h.recent([]Lease{held("k", "b", 2)})
+			terms, _ := h.recent([]Lease{held("k", "b", 2)}, 0)
 			if len(terms) != 2 || terms[0].End == 0 || terms[0].Cause != tc.want || terms[1].End != 0 {
 				t.Errorf("terms %+v: want a's ended (%s), b's going on", terms, tc.want)
 			}
@@ -71,7 +78,7 @@ func TestNewKeysAndForgottenKeys(t *testing.T) {
 	if n := len(h.terms["k"]); n != 2 {
 		t.Errorf("%d terms kept of k, want the last 2", n)
 	}
-	h.recent(nil)
+	h.recent(nil, 0)
 	if len(h.terms) != 0 {
 		t.Errorf("terms of unlisted keys kept: %v", h.terms)
 	}

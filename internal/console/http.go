@@ -5,7 +5,6 @@ import (
 	"embed"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io/fs"
 	"net"
 	"net/http"
@@ -40,18 +39,26 @@ func (c *Console) Handler() http.Handler {
 	mux.HandleFunc("GET /console/api/state", c.serveState)
 	mux.HandleFunc("GET /console/api/stream", c.serveStream)
 	mux.HandleFunc("POST /console/api/action", c.serveAction)
-	return c.guard(mux)
+	return HostGuard(securityHeaders(mux), c.cfg.Public)
 }
 
-// guard refuses requests for a Host that is not this host's (unless
-// Public), and sets the headers that keep the page from being framed or
-// from loading anything but its own files.
-func (c *Console) guard(next http.Handler) http.Handler {
+// HostGuard refuses requests for a Host that is not this host's (unless
+// public): a web page elsewhere could otherwise point a name of its own
+// at 127.0.0.1 and read what is served there (DNS rebinding).
+func HostGuard(next http.Handler, public bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !c.cfg.Public && !localHost(r.Host) {
-			http.Error(w, "this console answers only for localhost and loopback addresses (see --http-public)", http.StatusMisdirectedRequest)
+		if !public && !localHost(r.Host) {
+			http.Error(w, "this server answers only for localhost and loopback addresses (see --http-public)", http.StatusMisdirectedRequest)
 			return
 		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// securityHeaders keeps the page from being framed or from loading
+// anything but its own files.
+func securityHeaders(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h := w.Header()
 		h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'none'")
 		h.Set("X-Content-Type-Options", "nosniff")
@@ -74,8 +81,8 @@ func localHost(host string) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-func (c *Console) serveState(w http.ResponseWriter, _ *http.Request) {
-	snap, _, _ := c.current()
+func (c *Console) serveState(w http.ResponseWriter, r *http.Request) {
+	snap := c.fresh(r.Context())
 	if snap == nil {
 		http.Error(w, "the store has not been read yet", http.StatusServiceUnavailable)
 		return
@@ -84,31 +91,51 @@ func (c *Console) serveState(w http.ResponseWriter, _ *http.Request) {
 	_, _ = w.Write(snap)
 }
 
-// streamPing keeps an idle stream open through proxies that close silent
-// connections.
-const streamPing = 15 * time.Second
+const (
+	// streamPing keeps an idle stream open through proxies that close
+	// silent connections.
+	streamPing = 15 * time.Second
+	// writeWait bounds each write to a stream: a client that stopped
+	// reading is dropped rather than holding a goroutine and a snapshot.
+	writeWait = 10 * time.Second
+	// maxStreams bounds the pages open at once.
+	maxStreams = 64
+)
 
 // serveStream sends every snapshot as a server-sent event, the current
 // one first.
 func (c *Console) serveStream(w http.ResponseWriter, r *http.Request) {
-	flusher, ok := w.(http.Flusher)
-	if !ok {
-		http.Error(w, "streaming unsupported", http.StatusInternalServerError)
+	if c.streams.Add(1) > maxStreams {
+		c.streams.Add(-1)
+		http.Error(w, "too many open consoles", http.StatusServiceUnavailable)
 		return
+	}
+	defer c.streams.Add(-1)
+	c.readSoon() // an on-demand console starts reading now
+	rc := http.NewResponseController(w)
+	write := func(b []byte) error {
+		if err := rc.SetWriteDeadline(time.Now().Add(writeWait)); err != nil {
+			return err
+		}
+		if _, err := w.Write(b); err != nil {
+			return err
+		}
+		return rc.Flush()
 	}
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.WriteHeader(http.StatusOK)
-	flusher.Flush()
+	if write(nil) != nil {
+		return
+	}
 	var sent uint64
 	ping := time.NewTicker(streamPing)
 	defer ping.Stop()
 	for {
-		snap, version, changed := c.current()
-		if snap != nil && version != sent {
-			if _, err := fmt.Fprintf(w, "event: snapshot\ndata: %s\n\n", snap); err != nil {
+		frame, version, changed := c.currentFrame()
+		if frame != nil && version != sent {
+			if write(frame) != nil {
 				return
 			}
-			flusher.Flush()
 			sent = version
 		}
 		select {
@@ -118,10 +145,9 @@ func (c *Console) serveStream(w http.ResponseWriter, r *http.Request) {
 			return
 		case <-changed:
 		case <-ping.C:
-			if _, err := fmt.Fprint(w, ": ping\n\n"); err != nil {
+			if write([]byte(": ping\n\n")) != nil {
 				return
 			}
-			flusher.Flush()
 		}
 	}
 }

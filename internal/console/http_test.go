@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -242,5 +243,82 @@ func TestStreamsEndWhenTheConsoleStops(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the stream went on after the console stopped")
+	}
+}
+
+// countingStore counts List calls.
+type countingStore struct {
+	store.Store
+	lists atomic.Int64
+}
+
+func (s *countingStore) List(ctx context.Context, prefix string) ([]store.Lease, error) {
+	s.lists.Add(1)
+	return s.Store.List(ctx, prefix)
+}
+
+// An on-demand console (the one every replica serves) reads the store
+// only while a page is open.
+func TestAnOnDemandConsoleReadsOnlyWhileWatched(t *testing.T) {
+	st := &countingStore{Store: memstore.New(memstore.Options{})}
+	c := New(Config{Store: st, OnDemand: true, Interval: 10 * time.Millisecond})
+	srv := httptest.NewServer(c.Handler())
+	t.Cleanup(srv.Close)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go c.Run(ctx)
+	time.Sleep(200 * time.Millisecond) // twenty intervals with nobody watching
+	if n := st.lists.Load(); n != 0 {
+		t.Fatalf("%d reads with no page open", n)
+	}
+	res, err := http.Get(srv.URL + "/console/api/stream")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := bufio.NewScanner(res.Body)
+	for i := 0; i < 3; {
+		if !lines.Scan() {
+			t.Fatal("the stream ended")
+		}
+		if strings.HasPrefix(lines.Text(), "data: ") {
+			i++
+		}
+	}
+	res.Body.Close()
+	if n := st.lists.Load(); n < 3 {
+		t.Fatalf("%d reads while a page was open, want one a snapshot", n)
+	}
+}
+
+// Actions stay inside the console's prefix.
+func TestActionsStayInsideThePrefix(t *testing.T) {
+	st := memstore.New(memstore.Options{})
+	c := New(Config{Store: st, Prefix: "team-a/", Actions: true, Token: "tok"})
+	if _, err := c.act(context.Background(), action{Op: "pause", Key: "team-b/job"}); err == nil {
+		t.Fatal("a key outside the prefix was paused")
+	}
+	if _, err := c.act(context.Background(), action{Op: "pause", Key: "team-a/job"}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A weight no share can be computed from (the CLI takes 1e308) must not
+// freeze the page: the snapshot still encodes.
+func TestAHugeWeightStillEncodes(t *testing.T) {
+	ctx := context.Background()
+	st := memstore.New(memstore.Options{})
+	for _, k := range []string{"~workers/p/a@1e308", "~workers/p/b@1e308", "~pool/p/k1", "~pool/p/k2"} {
+		if _, err := st.Acquire(ctx, store.AcquireRequest{Key: k, Owner: "a", TTL: time.Minute, Running: true}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := New(Config{Store: st})
+	c.read(ctx)
+	var snap snapshotWithTerms
+	if err := json.Unmarshal(c.snap, &snap); err != nil || snap.Error != "" || len(snap.Pools) != 1 {
+		t.Fatalf("snapshot %s: %v", c.snap, err)
+	}
+	if w := snap.Pools[0].Workers[0]; w.Share != 1 || w.Cap != 2 {
+		t.Errorf("worker %+v: want share 1, cap 2", w)
 	}
 }

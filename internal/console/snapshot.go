@@ -22,9 +22,10 @@ type Snapshot struct {
 	Owner string `json:"owner,omitempty"`
 	// At is when the store was read, in Unix milliseconds.
 	At int64 `json:"at"`
-	// Error is why the last read failed ("" when it did not); the rest is
-	// then the last good read's.
+	// Error is why the last read failed, at ErrorAt ("" when it did
+	// not); the rest is then the last good read's, At included.
 	Error    string    `json:"error,omitempty"`
+	ErrorAt  int64     `json:"error_at,omitempty"`
 	Actions  bool      `json:"actions"`
 	Leases   []Lease   `json:"leases"`
 	Pools    []Pool    `json:"pools"`
@@ -48,8 +49,15 @@ type Lease struct {
 	Pool    string `json:"pool,omitempty"`
 	Paused  bool   `json:"paused,omitempty"`
 	Cooling bool   `json:"cooling,omitempty"` // this process's runner kept failing it
-	// Moving names the replica a move hands the key to ("*" for any).
+	// Moving names the replica a move hands the key to ("*" for any),
+	// while the holder it moves the key from still holds it.
 	Moving string `json:"moving,omitempty"`
+
+	// expiresAt is when the term expires by this read, Unix ms; movedFrom
+	// the owner a move record takes the key from: what explains the
+	// term's end at a later read.
+	expiresAt int64
+	movedFrom string
 }
 
 // Pool is one pool's workers.
@@ -78,19 +86,15 @@ const capSlack = 0.1
 
 // build turns a listing into a snapshot's leases and pools. ttls is the
 // longest time left seen per term, updated here.
-func build(leases []store.Lease, grace time.Duration, ttls map[term]time.Duration, local localState) ([]Lease, []Pool) {
+func build(leases []store.Lease, at int64, grace time.Duration, ttls map[term]time.Duration, local localState) ([]Lease, []Pool) {
 	v := leaseview.Classify(leases)
 	paused := make(map[string]bool, len(v.Paused))
 	for _, k := range v.Paused {
 		paused[k] = true
 	}
-	moving := make(map[string]string, len(v.Moves))
+	moving := make(map[string]leaseview.Move, len(v.Moves))
 	for _, m := range v.Moves {
-		to := m.To
-		if to == "" {
-			to = "*"
-		}
-		moving[m.Key] = to
+		moving[m.Key] = m
 	}
 	seen := make(map[term]bool, len(v.Keys))
 	out := make([]Lease, 0, len(v.Keys))
@@ -103,11 +107,22 @@ func build(leases []store.Lease, grace time.Duration, ttls map[term]time.Duratio
 		if pool != "" {
 			keysOf[pool]++
 		}
-		out = append(out, Lease{
+		lv := Lease{
 			Key: l.Key, Owner: l.Owner, Epoch: l.Epoch, State: leaseview.State(l), Running: l.Running,
 			TimeLeftMs: l.TimeLeft.Milliseconds(), TTLMs: ttls[t].Milliseconds(), GraceMs: grace.Milliseconds(),
-			Pool: pool, Paused: paused[l.Key] || local.paused[l.Key], Cooling: local.cooling[l.Key], Moving: moving[l.Key],
-		})
+			Pool: pool, Paused: paused[l.Key] || local.paused[l.Key], Cooling: local.cooling[l.Key],
+			expiresAt: at + l.TimeLeft.Milliseconds(),
+		}
+		if m, ok := moving[l.Key]; ok {
+			lv.movedFrom = m.From
+			if l.Owner == m.From && lv.State == "held" {
+				lv.Moving = m.To
+				if lv.Moving == "" {
+					lv.Moving = "*"
+				}
+			}
+		}
+		out = append(out, lv)
 	}
 	for t := range ttls {
 		if !seen[t] {
@@ -117,11 +132,11 @@ func build(leases []store.Lease, grace time.Duration, ttls map[term]time.Duratio
 	return out, pools(v.Workers, keysOf)
 }
 
-// pools groups the members by pool, with each live one's fair share.
+// pools groups the members by pool, with each active one's fair share:
+// the balancer's, which counts active workers only.
 func pools(workers []leaseview.Worker, keysOf map[string]int) []Pool {
 	byName := map[string]*Pool{}
 	var names []string
-	weight := map[string]float64{}
 	for _, w := range workers {
 		name := w.Prefix + w.Pool
 		p := byName[name]
@@ -131,19 +146,29 @@ func pools(workers []leaseview.Worker, keysOf map[string]int) []Pool {
 			names = append(names, name)
 		}
 		p.Workers = append(p.Workers, Worker{Owner: w.Lease.Owner, Weight: w.Weight, State: w.State(), Held: w.Held})
-		if w.Lease.Live {
-			weight[name] += w.Weight
-		}
 	}
 	slices.Sort(names)
 	out := make([]Pool, 0, len(names))
 	for _, name := range names {
 		p := byName[name]
-		for i, w := range p.Workers {
-			if w.State != "active" && w.State != "draining" || weight[name] == 0 {
-				continue
+		// Weights are summed relative to the largest, so that weights
+		// as large as a float holds do not overflow the sum.
+		var largest, total float64
+		for _, w := range p.Workers {
+			if w.State == "active" {
+				largest = max(largest, w.Weight)
 			}
-			share := float64(p.Keys) * w.Weight / weight[name]
+		}
+		for _, w := range p.Workers {
+			if w.State == "active" {
+				total += w.Weight / largest
+			}
+		}
+		for i, w := range p.Workers {
+			if w.State != "active" || largest == 0 {
+				continue // a draining worker's share is nothing: it hands its keys over
+			}
+			share := float64(p.Keys) * (w.Weight / largest) / total
 			p.Workers[i].Share = share
 			p.Workers[i].Cap = int(math.Ceil(share * (1 + capSlack)))
 		}

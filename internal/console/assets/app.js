@@ -261,9 +261,10 @@ function drawTimeline(s) {
   }
 }
 
+// poolOf is the pool of a listed key, from a map made once per snapshot.
 function poolOf(s, key) {
-  const l = s.leases.find((x) => x.key === key);
-  return l ? l.pool : "";
+  if (!s.poolOf) s.poolOf = new Map(s.leases.map((l) => [l.key, l.pool || ""]));
+  return s.poolOf.get(key) || "";
 }
 
 function drawHandoffs(s) {
@@ -307,7 +308,9 @@ async function act(op, key) {
       headers: { "Content-Type": "application/json", "X-Tenure-Token": state.token },
       body: JSON.stringify({ op, key, to }),
     });
-    const body = await res.json();
+    let body = {};
+    if ((res.headers.get("Content-Type") || "").startsWith("application/json")) body = await res.json();
+    else body.error = res.status + " " + (await res.text()).trim();
     if (res.status === 401) { sessionStorage.removeItem("tenure-token"); state.token = ""; }
     toast(body.message || body.error || res.statusText);
   } catch (e) {
@@ -324,7 +327,8 @@ function draw() {
   setText($("version"), s.version + (s.owner ? " · served by " + s.owner : ""));
   const err = $("error");
   err.hidden = !s.error;
-  setText(err, s.error ? "The last read of the store failed (showing the one before): " + s.error : "");
+  const before = s.at ? " (showing the read of " + clock(s.at) + ")" : "";
+  setText(err, s.error ? "Reading the store failed at " + clock(s.error_at) + before + ": " + s.error : "");
   drawPoolFilter(s);
   drawLeases(s);
   drawPools(s);
@@ -337,8 +341,8 @@ function connect() {
   const es = new EventSource("/console/api/stream");
   es.addEventListener("snapshot", (ev) => {
     state.snap = JSON.parse(ev.data);
-    live.className = "ok";
-    setText(live, "live · read " + clock(state.snap.at));
+    live.className = state.snap.error ? "stale" : "ok";
+    setText(live, state.snap.error ? "store unreachable" : "live · read " + clock(state.snap.at));
     draw();
   });
   es.onerror = () => {

@@ -115,13 +115,19 @@ type share struct {
 }
 
 func (b *Balanced) shares(active []Worker, keys int) map[string]share {
-	total := 0.0
+	// Weights are summed relative to the largest, so that weights as
+	// large as a float holds (--weight 1e308) do not overflow the sum and
+	// leave every share zero.
+	largest, total := 0.0, 0.0
 	for _, w := range active {
-		total += w.Weight
+		largest = max(largest, w.Weight)
+	}
+	for _, w := range active {
+		total += w.Weight / largest
 	}
 	out := make(map[string]share, len(active))
 	for _, w := range active {
-		fair := float64(keys) * w.Weight / total
+		fair := float64(keys) * (w.Weight / largest) / total
 		c := int(math.Ceil(fair * (1 + b.cfg.Epsilon)))
 		if b.cfg.MaxKeys > 0 && c > b.cfg.MaxKeys {
 			c = b.cfg.MaxKeys
