@@ -176,7 +176,15 @@ function drawPoolFilter(s) {
 
 // ---- pools ----------------------------------------------------------
 
+// drawn remembers what each part was last drawn from, so a part whose
+// content did not change is left alone (a selection or a tooltip in it
+// survives the second's refresh).
+const drawn = { pools: "", handoffs: "" };
+
 function drawPools(s) {
+  const sig = JSON.stringify(s.pools);
+  if (sig === drawn.pools) return;
+  drawn.pools = sig;
   const list = $("pool-list");
   list.replaceChildren();
   for (const p of s.pools) {
@@ -270,6 +278,9 @@ function poolOf(s, key) {
 function drawHandoffs(s) {
   const tbody = $("handoff-rows");
   const list = s.handoffs.filter((h) => visible({ key: h.key, pool: poolOf(s, h.key) })).slice(-50).reverse();
+  const sig = JSON.stringify(list);
+  if (sig === drawn.handoffs) return;
+  drawn.handoffs = sig;
   tbody.replaceChildren(...list.map((h) => {
     const tr = el("tr", { "data-role": "handoff" });
     tr.append(el("td", { text: clock(h.at) }), el("td", { class: "key", text: h.key }),
