@@ -1,10 +1,10 @@
 package console
 
 import (
-	"math"
 	"slices"
 	"time"
 
+	"github.com/tenure-dev/tenure/internal/engine/balance"
 	"github.com/tenure-dev/tenure/internal/engine/poolkey"
 	"github.com/tenure-dev/tenure/internal/leaseview"
 	"github.com/tenure-dev/tenure/store"
@@ -76,13 +76,11 @@ type Worker struct {
 	State  string  `json:"state"` // active, draining, released, expired, revoked
 	Held   int     `json:"held"`
 	// Share is the worker's fair share of the pool's keys by weight, Cap
-	// its claim limit: share plus the balancer's default 10%, rounded up.
+	// its claim limit, as the balancer computes them (its default
+	// Epsilon: share plus 10%, rounded up).
 	Share float64 `json:"share"`
 	Cap   int     `json:"cap"`
 }
-
-// capSlack is the balancer's default Epsilon (internal/engine/balance).
-const capSlack = 0.1
 
 // build turns a listing into a snapshot's leases and pools. ttls is the
 // longest time left seen per term, updated here.
@@ -151,26 +149,19 @@ func pools(workers []leaseview.Worker, keysOf map[string]int) []Pool {
 	out := make([]Pool, 0, len(names))
 	for _, name := range names {
 		p := byName[name]
-		// Weights are summed relative to the largest, so that weights
-		// as large as a float holds do not overflow the sum.
-		var largest, total float64
+		var active []balance.Worker
 		for _, w := range p.Workers {
-			if w.State == "active" {
-				largest = max(largest, w.Weight)
+			if w.State == "active" { // a draining worker's share is nothing: it hands its keys over
+				active = append(active, balance.Worker{ID: w.Owner, Weight: w.Weight})
 			}
 		}
-		for _, w := range p.Workers {
-			if w.State == "active" {
-				total += w.Weight / largest
-			}
-		}
+		// The balancer's default Epsilon; a worker's --max is not in the
+		// store.
+		shares := balance.Shares(balance.Config{}, active, p.Keys)
 		for i, w := range p.Workers {
-			if w.State != "active" || largest == 0 {
-				continue // a draining worker's share is nothing: it hands its keys over
+			if sh, ok := shares[w.Owner]; ok && w.State == "active" {
+				p.Workers[i].Share, p.Workers[i].Cap = sh.Fair, sh.Cap
 			}
-			share := float64(p.Keys) * (w.Weight / largest) / total
-			p.Workers[i].Share = share
-			p.Workers[i].Cap = int(math.Ceil(share * (1 + capSlack)))
 		}
 		out = append(out, *p)
 	}

@@ -108,13 +108,18 @@ func NewBalanced(cfg Config) *Balanced {
 	return &Balanced{cfg: cfg.withDefaults(), orphanSince: make(map[string]time.Time), gaveUp: make(map[string]time.Time)}
 }
 
-// share computes each active worker's fair share (weighted) and cap.
-type share struct {
-	fair float64
-	cap  int
+// Share is a worker's fair share of a pool's keys (weighted) and its cap,
+// the most it claims.
+type Share struct {
+	Fair float64
+	Cap  int
 }
 
-func (b *Balanced) shares(active []Worker, keys int) map[string]share {
+// Shares computes each active worker's Share of keys under cfg (its
+// Epsilon and MaxKeys, defaults applied). Tools that show a pool (the web
+// console) call it, so they show the shares the workers act on.
+func Shares(cfg Config, active []Worker, keys int) map[string]Share {
+	cfg = cfg.withDefaults()
 	// Weights are summed relative to the largest, so that weights as
 	// large as a float holds (--weight 1e308) do not overflow the sum and
 	// leave every share zero.
@@ -125,14 +130,14 @@ func (b *Balanced) shares(active []Worker, keys int) map[string]share {
 	for _, w := range active {
 		total += w.Weight / largest
 	}
-	out := make(map[string]share, len(active))
+	out := make(map[string]Share, len(active))
 	for _, w := range active {
 		fair := float64(keys) * (w.Weight / largest) / total
-		c := int(math.Ceil(fair * (1 + b.cfg.Epsilon)))
-		if b.cfg.MaxKeys > 0 && c > b.cfg.MaxKeys {
-			c = b.cfg.MaxKeys
+		c := int(math.Ceil(fair * (1 + cfg.Epsilon)))
+		if cfg.MaxKeys > 0 && c > cfg.MaxKeys {
+			c = cfg.MaxKeys
 		}
-		out[w.ID] = share{fair: fair, cap: c}
+		out[w.ID] = Share{Fair: fair, Cap: c}
 	}
 	return out
 }
@@ -148,7 +153,7 @@ type heldKey struct {
 type planRound struct {
 	v      View
 	active []Worker
-	shares map[string]share
+	shares map[string]Share
 	counts map[string]int // live keys per owner
 	plan   Plan
 
@@ -170,9 +175,9 @@ func (b *Balanced) Plan(v View) Plan {
 		// every key back as it stops.
 		return Plan{}
 	}
-	rd.shares = b.shares(rd.active, len(v.Keys))
+	rd.shares = Shares(b.cfg, rd.active, len(v.Keys))
 	mine := rd.shares[v.Self]
-	rd.plan.Target, rd.plan.Cap = int(math.Ceil(mine.fair)), mine.cap
+	rd.plan.Target, rd.plan.Cap = int(math.Ceil(mine.Fair)), mine.Cap
 	b.classify(rd)
 	rd.claim()
 	rd.shed()
@@ -258,7 +263,7 @@ func (b *Balanced) classifyFree(rd *planRound, k heldKey) {
 	}
 	delay := b.cfg.OrphanDelay
 	underTarget := rd.counts[v.Self] < rd.plan.Target
-	switch prefFull := rd.counts[k.pref] >= rd.shares[k.pref].cap; {
+	switch prefFull := rd.counts[k.pref] >= rd.shares[k.pref].Cap; {
 	case prefFull && underTarget:
 		delay = 0 // its preferred worker cannot take it: no reason to wait
 	case !prefFull && !underTarget:
@@ -312,7 +317,7 @@ func (rd *planRound) shed() {
 	slices.SortFunc(rd.held, func(a, b heldKey) int { return -byValueDesc(a, b) })
 	shedClass := func(k heldKey) int {
 		switch {
-		case !k.preferred && rd.counts[k.pref] < int(math.Ceil(rd.shares[k.pref].fair)):
+		case !k.preferred && rd.counts[k.pref] < int(math.Ceil(rd.shares[k.pref].Fair)):
 			return 0
 		case !k.preferred:
 			return 1
@@ -343,12 +348,12 @@ func (b *Balanced) handOver(rd *planRound) {
 	deficit := make(map[string]int)
 	spare := 0 // keys the under-target workers still need
 	for _, w := range rd.active {
-		d := int(math.Ceil(rd.shares[w.ID].fair)) - rd.counts[w.ID]
+		d := int(math.Ceil(rd.shares[w.ID].Fair)) - rd.counts[w.ID]
 		deficit[w.ID] = d
 		// Keys a worker does not prefer go to it only while it is more than
 		// Epsilon below its share, and only the part its preferred keys
 		// cannot cover: handing more would move keys twice.
-		low := rd.counts[w.ID] < int(math.Ceil(rd.shares[w.ID].fair*(1-b.cfg.Epsilon)))
+		low := rd.counts[w.ID] < int(math.Ceil(rd.shares[w.ID].Fair*(1-b.cfg.Epsilon)))
 		if need := d - rd.elsewhere[w.ID]; w.ID != v.Self && low && need > 0 {
 			spare += need
 		}

@@ -190,9 +190,8 @@ func TestPreferencesFollowTheNameAndTiesGoToTheLowerID(t *testing.T) {
 // Weights as large as a float holds still share the keys: their sum must
 // not overflow and leave every share zero.
 func TestHugeWeightsStillShareTheKeys(t *testing.T) {
-	b := NewBalanced(Config{})
-	got := b.shares([]Worker{{ID: "a", Weight: 1e308}, {ID: "b", Weight: 1e308}}, 10)
-	if got["a"].fair != 5 || got["b"].fair != 5 || got["a"].cap != 6 {
+	got := Shares(Config{}, []Worker{{ID: "a", Weight: 1e308}, {ID: "b", Weight: 1e308}}, 10)
+	if got["a"].Fair != 5 || got["b"].Fair != 5 || got["a"].Cap != 6 {
 		t.Errorf("shares %+v: want 5 each, cap 6", got)
 	}
 }

@@ -165,19 +165,12 @@ func (s *RedisServer) Client() *goredis.Client {
 func (s *RedisServer) WaitSynced(ctx context.Context) error {
 	c := goredis.NewClient(&goredis.Options{Addr: s.Addr()})
 	defer c.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		info, err := c.Info(ctx, "replication").Result()
-		if err == nil && strings.Contains(info, "master_link_status:up") {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("redis replica on %s not in sync: %v\n%s", s.Addr(), err, info)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
+	var info string
+	if err := poll(ctx, 10*time.Second, func() bool {
+		info, _ = c.Info(ctx, "replication").Result()
+		return strings.Contains(info, "master_link_status:up")
+	}); err != nil {
+		return fmt.Errorf("redis replica on %s not in sync: %w\n%s", s.Addr(), err, info)
 	}
+	return nil
 }
