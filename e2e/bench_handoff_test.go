@@ -29,7 +29,7 @@ import (
 //     runner's stop, to the peer's runner starting.
 func BenchmarkGracefulHandoff(b *testing.B) {
 	const key = "telegram"
-	for _, be := range backends {
+	for _, be := range append(backends[:len(backends):len(backends)], etcdBackend) {
 		b.Run(be.name, func(b *testing.B) {
 			open := be.site(b)
 			var tl timeline

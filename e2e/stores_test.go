@@ -11,9 +11,12 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	goredis "github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/tenure-dev/tenure/internal/harness/testenv"
 	"github.com/tenure-dev/tenure/store"
+	"github.com/tenure-dev/tenure/store/etcd"
 	"github.com/tenure-dev/tenure/store/postgres"
 	"github.com/tenure-dev/tenure/store/redis"
 	"github.com/tenure-dev/tenure/store/sqlite"
@@ -143,6 +146,46 @@ func redisSite(t testing.TB) func(testing.TB) store.Store {
 		s, err := redis.Open(ctx, url, redis.Options{Namespace: ns})
 		if err != nil {
 			testenv.Unavailable(t, "Redis: "+err.Error())
+		}
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}
+}
+
+// etcdBackend is measured by the benchmarks; the e2e tests run on the
+// backends above.
+var etcdBackend = backend{"etcd", etcdSite}
+
+func etcdSite(t testing.TB) func(testing.TB) store.Store {
+	t.Helper()
+	url := testenv.Etcd.URL(t)
+	prefix := "e2e_" + randomHex(6)
+	t.Cleanup(func() {
+		ctx, cancel := setupCtx()
+		defer cancel()
+		cfg, err := etcd.ClientConfig(url)
+		var c *clientv3.Client
+		if err == nil {
+			cfg.Logger = zap.NewNop()
+			c, err = clientv3.New(cfg)
+		}
+		if err != nil {
+			t.Errorf("drop namespace %s: %v", prefix, err)
+			return
+		}
+		defer c.Close()
+		// The namespace's layout, from store/etcd's documentation.
+		if _, err := c.Delete(ctx, "/"+prefix+"/", clientv3.WithPrefix()); err != nil {
+			t.Errorf("drop namespace %s: %v", prefix, err)
+		}
+	})
+	return func(t testing.TB) store.Store {
+		t.Helper()
+		ctx, cancel := setupCtx()
+		defer cancel()
+		s, err := etcd.Open(ctx, url, etcd.Options{Prefix: prefix})
+		if err != nil {
+			t.Fatalf("etcd.Open: %v", err)
 		}
 		t.Cleanup(func() { _ = s.Close() })
 		return s

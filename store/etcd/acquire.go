@@ -2,9 +2,11 @@ package etcd
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/sync/errgroup"
 
@@ -24,7 +26,8 @@ const parallel = 16
 // Acquire starts a new term of req.Key for req.Owner when the key is free:
 // no record, a released term, the owner's own term, or neither the live
 // nor the grace key left (the last term ended at least its grace ago, on
-// the server's lease clock).
+// the server's lease clock). The term's live key goes on the owner's
+// session for its TTL and grace (session.go).
 func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.AcquireResult, error) {
 	if err := store.ValidateAcquire(req); err != nil {
 		return store.AcquireResult{}, err
@@ -32,28 +35,30 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 	if s.isClosed() {
 		return store.AcquireResult{}, store.ErrClosed
 	}
-	graceSecs := ceilSeconds(req.Grace)
-	var leases *grant
-	for range maxAttempts {
-		v, rev, err := s.readOne(ctx, req.Key)
+	ttlSecs, graceSecs := s.ttlSeconds(req.TTL), ceilSeconds(req.Grace)
+	if h, ok := s.takeHint(req.Key); ok {
+		res, done, err := s.acquireReleased(ctx, req, h, ttlSecs, graceSecs)
 		if err != nil {
 			return store.AcquireResult{}, s.wrap("acquire", err)
 		}
+		if done {
+			return res, nil
+		}
+	}
+	for range maxAttempts {
+		sess, v, rev, err := s.readForAcquire(ctx, req.Key, req.Owner, ttlSecs, graceSecs)
+		if err != nil {
+			return store.AcquireResult{}, s.wrap("acquire", err)
+		}
+		if sess == nil {
+			continue // the session had ended: the next attempt grants one
+		}
 		if !free(v, req.Owner) {
-			s.revokeUnused(ctx, leases)
 			holder, err := s.leases(ctx, []*view{v})
 			if err != nil {
 				return store.AcquireResult{}, s.wrap("acquire", err)
 			}
 			return store.AcquireResult{Holder: holder[0]}, nil
-		}
-		// Leases are granted after the first read (a refusal then costs
-		// none) and kept across retries: granted after the call began,
-		// they still end no earlier than its send time + ttl.
-		if leases == nil {
-			if leases, err = s.grant(ctx, s.ttlSeconds(req.TTL), []int64{graceSecs}); err != nil {
-				return store.AcquireResult{}, s.wrap("acquire", err)
-			}
 		}
 		epoch := rev + 1 // see doc.go: epochs outlive a deleted namespace
 		cmp := clientv3.Compare(clientv3.CreateRevision(s.recordKey(req.Key)), "=", 0)
@@ -61,25 +66,69 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 			epoch = max(epoch, v.rec.epoch+1)
 			cmp = clientv3.Compare(clientv3.ModRevision(s.recordKey(req.Key)), "=", v.recRev)
 		}
+		if v.rec != nil && v.rec.state == stateHeld {
+			// The owner's old term may be on one of its sessions: no
+			// renewal may take the key's presence there for that term.
+			s.forget(v.rec.owner, req.Key)
+		}
 		rec := record{epoch: epoch, owner: req.Owner, state: stateHeld, running: req.Running, grace: graceSecs}
 		resp, err := s.client.Txn(ctx).If(cmp).Then(
 			clientv3.OpPut(s.recordKey(req.Key), rec.encode()),
-			clientv3.OpPut(s.liveKey(req.Key), liveValue(epoch, req.Owner), clientv3.WithLease(leases.live)),
-			clientv3.OpPut(s.graceKey(req.Key), fmtInt(epoch), clientv3.WithLease(leases.grace[graceSecs])),
+			clientv3.OpPut(s.liveKey(req.Key), liveValue(epoch, req.Owner), clientv3.WithLease(sess.lease)),
+			clientv3.OpDelete(s.graceKey(req.Key)),
 		).Commit()
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			s.dropSession(sess) // it ended between the keep-alive and the write
+			continue
+		}
 		if err != nil {
 			return store.AcquireResult{}, s.wrap("acquire", err)
 		}
 		if resp.Succeeded {
-			if v.rec != nil && v.rec.state == stateHeld {
-				// The old term's keys moved to the new leases.
-				s.forgetMember(v.rec.owner, req.Key)
-			}
+			s.join(sess, req.Key, member{epoch: epoch, running: req.Running})
 			return store.AcquireResult{Acquired: true, Epoch: epoch}, nil
 		}
 	}
-	s.revokeUnused(ctx, leases)
-	return store.AcquireResult{}, fmt.Errorf("etcd: acquire %q: the record kept changing over %d attempts", req.Key, maxAttempts)
+	return store.AcquireResult{}, fmt.Errorf("etcd: acquire %q: the record or the session kept changing over %d attempts", req.Key, maxAttempts)
+}
+
+// readForAcquire reads key and, at the same time, makes sure the owner's
+// session ends no earlier than this call's start + ttl + grace: a session
+// granted now does, an older one is kept alive. It returns a nil session
+// when the older one had ended, or may have.
+func (s *Store) readForAcquire(ctx context.Context, key, owner string, ttl, grace int64) (*session, *view, int64, error) {
+	var (
+		v    *view
+		rev  int64
+		sess *session
+	)
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() (err error) {
+		v, rev, err = s.readOne(gctx, key)
+		return err
+	})
+	g.Go(func() error {
+		got, fresh, err := s.session(gctx, owner, ttl, grace)
+		if err != nil || fresh {
+			sess = got
+			return err
+		}
+		if !s.surelyLive(got) {
+			// Not renewed for a ttl: its terms may be lost already. A
+			// new session leaves them to end.
+			s.dropSession(got)
+			return nil
+		}
+		alive, err := s.keepAlive(gctx, got)
+		if alive {
+			sess = got
+		}
+		return err
+	})
+	if err := g.Wait(); err != nil {
+		return nil, nil, 0, err
+	}
+	return sess, v, rev, nil
 }
 
 // free reports whether owner may start a new term of the key seen in v.
@@ -97,9 +146,11 @@ func free(v *view, owner string) bool {
 }
 
 // Revoke moves key's live term to a new epoch owned by nobody. The live
-// key goes, so the holder's next renewal is refused; the grace key stays
-// on its lease, so peers wait for the old expiry + grace as for any term.
-// It reports false when the key has no live term.
+// key goes, so the holder's next renewal is refused; peers wait as for
+// any term, on the grace key: a term acquired before sessions keeps its
+// own, and a term on a session gets one on a lease as long as the
+// session's, granted now (see retire). It reports false when the key has
+// no live term.
 func (s *Store) Revoke(ctx context.Context, key string) (bool, error) {
 	if err := store.ValidateKey(key); err != nil {
 		return false, err
@@ -116,24 +167,56 @@ func (s *Store) Revoke(ctx context.Context, key string) (bool, error) {
 			return false, nil
 		}
 		rec := record{epoch: max(v.rec.epoch+1, rev+1), state: stateRevoked, grace: v.rec.grace}
+		ops := []clientv3.Op{clientv3.OpPut(s.recordKey(key), rec.encode()), clientv3.OpDelete(s.liveKey(key))}
+		var retired clientv3.LeaseID
+		if v.grace == nil {
+			// On a session, the live key stays through the grace.
+			retired, err = s.retireLease(ctx, clientv3.LeaseID(v.live.Lease), v.rec.grace)
+			if errors.Is(err, errLeaseEnded) {
+				return false, nil // its live part is over
+			}
+			if err != nil {
+				return false, s.wrap("revoke", err)
+			}
+			ops = append(ops, clientv3.OpPut(s.graceKey(key), fmtInt(v.rec.epoch), clientv3.WithLease(retired)))
+		}
 		resp, err := s.client.Txn(ctx).If(
 			clientv3.Compare(clientv3.ModRevision(s.recordKey(key)), "=", v.recRev),
 			clientv3.Compare(clientv3.ModRevision(s.liveKey(key)), "=", v.live.ModRevision),
-		).Then(
-			clientv3.OpPut(s.recordKey(key), rec.encode()),
-			clientv3.OpDelete(s.liveKey(key)),
-		).Commit()
+		).Then(ops...).Commit()
+		if err == nil && resp.Succeeded {
+			return true, nil
+		}
+		if retired != 0 {
+			s.revokeLeases(ctx, []clientv3.LeaseID{retired})
+		}
 		if err != nil {
 			return false, s.wrap("revoke", err)
 		}
-		if resp.Succeeded {
-			// The grace key stays on the holder's batch lease: that batch
-			// must never be kept alive as a whole again.
-			s.forgetBatchesOf(v.rec.owner, key)
-			return true, nil
-		}
 	}
 	return false, fmt.Errorf("etcd: revoke %q: the record kept changing over %d attempts", key, maxAttempts)
+}
+
+// retireLease grants the lease a term's grace key moves to when its live
+// key leaves session lease live without the term ending (a revocation, or
+// a term its holder stopped renewing): as long as live was granted for,
+// counted from now. The holder may have been told of a keep-alive sent
+// before now, so its deadline is before now + ttl, and peers, kept out
+// until now + ttl + grace, wait at least the grace past it. It fails with
+// errLeaseEnded when live has less than minLeft seconds left.
+func (s *Store) retireLease(ctx context.Context, live clientv3.LeaseID, minLeft int64) (clientv3.LeaseID, error) {
+	ttl, err := s.client.TimeToLive(ctx, live)
+	if err != nil {
+		return 0, err
+	}
+	if ttl.TTL < max(minLeft, 0) {
+		return 0, errLeaseEnded
+	}
+	resp, err := s.client.Grant(ctx, ttl.GrantedTTL)
+	if err != nil {
+		return 0, err
+	}
+	return resp.ID, nil
 }
 
 // readOne reads one key's view and the store revision it was read at.
@@ -195,110 +278,14 @@ func (s *Store) readKeys(ctx context.Context, keys []string) (map[string]*view, 
 	return out, nil
 }
 
-// grant holds the leases of a new term or of a renewal batch: one live
-// lease and one grace lease per grace.
-type grant struct {
-	ttl   int64 // seconds, as granted
-	live  clientv3.LeaseID
-	grace map[int64]clientv3.LeaseID // grace seconds → lease
-}
-
-// ttlSeconds is the live lease TTL for ttl: rounded up to whole seconds and
-// at least the server's floor, once known.
+// ttlSeconds is the live part of a term, in seconds: ttl rounded up to
+// whole seconds and at least the server's floor, once known.
 func (s *Store) ttlSeconds(ttl time.Duration) int64 {
 	return max(ceilSeconds(ttl), s.minTTL.Load())
 }
 
-// grant asks for a live lease of ttl seconds and a grace lease of ttl +
-// grace seconds per grace, all at once. A server that raised the live TTL
-// to its floor gets the short grace leases asked for again, so every grace
-// lease outlives the live lease by its full grace.
-func (s *Store) grant(ctx context.Context, ttl int64, graces []int64) (*grant, error) {
-	gr := &grant{grace: make(map[int64]clientv3.LeaseID, len(graces))}
-	var granted []clientv3.LeaseID
-	fail := func(err error) (*grant, error) {
-		s.revokeLeases(ctx, granted)
-		return nil, err
-	}
-	type result struct {
-		grace int64
-		resp  *clientv3.LeaseGrantResponse
-	}
-	ask := func(graces []int64, liveToo bool) ([]result, error) {
-		n := len(graces)
-		if liveToo {
-			n++
-		}
-		out := make([]result, n)
-		g, gctx := errgroup.WithContext(ctx)
-		for i := range n {
-			g.Go(func() error {
-				r := result{grace: -1}
-				want := ttl
-				if i < len(graces) {
-					r.grace = graces[i]
-					want = ttl + graces[i]
-				}
-				resp, err := s.client.Grant(gctx, want)
-				if err != nil {
-					return err
-				}
-				r.resp = resp
-				out[i] = r
-				return nil
-			})
-		}
-		err := g.Wait()
-		for _, r := range out {
-			if r.resp != nil {
-				granted = append(granted, r.resp.ID)
-			}
-		}
-		return out, err
-	}
-	rs, err := ask(graces, true)
-	if err != nil {
-		return fail(err)
-	}
-	live := rs[len(rs)-1].resp
-	gr.ttl, gr.live = live.TTL, live.ID
-	if live.TTL > ttl {
-		s.minTTL.Store(live.TTL)
-	}
-	var short []int64
-	for _, r := range rs[:len(rs)-1] {
-		if r.resp.TTL >= live.TTL+r.grace {
-			gr.grace[r.grace] = r.resp.ID
-		} else {
-			short = append(short, r.grace)
-		}
-	}
-	if len(short) > 0 {
-		ttl = live.TTL
-		again, err := ask(short, false)
-		if err != nil {
-			return fail(err)
-		}
-		for _, r := range again {
-			gr.grace[r.grace] = r.resp.ID
-		}
-	}
-	return gr, nil
-}
-
-// revokeUnused revokes the leases of an acquisition that did not happen,
-// best effort: they would expire on their own.
-func (s *Store) revokeUnused(ctx context.Context, gr *grant) {
-	if gr == nil {
-		return
-	}
-	ids := []clientv3.LeaseID{gr.live}
-	for _, id := range gr.grace {
-		ids = append(ids, id)
-	}
-	s.revokeLeases(ctx, ids)
-}
-
+// revokeLeases revokes leases nothing was put on, best effort: a lease
+// left behind expires by itself.
 func (s *Store) revokeLeases(ctx context.Context, ids []clientv3.LeaseID) {
 	if ctx.Err() != nil {
 		return

@@ -6,31 +6,32 @@ import (
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"golang.org/x/sync/errgroup"
-
 	"github.com/tenure-dev/tenure/store"
 	"github.com/tenure-dev/tenure/store/storetest"
 )
 
 // Run with: go test -run '^$' -bench . -benchtime 5x ./store/etcd/
 //
-// Store.Renew, once the batch shares its leases, reads every key and sends
-// one keep-alive per lease, writing nothing; "naive" is one Store.Renew,
-// and its round trips, per key, as the reference coordinator renews.
+// Store.Renew of terms on the owner's session is a TimeToLive and a
+// keep-alive, writing nothing; "store-read" is Store.Renew of terms it
+// does not find on a session (acquired by another process of the same
+// owner, or from before sessions): a read of every key and a write moving
+// them onto the session. "naive" is one Store.Renew, and its round trips,
+// per key, as the reference coordinator renews. The side-by-side run with
+// etcd's concurrency package is in peer_bench_test.go.
 var bench = storetest.BenchHarness{
 	New:  func(b *testing.B) store.Store { return newTestStore(b) },
 	Fill: fillHeld,
-	// Terms outlive a sub-benchmark; leases left behind by a crashed run
-	// expire soon after.
+	// Terms outlive a sub-benchmark; sessions left behind by a crashed
+	// run expire soon after.
 	TTL: 2 * time.Minute,
 	Renewals: map[string]storetest.Renewal{
-		// Store.Renew when the batch changed: the read, two grants and a
-		// write per key moving it onto the new leases.
-		"store-rebind": func(_ *testing.B, st store.Store, owner string, items []store.RenewItem) func(context.Context) error {
+		"store-read": func(_ *testing.B, st store.Store, owner string, items []store.RenewItem) func(context.Context) error {
 			s := st.(*Store)
 			return func(ctx context.Context) error {
-				s.dropBatch(owner, nil)
+				for _, it := range items {
+					s.forget(owner, it.Key)
+				}
 				ok, err := s.Renew(ctx, owner, 2*time.Minute, items)
 				if err == nil && (!ok[0] || !ok[len(ok)-1]) {
 					err = fmt.Errorf("a term was not renewed")
@@ -38,71 +39,27 @@ var bench = storetest.BenchHarness{
 				return err
 			}
 		},
-		// The etcd idiom without shared leases: a keep-alive of each key's
-		// own live and grace leases, sixteen in flight, no read.
-		"per-key-leases": func(b *testing.B, st store.Store, _ string, items []store.RenewItem) func(context.Context) error {
-			s := st.(*Store)
-			ids := leasesOf(b, s, items)
-			return func(ctx context.Context) error {
-				g, gctx := errgroup.WithContext(ctx)
-				g.SetLimit(parallel)
-				for _, id := range ids {
-					g.Go(func() error {
-						_, err := s.client.KeepAliveOnce(gctx, id)
-						return err
-					})
-				}
-				return g.Wait()
-			}
-		},
 	},
 }
 
-// fillHeld acquires n keys for owner, sixteen at a time. Each key is on
-// leases of its own.
+// fillHeld acquires n keys for owner, sixteen at a time, onto its
+// session.
 func fillHeld(b *testing.B, st store.Store, owner string, n int) []store.RenewItem {
 	b.Helper()
 	s := st.(*Store)
 	items := make([]store.RenewItem, n)
-	g, ctx := errgroup.WithContext(context.Background())
-	g.SetLimit(parallel)
-	for i := range items {
-		g.Go(func() error {
-			key := fmt.Sprintf("bench/%06d", i+1)
-			res, err := s.Acquire(ctx, store.AcquireRequest{Key: key, Owner: owner, TTL: 2 * time.Minute, Grace: time.Second, Running: true})
-			if err != nil || !res.Acquired {
-				return fmt.Errorf("fill: acquire %s: %+v %w", key, res, err)
-			}
-			items[i] = store.RenewItem{Key: key, Epoch: res.Epoch, Running: true}
-			return nil
-		})
-	}
-	if err := g.Wait(); err != nil {
+	if err := parallelDo(n, func(i int) error {
+		key := fmt.Sprintf("bench/%06d", i+1)
+		res, err := s.Acquire(context.Background(), store.AcquireRequest{Key: key, Owner: owner, TTL: 2 * time.Minute, Grace: time.Second, Running: true})
+		if err == nil && !res.Acquired {
+			err = fmt.Errorf("refused: %+v", res.Holder)
+		}
+		items[i] = store.RenewItem{Key: key, Epoch: res.Epoch, Running: true}
+		return err
+	}); err != nil {
 		b.Fatal(err)
 	}
-	// Renewals move the keys onto shared leases; the per-key ones would
-	// linger until they expire.
-	ids := leasesOf(b, s, items)
-	b.Cleanup(func() { revokeAll(context.Background(), testClient(b), ids) })
 	return items
-}
-
-// leasesOf returns the live and grace leases the items' keys are on.
-func leasesOf(b *testing.B, s *Store, items []store.RenewItem) []clientv3.LeaseID {
-	b.Helper()
-	keys := make([]string, len(items))
-	for i, it := range items {
-		keys[i] = it.Key
-	}
-	views, err := s.readKeys(context.Background(), keys)
-	if err != nil {
-		b.Fatal(err)
-	}
-	var ids []clientv3.LeaseID
-	for _, v := range views {
-		ids = append(ids, clientv3.LeaseID(v.live.Lease), clientv3.LeaseID(v.grace.Lease))
-	}
-	return ids
 }
 
 func BenchmarkRenew(b *testing.B)     { storetest.BenchRenew(b, bench) }

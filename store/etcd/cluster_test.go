@@ -31,6 +31,8 @@ func TestConformanceOnAThreeMemberCluster(t *testing.T) {
 		Advance:   storetest.Sleep,
 		Unit:      time.Second,
 		Tolerance: 750 * time.Millisecond,
+		// Terms share their owner's session (session.go).
+		SharedExpiry: true,
 	})
 }
 

@@ -22,6 +22,8 @@ func TestConformance(t *testing.T) {
 		Advance:   storetest.Sleep,
 		Unit:      time.Second,
 		Tolerance: 750 * time.Millisecond,
+		// Terms share their owner's session (session.go).
+		SharedExpiry: true,
 	})
 }
 

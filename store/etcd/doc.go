@@ -9,17 +9,58 @@
 //
 // etcd has no clock a transaction can read, so time is kept the way etcd
 // keeps it: by leases, which the leader expires on its own monotonic clock.
-// Every term is held by two etcd keys on two leases:
 //
-//   - a live key on a lease of ttl seconds — while it exists, the term is
-//     live; renewals refresh it;
-//   - a grace key on a lease of ttl + grace seconds, granted or refreshed
-//     after the live lease — while it exists, peers stay out.
+// # Sessions: one keep-alive per process
 //
-// A peer may acquire when neither key is left (or the term was released),
-// so it starts no earlier than the term's expiry + grace on the leader's
-// clock. A transaction compares the record and the keys' presence, so the
-// decision is atomic even though no clock is read.
+// As etcd's concurrency package puts every mutex of a process on one
+// session, the store puts every term of an owner (one per process: the
+// engine's owner ids carry an incarnation) with one TTL and grace on one
+// lease, its session, granted for ttl + grace seconds. A term's live key
+// is on the session; while it exists, peers stay out. The session's first
+// ttl seconds are the term's live part and its last grace seconds the
+// grace: the term is live while the session has at least the grace left
+// (TimeToLive reports whole seconds rounded down, so this test is exact).
+//
+// Renew, for the terms this store put on a session, sends two calls
+// whatever their number, and writes nothing:
+//
+//  1. TimeToLive of the session with its attached keys: a session with
+//     less than its grace left has ended its live part, and every term on
+//     it is lost (and not kept alive: peers wait out the grace);
+//  2. a keep-alive, sent after the renewal began, so every term on the
+//     session ends no earlier than that + ttl, and peers wait the grace
+//     more.
+//
+// A term is renewed when its live key was on the session in step 1 and
+// this store still remembers putting that term there. A key can leave the
+// session between the two steps only by a release (which forgets the term
+// first), a new term (likewise), a revocation or an eviction; the last two
+// keep peers out until a full ttl + grace after they happen, past any
+// deadline the keep-alive promised. A changed running flag is written to
+// the record. Any other listed term — acquired by another store of the
+// same owner, from before sessions, evicted — is read, and if current
+// with its live part not over, moved onto the session (put on its lease,
+// after a keep-alive of it).
+//
+// Acquire reads the key and, at the same time, keeps the session alive
+// (or grants it), so the new term ends no earlier than the call's start +
+// ttl; then one transaction writes the record and puts the live key on
+// the session. Claiming many keys costs one write each and no lease grant.
+//
+// Shared fate, and its bound: keeping a session alive keeps every term on
+// it alive. A term whose holder stops renewing it without a release (it
+// gave up on a deadline, or left a runner that would not stop to expire)
+// would live on while the holder renews its other terms. So a renewal
+// evicts from the session every term no renewal listed for a whole ttl
+// (its holder's deadline has certainly passed): its live key goes, and a
+// grace key on a lease of ttl + grace, granted then, keeps peers out
+// until no deadline the holder was ever told of can be running. Such a
+// term ends at most 2·ttl + grace + a renewal period after its last
+// renewal, instead of ttl + grace. Released terms are not affected.
+//
+// Losing the session — the process froze or lost etcd for longer than the
+// ttl — fails every term on it closed, as one: the next Renew reports all
+// of them lost, and peers wait out the grace.
 //
 // Lease TTLs are whole seconds and etcd raises any TTL below its floor
 // (1.5 election timeouts, 2s with the defaults). Both are rounded up — the
@@ -34,23 +75,34 @@
 // seconds (the default 15s is fine) with this store.
 //
 // The grace that counts is the one the term was acquired with, kept in its
-// record and in the length of its grace lease: the holder's, not the
-// acquiring peer's. The two differ only when replicas are configured with
+// record and in the session it is on: the holder's, not the acquiring
+// peer's. The two differ only when replicas are configured with
 // different graces, and the holder's is the one its timing relies on.
+//
+// Close does not revoke sessions: a runner left to expire may still be
+// running, so its terms run out on their own.
 //
 // # Layout
 //
 // Under "/<prefix>/leases/" (prefix default "tenure") each lease key K has
 //
 //	K "\x00r"  record, no lease, deleted only by Prune: "epoch\towner\tstate\trunning\tgrace"
-//	K "\x00l"  live key: "epoch\towner"
-//	K "\x00g"  grace key: "epoch"
+//	K "\x00l"  live key, on a session: "epoch\towner"
+//	K "\x00g"  grace key, only for a term moved off its session without
+//	           ending (revoked or evicted), or written before sessions
 //	K "\x00m"  prune mark: when Prune first saw the record dead (prune.go)
 //
 // Keys hold no control characters, so NUL separates K from the suffix and
 // etcd's byte order of these names is the byte order of the keys: List is
-// one range read (in pages of 15,000 etcd keys at one revision). State is
-// held, released or revoked; a revoked record has no owner.
+// one range read (in pages of 15,000 etcd keys at one revision), plus one
+// TimeToLive per distinct lease — a few sessions, however many terms.
+// State is held, released or revoked; a revoked record has no owner. A
+// peer may acquire when neither the live nor the grace key is left.
+//
+// Terms written before sessions (a live key on a lease of ttl seconds and
+// a grace key on one of ttl + grace) still count: peers wait for both
+// keys, List reads the live lease, and the holder's next renewal moves
+// the term onto its session.
 //
 // # Epochs
 //
@@ -60,40 +112,10 @@
 // revision never goes back and every earlier epoch is at most the revision
 // of the write that stored it. Epochs are therefore large numbers.
 //
-// # Batched renewal
-//
-// Renew reads every listed key (transactions of up to --max-txn-ops prefix
-// reads, sent together), and then, for the terms still current:
-//
-//   - every pair of leases that an earlier renewal bound terms to, when all
-//     of those terms are listed and still on it, is kept alive: one
-//     keep-alive for the live lease and, once that succeeded, one per grace
-//     lease. Nothing is written, so steady renewals do not grow etcd's
-//     history, whatever the number of keys;
-//   - the remaining terms (newly acquired, or from a pair that lost a term
-//     the caller no longer lists, or a revoked one) are bound to one live
-//     lease and one grace lease per grace, granted now for the whole call:
-//     their live and grace keys are re-put in transactions of up to
-//     --max-txn-ops - 3 terms sent together, each term in a nested
-//     transaction guarded by its live key, so every term is renewed or lost
-//     on its own.
-//
-// The store remembers, per owner, which terms each pair holds; terms only
-// leave a pair (release, revocation, a new term), so the memory can only
-// be too large — which makes the pair be rebound, never kept alive with a
-// stranger on it. An owner's terms sit on at most four pairs: a renewal
-// that would need a fifth folds the smallest into its new one. A changed
-// running flag is written to the record.
-//
-// A keep-alive of an expired lease fails, so an expired term is never
-// renewed that way. A rebind may renew a term in the half second its
-// expired live key lingers; no peer can have taken it meanwhile (the live
-// key still blocks), so this never makes two holders.
-//
 // Release is one round trip: per term, a nested transaction that compares
 // the record with the term (epoch, owner, held — written so that it matches
 // whatever the running flag and grace are) and then marks it released and
-// deletes both keys.
+// deletes its keys.
 //
 // # What this does not cover
 //
@@ -102,9 +124,9 @@
 //     never earlier, so peers wait longer.
 //   - Released terms report a time left of 0 and terms past their grace
 //     -grace: etcd dates neither moment.
-//   - Each acquisition grants two leases of its own; its first renewal
-//     moves the term onto a shared pair. Until then List asks TimeToLive
-//     once per such term (about 4,000 a second on a small server).
+//   - Revoking a session lease by hand (etcdctl lease revoke) deletes its
+//     live keys at once, as revoking any lease does: peers may start
+//     while the holder still runs. Tenure never revokes a session.
 //   - Writes accumulate history: run etcd with --auto-compaction-retention
 //     as usual. Steady-state renewals write nothing.
 //

@@ -55,10 +55,14 @@ type Store struct {
 	// when asked for less (its floor is 1.5 election timeouts).
 	minTTL atomic.Int64
 
-	// batches remembers, per owner, the lease pairs its renewals bound its
-	// terms to (see batch.go).
-	batchMu sync.Mutex
-	batches map[string][]*batch
+	// sessions holds the lease each owner's terms of one TTL and grace
+	// are bound to (see session.go).
+	sessMu   sync.Mutex
+	sessions map[sessionID]*session
+
+	// hints are released records this store's watches saw (hint.go).
+	hintMu sync.Mutex
+	hints  map[string]hint
 
 	// watches is the closed state and every running Watch, which Close
 	// ends.
@@ -174,7 +178,8 @@ func newStore(client *clientv3.Client, opts Options, owns bool) (*Store, error) 
 		root:       "/" + prefix + "/leases/",
 		readChunk:  maxOps,
 		writeChunk: maxOps - maxNestedOps,
-		batches:    map[string][]*batch{},
+		sessions:   map[sessionID]*session{},
+		hints:      map[string]hint{},
 	}
 	s.minTTL.Store(1)
 	return s, nil

@@ -3,11 +3,9 @@ package etcd
 import (
 	"context"
 	"strings"
-	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"golang.org/x/sync/errgroup"
 
 	"github.com/tenure-dev/tenure/store"
 )
@@ -81,37 +79,21 @@ func (s *Store) readViews(ctx context.Context, prefix string) ([]*view, error) {
 // that is gone, the grace lease, which ends exactly the term's grace after
 // the live lease would have.
 func (s *Store) leases(ctx context.Context, vs []*view) ([]store.Lease, error) {
-	need := map[clientv3.LeaseID]int64{}
+	need := map[clientv3.LeaseID]bool{}
 	var ids []clientv3.LeaseID
 	for _, v := range vs {
-		if id, ok := clockLease(v); ok {
-			if _, dup := need[id]; !dup {
-				need[id] = 0
-				ids = append(ids, id)
-			}
+		if id, ok := clockLease(v); ok && !need[id] {
+			need[id] = true
+			ids = append(ids, id)
 		}
 	}
-	var mu sync.Mutex
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(parallel)
-	for _, id := range ids {
-		g.Go(func() error {
-			resp, err := s.client.TimeToLive(gctx, id)
-			if err != nil {
-				return err
-			}
-			mu.Lock()
-			need[id] = resp.TTL // -1 once the lease is gone
-			mu.Unlock()
-			return nil
-		})
-	}
-	if err := g.Wait(); err != nil {
+	left, err := s.timesToLive(ctx, ids)
+	if err != nil {
 		return nil, err
 	}
 	out := make([]store.Lease, 0, len(vs))
 	for _, v := range vs {
-		out = append(out, lease(v, need))
+		out = append(out, lease(v, left))
 	}
 	return out, nil
 }
@@ -151,7 +133,20 @@ func lease(v *view, ttls map[clientv3.LeaseID]int64) store.Lease {
 		if !l.Released {
 			l.TimeLeft = -grace
 		}
+	case v.live != nil && r.state == stateHeld && v.grace == nil:
+		// On a session, whose lease lasts ttl + grace: the live part is
+		// over once less than the grace is left (ttl is rounded down).
+		switch {
+		case ttl >= r.grace:
+			l.Live = true
+			l.TimeLeft = middle(ttl) - grace
+		case ttl >= 0:
+			l.TimeLeft = min(middle(ttl)-grace, 0)
+		default:
+			l.TimeLeft = -grace
+		}
 	case v.live != nil && r.state == stateHeld:
+		// A term from before sessions: its live lease lasts ttl.
 		if ttl >= 0 {
 			l.Live = true
 			l.TimeLeft = middle(ttl)

@@ -16,8 +16,10 @@ import (
 // may continue with: etcd's byte order of these names is the byte order
 // of the lease keys.
 //
-//	root K "\x00g"  grace key, on a lease of ttl + grace seconds; value: epoch
-//	root K "\x00l"  live key, on a lease of ttl seconds; value: "epoch\towner"
+//	root K "\x00g"  grace key of a term moved off its session without ending,
+//	                or written before sessions; value: epoch (0 when unknown)
+//	root K "\x00l"  live key, on the owner's session (or, written before
+//	                sessions, a lease of ttl seconds); value: "epoch\towner"
 //	root K "\x00m"  prune mark, no lease: "record revision\ttimer\ttimer TTL"
 //	                (see prune.go)
 //	root K "\x00r"  record, no lease, deleted only by Prune:
@@ -63,8 +65,8 @@ type record struct {
 	owner   string // "" once revoked
 	state   string
 	running bool
-	// grace is how many seconds the term's grace lease outlives its live
-	// lease: the grace rounded up, fixed at acquisition.
+	// grace is the term's grace in seconds, rounded up and fixed at
+	// acquisition: the last part of its session.
 	grace int64
 }
 

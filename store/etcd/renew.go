@@ -2,6 +2,8 @@ package etcd
 
 import (
 	"context"
+	"slices"
+	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -10,16 +12,12 @@ import (
 	"github.com/tenure-dev/tenure/store"
 )
 
-// candidate is a renewal item whose term the read found current.
-type candidate struct {
-	item store.RenewItem
-	v    *view
-}
-
-// Renew extends every listed term of owner: one read of the listed keys;
-// then a keep-alive of each pair of leases that an earlier renewal bound
-// exactly these terms to, and one write that binds the remaining current
-// terms to a pair granted now (see batch.go).
+// Renew extends every listed term of owner. Terms this store put on a
+// session of this TTL are renewed by the session: one TimeToLive that
+// lists the keys still on its lease, one keep-alive, whatever the number
+// of terms. Any other term (acquired by another store, moved off its
+// session, on a session of another TTL) is read, and if current, moved
+// onto the owner's session.
 func (s *Store) Renew(ctx context.Context, owner string, ttl time.Duration, items []store.RenewItem) ([]bool, error) {
 	if err := store.ValidateRenew(owner, ttl, items); err != nil {
 		return nil, err
@@ -31,80 +29,314 @@ func (s *Store) Renew(ctx context.Context, owner string, ttl time.Duration, item
 	if len(items) == 0 {
 		return renewed, nil
 	}
-	var keys []string
-	seen := make(map[string]bool, len(items))
-	for _, it := range items {
-		if !seen[it.Key] {
-			seen[it.Key] = true
-			keys = append(keys, it.Key)
+	ttlSecs := s.ttlSeconds(ttl)
+	bySession, rest := s.planRenewal(owner, ttlSecs, items)
+	var mu sync.Mutex
+	answer := func(idx []int, ok []bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		for j, i := range idx {
+			renewed[i] = ok[j]
 		}
 	}
-	views, err := s.readKeys(ctx, keys)
-	if err != nil {
+	g, gctx := errgroup.WithContext(ctx)
+	for sess, idx := range bySession {
+		g.Go(func() error {
+			ok, err := s.renewSession(gctx, owner, sess, items, idx)
+			if err == nil {
+				answer(idx, ok)
+			}
+			return err
+		})
+	}
+	if len(rest) > 0 {
+		g.Go(func() error {
+			ok, err := s.renewByReading(gctx, owner, ttlSecs, items, rest)
+			if err == nil {
+				answer(rest, ok)
+			}
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
 		return nil, s.wrap("renew", err)
-	}
-	// At most one term of a key is current; an item repeating it gets the
-	// same answer.
-	cands := make(map[string]*candidate)
-	var order []*candidate
-	for _, it := range items {
-		v := views[it.Key]
-		if _, dup := cands[it.Key]; dup || v == nil || !v.current(owner, it.Epoch) {
-			continue
-		}
-		c := &candidate{item: it, v: v}
-		cands[it.Key] = c
-		order = append(order, c)
-	}
-	var ok map[string]bool
-	if len(order) > 0 {
-		if ok, err = s.renewCurrent(ctx, owner, s.ttlSeconds(ttl), cands, order); err != nil {
-			return nil, s.wrap("renew", err)
-		}
-	}
-	for i, it := range items {
-		c := cands[it.Key]
-		renewed[i] = c != nil && c.item.Epoch == it.Epoch && ok[it.Key]
 	}
 	return renewed, nil
 }
 
-// writeTerms runs ops(c) for every candidate whose live key still holds
-// its term, each in a nested transaction of its own, the candidates in
-// transactions of writeChunk, in flight together. It reports which were
-// written.
-func (s *Store) writeTerms(ctx context.Context, cands []*candidate, ops func(*candidate) []clientv3.Op) (map[string]bool, error) {
-	ok := make(map[string]bool, len(cands))
-	chunks := chunk(cands, s.writeChunk)
-	results := make([][]bool, len(chunks))
+// planRenewal splits items into those whose term is a member of one of
+// owner's sessions of ttl seconds, by session, and the rest.
+func (s *Store) planRenewal(owner string, ttl int64, items []store.RenewItem) (map[*session][]int, []int) {
+	s.sessMu.Lock()
+	defer s.sessMu.Unlock()
+	bySession := map[*session][]int{}
+	var rest []int
+	for i, it := range items {
+		found := false
+		for id, sess := range s.sessions {
+			if id.owner != owner || id.ttl != ttl {
+				continue
+			}
+			if m, ok := sess.members[it.Key]; ok && m.epoch == it.Epoch {
+				bySession[sess] = append(bySession[sess], i)
+				found = true
+				break
+			}
+		}
+		if !found {
+			rest = append(rest, i)
+		}
+	}
+	return bySession, rest
+}
+
+// renewSession renews the items idx, members of sess, by renewing the
+// session: first a TimeToLive listing the keys on its lease, then a
+// keep-alive. A member still on the lease then was on it at the
+// keep-alive too, unless a revocation or an eviction moved it off in
+// between — and those keep peers out until a full TTL + grace after they
+// happened, past any deadline this renewal promises. The session's live
+// part ending (time left ≤ its grace) loses every term on it.
+func (s *Store) renewSession(ctx context.Context, owner string, sess *session, items []store.RenewItem, idx []int) ([]bool, error) {
+	ok := make([]bool, len(idx))
+	left, err := s.client.TimeToLive(ctx, sess.lease, clientv3.WithAttachedKeys())
+	if err != nil {
+		return nil, err
+	}
+	// TTL is rounded down, so it is at least the grace exactly while the
+	// live part lasts (-1 once the lease is gone).
+	if left.TTL < sess.id.grace {
+		s.dropSession(sess)
+		return ok, nil
+	}
+	alive, err := s.keepAlive(ctx, sess)
+	if err != nil || !alive {
+		return ok, err
+	}
+	on := make(map[string]bool, len(left.Keys))
+	for _, k := range left.Keys {
+		if key, kind, good := s.splitKey(k); good && kind == kindLive {
+			on[key] = true
+		}
+	}
+	listed := make(map[string]bool, len(idx))
+	var changed []int
+	s.sessMu.Lock()
+	for j, i := range idx {
+		it := items[i]
+		listed[it.Key] = true
+		m, member := sess.members[it.Key]
+		ok[j] = on[it.Key] && member && m.epoch == it.Epoch
+		if !on[it.Key] {
+			delete(sess.members, it.Key)
+		}
+		if ok[j] && m.running != it.Running {
+			changed = append(changed, j)
+		}
+	}
+	stale := sess.unlisted(on, listed, time.Now())
+	s.sessMu.Unlock()
+	if len(changed) > 0 {
+		if err := s.writeRunning(ctx, owner, sess, items, idx, changed, ok); err != nil {
+			return nil, err
+		}
+	}
+	if len(stale) > 0 {
+		s.evict(ctx, sess, stale)
+	}
+	return ok, nil
+}
+
+// writeRunning records the changed running flags of the renewed items
+// idx[changed]; a term whose live key changed meanwhile is lost.
+func (s *Store) writeRunning(ctx context.Context, owner string, sess *session, items []store.RenewItem, idx, changed []int, ok []bool) error {
+	terms := make([]store.Term, len(changed))
+	for n, j := range changed {
+		terms[n] = store.Term{Key: items[idx[j]].Key, Epoch: items[idx[j]].Epoch}
+	}
+	written, err := s.writeTerms(ctx, owner, terms, func(n int) []clientv3.Op {
+		it := items[idx[changed[n]]]
+		rec := record{epoch: it.Epoch, owner: owner, state: stateHeld, running: it.Running, grace: sess.id.grace}
+		return []clientv3.Op{clientv3.OpPut(s.recordKey(it.Key), rec.encode())}
+	})
+	if err != nil {
+		return err
+	}
+	for n, j := range changed {
+		it := items[idx[j]]
+		ok[j] = written[n]
+		if written[n] {
+			s.join(sess, it.Key, member{epoch: it.Epoch, running: it.Running})
+		}
+	}
+	return nil
+}
+
+// renewByReading renews the items idx that are not members of a session:
+// one read of their keys; then each current term, its live part not
+// over, is moved onto owner's session for its grace, kept alive first so
+// that it ends no earlier than this call's start + ttl + grace.
+func (s *Store) renewByReading(ctx context.Context, owner string, ttl int64, items []store.RenewItem, idx []int) ([]bool, error) {
+	var keys []string
+	for _, i := range idx {
+		if !slices.Contains(keys, items[i].Key) {
+			keys = append(keys, items[i].Key)
+		}
+	}
+	views, err := s.readKeys(ctx, keys)
+	if err != nil {
+		return nil, err
+	}
+	// At most one term of a key is current; an item repeating it gets the
+	// same answer.
+	current := map[string]*view{}
+	var cands []int
+	for _, i := range idx {
+		it := items[i]
+		if v := views[it.Key]; current[it.Key] == nil && v != nil && v.current(owner, it.Epoch) {
+			current[it.Key] = v
+			cands = append(cands, i)
+		}
+	}
+	if cands, err = s.withLivePart(ctx, items, cands, current); err != nil {
+		return nil, err
+	}
+	byGrace := map[int64][]int{}
+	for _, i := range cands {
+		g := current[items[i].Key].rec.grace
+		byGrace[g] = append(byGrace[g], i)
+	}
+	var mu sync.Mutex
+	bound := map[string]bool{}
+	g, gctx := errgroup.WithContext(ctx)
+	for grace, group := range byGrace {
+		g.Go(func() error {
+			ok, err := s.bind(gctx, owner, ttl, grace, items, group, current)
+			mu.Lock()
+			defer mu.Unlock()
+			for n, i := range group {
+				bound[items[i].Key] = err == nil && ok[n]
+			}
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	ok := make([]bool, len(idx))
+	for j, i := range idx {
+		v := current[items[i].Key]
+		ok[j] = v != nil && v.rec.epoch == items[i].Epoch && bound[items[i].Key]
+	}
+	return ok, nil
+}
+
+// withLivePart keeps the candidates whose live part is not over. A term's
+// live key on a session stays through the grace, so its session must
+// have at least the grace left (in whole seconds rounded down); a term from before sessions has a grace
+// key, and its live key ends with its live part.
+func (s *Store) withLivePart(ctx context.Context, items []store.RenewItem, cands []int, current map[string]*view) ([]int, error) {
+	var ids []clientv3.LeaseID
+	for _, i := range cands {
+		v := current[items[i].Key]
+		if id := clientv3.LeaseID(v.live.Lease); v.grace == nil && !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+	}
+	left, err := s.timesToLive(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(cands, func(i int) bool {
+		v := current[items[i].Key]
+		return v.grace == nil && left[clientv3.LeaseID(v.live.Lease)] < v.rec.grace
+	}), nil
+}
+
+// bind moves the current terms items[group], all of one grace, onto
+// owner's session for ttl and that grace.
+func (s *Store) bind(ctx context.Context, owner string, ttl, grace int64, items []store.RenewItem, group []int, current map[string]*view) ([]bool, error) {
+	sess, fresh, err := s.session(ctx, owner, ttl, grace)
+	if err != nil {
+		return nil, err
+	}
+	if !fresh {
+		alive := s.surelyLive(sess)
+		if alive {
+			if alive, err = s.keepAlive(ctx, sess); err != nil {
+				return nil, err
+			}
+		} else {
+			s.dropSession(sess) // its terms may be lost already
+		}
+		if !alive { // a new session
+			if sess, _, err = s.session(ctx, owner, ttl, grace); err != nil {
+				return nil, err
+			}
+		}
+	}
+	terms := make([]store.Term, len(group))
+	for n, i := range group {
+		terms[n] = store.Term{Key: items[i].Key, Epoch: items[i].Epoch}
+		s.forget(owner, items[i].Key)
+	}
+	ok, err := s.writeTerms(ctx, owner, terms, func(n int) []clientv3.Op {
+		it := items[group[n]]
+		v := current[it.Key]
+		ops := []clientv3.Op{
+			clientv3.OpPut(s.liveKey(it.Key), string(v.live.Value), clientv3.WithLease(sess.lease)),
+			clientv3.OpDelete(s.graceKey(it.Key)),
+		}
+		if it.Running != v.rec.running {
+			rec := *v.rec
+			rec.running = it.Running
+			ops = append(ops, clientv3.OpPut(s.recordKey(it.Key), rec.encode()))
+		}
+		return ops
+	})
+	if err != nil {
+		// A lease that ended between the keep-alive and the write fails
+		// the whole write: the next renewal starts a new session.
+		s.dropSession(sess)
+		return nil, err
+	}
+	for n, i := range group {
+		if ok[n] {
+			s.join(sess, items[i].Key, member{epoch: items[i].Epoch, running: items[i].Running})
+		}
+	}
+	return ok, nil
+}
+
+// writeTerms runs ops(n) for every term whose live key still holds it,
+// each in a nested transaction of its own, the terms in transactions of
+// writeChunk, in flight together. It reports which were written.
+func (s *Store) writeTerms(ctx context.Context, owner string, terms []store.Term, ops func(n int) []clientv3.Op) ([]bool, error) {
+	ok := make([]bool, len(terms))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(parallel)
-	for i, cs := range chunks {
+	for from := 0; from < len(terms); from += s.writeChunk {
+		to := min(from+s.writeChunk, len(terms))
 		g.Go(func() error {
-			nested := make([]clientv3.Op, len(cs))
-			for j, c := range cs {
-				nested[j] = clientv3.OpTxn(
-					[]clientv3.Cmp{clientv3.Compare(clientv3.Value(s.liveKey(c.item.Key)), "=", liveValue(c.item.Epoch, c.v.rec.owner))},
-					ops(c), nil)
+			nested := make([]clientv3.Op, 0, to-from)
+			for n := from; n < to; n++ {
+				t := terms[n]
+				nested = append(nested, clientv3.OpTxn(
+					[]clientv3.Cmp{clientv3.Compare(clientv3.Value(s.liveKey(t.Key)), "=", liveValue(t.Epoch, owner))},
+					ops(n), nil))
 			}
 			resp, err := s.client.Txn(gctx).Then(nested...).Commit()
 			if err != nil {
 				return err
 			}
-			results[i] = make([]bool, len(cs))
 			for j, r := range resp.Responses {
-				results[i][j] = r.GetResponseTxn().GetSucceeded()
+				ok[from+j] = r.GetResponseTxn().GetSucceeded()
 			}
 			return nil
 		})
 	}
 	if err := g.Wait(); err != nil {
 		return nil, err
-	}
-	for i, cs := range chunks {
-		for j, c := range cs {
-			ok[c.item.Key] = results[i][j]
-		}
 	}
 	return ok, nil
 }
@@ -121,6 +353,11 @@ func (s *Store) Release(ctx context.Context, owner string, terms []store.Term) e
 	}
 	if len(terms) == 0 {
 		return nil
+	}
+	// Before the write: a renewal racing it must not take the key's
+	// presence on a session for the term.
+	for _, t := range terms {
+		s.forget(owner, t.Key)
 	}
 	// etcd refuses a transaction that writes one key twice, even in
 	// branches that exclude each other: a key listed again goes into the
@@ -170,17 +407,9 @@ func (s *Store) Release(ctx context.Context, owner string, terms []store.Term) e
 			return nil
 		})
 	}
-	err := g.Wait()
-	// Forget released terms even after an error: chunks that answered
-	// did release theirs.
-	for i, ts := range chunks {
-		for j, t := range ts {
-			if results[i] != nil && results[i][j] {
-				s.forgetMember(owner, t.Key)
-			}
-		}
-	}
-	if err != nil {
+	if err := g.Wait(); err != nil {
+		// A term left on its session is renewed again once a renewal
+		// lists it (by a read), or moved off the session if none does.
 		return s.wrap("release", err)
 	}
 	return nil

@@ -92,11 +92,12 @@ func drain(wch clientv3.WatchChan) {
 // epoch is an acquisition, a held record becoming released a release.
 // Renewals (running flag) and revocations are not events.
 func (s *Store) event(ev *clientv3.Event, prefix string) (store.Event, bool) {
-	if ev.Type != mvccpb.PUT {
-		return store.Event{}, false
-	}
 	key, kind, ok := s.splitKey(ev.Kv.Key)
 	if !ok || kind != kindRecord || !strings.HasPrefix(key, prefix) {
+		return store.Event{}, false
+	}
+	s.noteRecord(key, ev)
+	if ev.Type != mvccpb.PUT {
 		return store.Event{}, false
 	}
 	rec, err := decodeRecord(key, ev.Kv.Value)

@@ -61,6 +61,15 @@ type Harness struct {
 	// own clock is then the sum of the advances instead of the wall clock.
 	InstantAdvance bool
 
+	// SharedExpiry says an owner's terms share one expiry that any of the
+	// owner's calls may extend (etcd's sessions): a term its owner stops
+	// renewing, without releasing it, may then stay live and keep peers
+	// out for a while after its deadline, as long as the owner's other
+	// terms are renewed. The randomized test then does not judge how soon
+	// such a term ends — only that it never ends early; the store's own
+	// tests must bound it.
+	SharedExpiry bool
+
 	// Operations is the length of the randomized test. Zero means 2000
 	// with InstantAdvance and 1000 otherwise, a few seconds on a local
 	// server.

@@ -1,0 +1,252 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"golang.org/x/sync/errgroup"
+)
+
+// errLeaseEnded is a lease that was gone when asked about.
+var errLeaseEnded = errors.New("the lease has ended")
+
+// sessionID names the session an owner's terms of one TTL and one grace
+// share.
+type sessionID struct {
+	owner      string
+	ttl, grace int64 // seconds
+}
+
+// session is one etcd lease of ttl + grace seconds that the live keys of
+// an owner's terms are put on, as etcd's concurrency package puts a
+// mutex's key on its session: one keep-alive renews every term on it.
+// Nothing else is put on the lease, so its keys are exactly the terms
+// this store bound to it and has not moved off since.
+//
+// The fields below the mutex-free ones are guarded by Store.sessMu.
+type session struct {
+	id     sessionID
+	ready  chan struct{} // closed once the grant answered
+	lease  clientv3.LeaseID
+	err    error // the grant's, when it failed
+	active bool  // still in Store.sessions
+
+	// members is what this store put on the lease and still believes is
+	// there: key → term. A term leaves it before the write that moves it
+	// off (a new term, a release), so a renewal that finds the term
+	// still a member after its keep-alive knows the key held this term.
+	members map[string]member
+	// keptAt is when the last grant or keep-alive that succeeded was sent
+	// (local monotonic clock): until ttl after it, the live part of the
+	// session has certainly not ended.
+	keptAt time.Time
+	// listed is, for each key on the lease, when a renewal last listed it
+	// (or first found it there unlisted); see unlisted.
+	listed map[string]time.Time
+}
+
+type member struct {
+	epoch   int64
+	running bool
+}
+
+// session returns owner's session for ttl and grace, granting its lease
+// when there is none yet. fresh reports a lease granted by this call:
+// it ends no earlier than the call's start + ttl + grace, while an older
+// one needs a keep-alive to promise that.
+func (s *Store) session(ctx context.Context, owner string, ttl, grace int64) (sess *session, fresh bool, err error) {
+	id := sessionID{owner, ttl, grace}
+	s.sessMu.Lock()
+	sess = s.sessions[id]
+	if sess == nil {
+		sess = &session{id: id, ready: make(chan struct{}), active: true, members: map[string]member{}, listed: map[string]time.Time{}}
+		s.sessions[id] = sess
+		fresh = true
+	}
+	s.sessMu.Unlock()
+	if fresh {
+		sent := time.Now()
+		resp, err := s.client.Grant(ctx, ttl+grace)
+		if err == nil {
+			sess.lease, sess.keptAt = resp.ID, sent
+			if resp.TTL > ttl+grace {
+				// The server's floor: a later session asks for it.
+				s.minTTL.Store(resp.TTL - grace)
+			}
+		}
+		sess.err = err
+		close(sess.ready)
+		if err != nil {
+			s.dropSession(sess)
+			return nil, false, err
+		}
+		return sess, true, nil
+	}
+	select {
+	case <-sess.ready:
+	case <-ctx.Done():
+		return nil, false, ctx.Err()
+	}
+	if sess.err != nil {
+		return nil, false, sess.err
+	}
+	return sess, false, nil
+}
+
+// dropSession forgets sess: no renewal or acquisition uses it again, and
+// its lease, no longer kept alive, ends with whatever is left on it.
+func (s *Store) dropSession(sess *session) {
+	s.sessMu.Lock()
+	defer s.sessMu.Unlock()
+	if s.sessions[sess.id] == sess {
+		delete(s.sessions, sess.id)
+	}
+	sess.active = false
+}
+
+// keepAlive refreshes sess's lease. It reports false, and drops the
+// session, when the lease had already ended.
+func (s *Store) keepAlive(ctx context.Context, sess *session) (bool, error) {
+	sent := time.Now()
+	if _, err := s.client.KeepAliveOnce(ctx, sess.lease); err != nil {
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			s.dropSession(sess)
+			return false, nil
+		}
+		return false, err
+	}
+	s.sessMu.Lock()
+	if sent.After(sess.keptAt) {
+		sess.keptAt = sent
+	}
+	s.sessMu.Unlock()
+	return true, nil
+}
+
+// surelyLive reports whether sess's live part has certainly not ended: a
+// keep-alive of a session past it would bring back terms its renewals
+// already reported lost, and their holders stopped.
+func (s *Store) surelyLive(sess *session) bool {
+	s.sessMu.Lock()
+	defer s.sessMu.Unlock()
+	return time.Since(sess.keptAt) < time.Duration(sess.id.ttl)*time.Second
+}
+
+// forget removes key from every session of owner, before a write that may
+// move it off its lease: from then on no renewal takes the key's presence
+// on a lease as proof of a term.
+func (s *Store) forget(owner, key string) {
+	s.sessMu.Lock()
+	defer s.sessMu.Unlock()
+	for id, sess := range s.sessions {
+		if id.owner == owner {
+			delete(sess.members, key)
+		}
+	}
+}
+
+// join records that key's term now lies on sess's lease.
+func (s *Store) join(sess *session, key string, m member) {
+	s.sessMu.Lock()
+	defer s.sessMu.Unlock()
+	sess.members[key] = m
+}
+
+// unlisted notes which keys on the lease (on) this renewal listed and
+// returns those no renewal listed for longer than the session's TTL. The
+// terms there are ones their holder stopped renewing without a release
+// (it gave up on a deadline, or left a runner that would not stop to
+// expire): keeping the session alive must not keep them alive forever.
+// Waiting a whole TTL lets several callers share one owner and store,
+// each renewing its own keys every renewal period. Called with sessMu.
+func (sess *session) unlisted(on, listed map[string]bool, now time.Time) []string {
+	var stale []string
+	for key := range on {
+		at, known := sess.listed[key]
+		switch {
+		case listed[key] || !known:
+			sess.listed[key] = now
+		case now.Sub(at) > time.Duration(sess.id.ttl)*time.Second:
+			stale = append(stale, key)
+		}
+	}
+	for key := range sess.listed {
+		if !on[key] {
+			delete(sess.listed, key)
+		}
+	}
+	return stale
+}
+
+// evict moves the live keys of terms nobody renews off sess's lease: each
+// gets a grace key on a lease as long as the session's, granted now
+// (retireLease), so peers still wait until no deadline the holder was
+// ever told of can be running. Best effort: a key left on the lease is
+// evicted by a later renewal.
+func (s *Store) evict(ctx context.Context, sess *session, keys []string) {
+	retired, err := s.retireLease(ctx, sess.lease, 0)
+	if err != nil {
+		return
+	}
+	s.sessMu.Lock()
+	epochs := make([]int64, len(keys))
+	for i, key := range keys {
+		epochs[i] = sess.members[key].epoch // 0 when unknown: the value is informational
+		delete(sess.members, key)
+		delete(sess.listed, key)
+	}
+	s.sessMu.Unlock()
+	moved := false
+	for from := 0; from < len(keys); from += s.writeChunk {
+		to := min(from+s.writeChunk, len(keys))
+		nested := make([]clientv3.Op, 0, to-from)
+		for i := from; i < to; i++ {
+			live := s.liveKey(keys[i])
+			nested = append(nested, clientv3.OpTxn(
+				[]clientv3.Cmp{clientv3.Compare(clientv3.LeaseValue(live), "=", sess.lease)},
+				[]clientv3.Op{
+					clientv3.OpDelete(live),
+					clientv3.OpPut(s.graceKey(keys[i]), fmtInt(epochs[i]), clientv3.WithLease(retired)),
+				}, nil))
+		}
+		resp, err := s.client.Txn(ctx).Then(nested...).Commit()
+		if err != nil {
+			break
+		}
+		for _, r := range resp.Responses {
+			moved = moved || r.GetResponseTxn().GetSucceeded()
+		}
+	}
+	if !moved {
+		s.revokeLeases(ctx, []clientv3.LeaseID{retired})
+	}
+}
+
+// timesToLive asks for the time left of each lease, in whole seconds
+// rounded down (-1 once it is gone), sixteen at a time.
+func (s *Store) timesToLive(ctx context.Context, ids []clientv3.LeaseID) (map[clientv3.LeaseID]int64, error) {
+	left := make(map[clientv3.LeaseID]int64, len(ids))
+	var mu sync.Mutex
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(parallel)
+	for _, id := range ids {
+		g.Go(func() error {
+			resp, err := s.client.TimeToLive(gctx, id)
+			if err != nil {
+				return err
+			}
+			mu.Lock()
+			left[id] = resp.TTL
+			mu.Unlock()
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	return left, nil
+}
