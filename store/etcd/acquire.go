@@ -50,15 +50,18 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 		if err != nil {
 			return store.AcquireResult{}, s.wrap("acquire", err)
 		}
-		if sess == nil {
-			continue // the session had ended: the next attempt grants one
-		}
 		if !free(v, req.Owner) {
 			holder, err := s.leases(ctx, []*view{v})
 			if err != nil {
 				return store.AcquireResult{}, s.wrap("acquire", err)
 			}
 			return store.AcquireResult{Holder: holder[0]}, nil
+		}
+		if sess == nil {
+			// No session renewed lately: one now, only for a free key.
+			if sess, err = s.liveSession(ctx, req.Owner, ttlSecs, graceSecs, false); err != nil {
+				return store.AcquireResult{}, s.wrap("acquire", err)
+			}
 		}
 		epoch := rev + 1 // see doc.go: epochs outlive a deleted namespace
 		cmp := clientv3.Compare(clientv3.CreateRevision(s.recordKey(req.Key)), "=", 0)
@@ -92,41 +95,35 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 	return store.AcquireResult{}, fmt.Errorf("etcd: acquire %q: the record or the session kept changing over %d attempts", req.Key, maxAttempts)
 }
 
-// readForAcquire reads key and, at the same time, makes sure the owner's
-// session ends no earlier than this call's start + ttl + grace: a session
-// granted now does, an older one is kept alive. It returns a nil session
-// when the older one had ended, or may have.
+// readForAcquire reads key and, when the owner has a session a renewal
+// kept alive lately, keeps it alive at the same time, so that it ends no
+// earlier than this call's start + ttl + grace. Otherwise it returns a nil
+// session: a refused acquisition then grants none.
 func (s *Store) readForAcquire(ctx context.Context, key, owner string, ttl, grace int64) (*session, *view, int64, error) {
+	sess := s.lookupSession(owner, ttl, grace)
+	if sess == nil || !s.renewedLately(sess) {
+		v, rev, err := s.readOne(ctx, key)
+		return nil, v, rev, err
+	}
 	var (
-		v    *view
-		rev  int64
-		sess *session
+		v     *view
+		rev   int64
+		alive bool
 	)
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() (err error) {
 		v, rev, err = s.readOne(gctx, key)
 		return err
 	})
-	g.Go(func() error {
-		got, fresh, err := s.session(gctx, owner, ttl, grace)
-		if err != nil || fresh {
-			sess = got
-			return err
-		}
-		if !s.surelyLive(got) {
-			// Not renewed for a ttl: its terms may be lost already. A
-			// new session leaves them to end.
-			s.dropSession(got)
-			return nil
-		}
-		alive, err := s.keepAlive(gctx, got)
-		if alive {
-			sess = got
-		}
+	g.Go(func() (err error) {
+		alive, err = s.keepAlive(gctx, sess)
 		return err
 	})
 	if err := g.Wait(); err != nil {
 		return nil, nil, 0, err
+	}
+	if !alive {
+		sess = nil
 	}
 	return sess, v, rev, nil
 }
@@ -184,14 +181,21 @@ func (s *Store) Revoke(ctx context.Context, key string) (bool, error) {
 			clientv3.Compare(clientv3.ModRevision(s.recordKey(key)), "=", v.recRev),
 			clientv3.Compare(clientv3.ModRevision(s.liveKey(key)), "=", v.live.ModRevision),
 		).Then(ops...).Commit()
-		if err == nil && resp.Succeeded {
+		if err != nil {
+			// The write may have happened: the retired lease, if any, is
+			// left to hold peers off until it ends.
+			return false, s.wrap("revoke", err)
+		}
+		if resp.Succeeded {
+			if retired != 0 {
+				if err := s.holdRetired(ctx, retired); err != nil {
+					return true, s.wrap("revoke", err)
+				}
+			}
 			return true, nil
 		}
 		if retired != 0 {
 			s.revokeLeases(ctx, []clientv3.LeaseID{retired})
-		}
-		if err != nil {
-			return false, s.wrap("revoke", err)
 		}
 	}
 	return false, fmt.Errorf("etcd: revoke %q: the record kept changing over %d attempts", key, maxAttempts)
@@ -199,11 +203,13 @@ func (s *Store) Revoke(ctx context.Context, key string) (bool, error) {
 
 // retireLease grants the lease a term's grace key moves to when its live
 // key leaves session lease live without the term ending (a revocation, or
-// a term its holder stopped renewing): as long as live was granted for,
-// counted from now. The holder may have been told of a keep-alive sent
-// before now, so its deadline is before now + ttl, and peers, kept out
-// until now + ttl + grace, wait at least the grace past it. It fails with
-// errLeaseEnded when live has less than minLeft seconds left.
+// a term its holder stopped renewing): as long as live was granted for.
+// Once the write that moves the key has succeeded, holdRetired counts it
+// from then: a renewal may have found the key on the session just before
+// the write and promised its holder a deadline of at most write + ttl, so
+// peers, kept out until after write + ttl + grace, wait at least the grace
+// past it. It fails with errLeaseEnded when live has less than minLeft
+// seconds left.
 func (s *Store) retireLease(ctx context.Context, live clientv3.LeaseID, minLeft int64) (clientv3.LeaseID, error) {
 	ttl, err := s.client.TimeToLive(ctx, live)
 	if err != nil {
@@ -282,6 +288,21 @@ func (s *Store) readKeys(ctx context.Context, keys []string) (map[string]*view, 
 // whole seconds and at least the server's floor, once known.
 func (s *Store) ttlSeconds(ttl time.Duration) int64 {
 	return max(ceilSeconds(ttl), s.minTTL.Load())
+}
+
+// holdRetired keeps a retired lease alive once, after the write that put
+// grace keys on it (see retireLease), trying a few times.
+func (s *Store) holdRetired(ctx context.Context, retired clientv3.LeaseID) error {
+	var err error
+	for range 3 {
+		if _, err = s.client.KeepAliveOnce(ctx, retired); err == nil || ctx.Err() != nil {
+			break
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("keep-alive of the retired lease after the write (a holder renewing at that moment may see its grace cut short): %w", err)
+	}
+	return nil
 }
 
 // revokeLeases revokes leases nothing was put on, best effort: a lease

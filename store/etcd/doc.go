@@ -35,17 +35,23 @@
 // this store still remembers putting that term there. A key can leave the
 // session between the two steps only by a release (which forgets the term
 // first), a new term (likewise), a revocation or an eviction; the last two
-// keep peers out until a full ttl + grace after they happen, past any
-// deadline the keep-alive promised. A changed running flag is written to
+// put a grace key on a lease of ttl + grace that is kept alive once more
+// after their write, so peers wait until a full ttl + grace after it, past
+// any deadline a renewal found the key for. A write whose answer was lost
+// leaves that lease to expire, never revokes it. A changed running flag is written to
 // the record. Any other listed term — acquired by another store of the
 // same owner, from before sessions, evicted — is read, and if current
 // with its live part not over, moved onto the session (put on its lease,
 // after a keep-alive of it).
 //
-// Acquire reads the key and, at the same time, keeps the session alive
-// (or grants it), so the new term ends no earlier than the call's start +
-// ttl; then one transaction writes the record and puts the live key on
-// the session. Claiming many keys costs one write each and no lease grant.
+// Acquire reads the key and, at the same time, keeps the session alive, so
+// the new term ends no earlier than the call's start + ttl; then one
+// transaction writes the record and puts the live key on the session.
+// Claiming many keys costs one write each and no lease grant. Only a
+// session a renewal kept alive within the last ttl is kept alive by an
+// acquisition; otherwise a free key gets a new session (a refused
+// acquisition grants none). So a session its renewals left ends, with
+// every term on it, however many acquisitions its owner goes on trying.
 //
 // Shared fate, and its bound: keeping a session alive keeps every term on
 // it alive. A term whose holder stops renewing it without a release (it
@@ -124,6 +130,11 @@
 //     never earlier, so peers wait longer.
 //   - Released terms report a time left of 0 and terms past their grace
 //     -grace: etcd dates neither moment.
+//   - Mixed versions: Tenure before sessions revokes a term by deleting
+//     its live key and trusting its grace key, which a term on a session
+//     does not have, so its revocation frees such a term at once. Upgrade
+//     whatever revokes (tenure release, tenure console's revoke) with or
+//     before the replicas.
 //   - Revoking a session lease by hand (etcdctl lease revoke) deletes its
 //     live keys at once, as revoking any lease does: peers may start
 //     while the holder still runs. Tenure never revokes a session.

@@ -59,13 +59,15 @@ func (s *Store) takeHint(key string) (hint, bool) {
 // alive at the same time. It reports false, with no error, when the key
 // changed since or the session had ended: Acquire then reads as usual.
 func (s *Store) acquireReleased(ctx context.Context, req store.AcquireRequest, h hint, ttl, grace int64) (store.AcquireResult, bool, error) {
-	sess, fresh, err := s.session(ctx, req.Owner, ttl, grace)
-	if err != nil {
-		return store.AcquireResult{}, false, err
-	}
-	if !fresh && !s.surelyLive(sess) {
-		s.dropSession(sess)
-		return store.AcquireResult{}, false, nil
+	// A session a renewal kept alive lately is kept alive with the write;
+	// otherwise one is made ready first.
+	sess := s.lookupSession(req.Owner, ttl, grace)
+	ready := sess == nil || !s.renewedLately(sess)
+	if ready {
+		var err error
+		if sess, err = s.liveSession(ctx, req.Owner, ttl, grace, false); err != nil {
+			return store.AcquireResult{}, false, err
+		}
 	}
 	epoch := max(h.rec.epoch+1, h.recRev+1) // see doc.go: epochs
 	rec := record{epoch: epoch, owner: req.Owner, state: stateHeld, running: req.Running, grace: grace}
@@ -75,7 +77,7 @@ func (s *Store) acquireReleased(ctx context.Context, req store.AcquireRequest, h
 	}
 	kept := make(chan answer, 1)
 	go func() {
-		if fresh {
+		if ready {
 			kept <- answer{ok: true}
 			return
 		}

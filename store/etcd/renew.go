@@ -2,10 +2,12 @@ package etcd
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/sync/errgroup"
 
@@ -109,10 +111,12 @@ func (s *Store) renewSession(ctx context.Context, owner string, sess *session, i
 		s.dropSession(sess)
 		return ok, nil
 	}
+	sent := time.Now()
 	alive, err := s.keepAlive(ctx, sess)
 	if err != nil || !alive {
 		return ok, err
 	}
+	s.renewed(sess, sent)
 	on := make(map[string]bool, len(left.Keys))
 	for _, k := range left.Keys {
 		if key, kind, good := s.splitKey(k); good && kind == kindLive {
@@ -121,6 +125,7 @@ func (s *Store) renewSession(ctx context.Context, owner string, sess *session, i
 	}
 	listed := make(map[string]bool, len(idx))
 	var changed []int
+	flipped := map[string]bool{}
 	s.sessMu.Lock()
 	for j, i := range idx {
 		it := items[i]
@@ -130,7 +135,10 @@ func (s *Store) renewSession(ctx context.Context, owner string, sess *session, i
 		if !on[it.Key] {
 			delete(sess.members, it.Key)
 		}
-		if ok[j] && m.running != it.Running {
+		// A key listed twice is written once: etcd refuses a
+		// transaction that puts one key twice.
+		if ok[j] && m.running != it.Running && !flipped[it.Key] {
+			flipped[it.Key] = true
 			changed = append(changed, j)
 		}
 	}
@@ -142,7 +150,7 @@ func (s *Store) renewSession(ctx context.Context, owner string, sess *session, i
 		}
 	}
 	if len(stale) > 0 {
-		s.evict(ctx, sess, stale)
+		s.evict(ctx, sess, stale, left.ResponseHeader.Revision)
 	}
 	return ok, nil
 }
@@ -256,24 +264,9 @@ func (s *Store) withLivePart(ctx context.Context, items []store.RenewItem, cands
 // bind moves the current terms items[group], all of one grace, onto
 // owner's session for ttl and that grace.
 func (s *Store) bind(ctx context.Context, owner string, ttl, grace int64, items []store.RenewItem, group []int, current map[string]*view) ([]bool, error) {
-	sess, fresh, err := s.session(ctx, owner, ttl, grace)
+	sess, err := s.liveSession(ctx, owner, ttl, grace, true)
 	if err != nil {
 		return nil, err
-	}
-	if !fresh {
-		alive := s.surelyLive(sess)
-		if alive {
-			if alive, err = s.keepAlive(ctx, sess); err != nil {
-				return nil, err
-			}
-		} else {
-			s.dropSession(sess) // its terms may be lost already
-		}
-		if !alive { // a new session
-			if sess, _, err = s.session(ctx, owner, ttl, grace); err != nil {
-				return nil, err
-			}
-		}
 	}
 	terms := make([]store.Term, len(group))
 	for n, i := range group {
@@ -295,9 +288,11 @@ func (s *Store) bind(ctx context.Context, owner string, ttl, grace int64, items 
 		return ops
 	})
 	if err != nil {
-		// A lease that ended between the keep-alive and the write fails
-		// the whole write: the next renewal starts a new session.
-		s.dropSession(sess)
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			// The session ended between its keep-alive and the write:
+			// the next renewal starts a new one.
+			s.dropSession(sess)
+		}
 		return nil, err
 	}
 	for n, i := range group {

@@ -29,21 +29,22 @@ type sessionID struct {
 //
 // The fields below the mutex-free ones are guarded by Store.sessMu.
 type session struct {
-	id     sessionID
-	ready  chan struct{} // closed once the grant answered
-	lease  clientv3.LeaseID
-	err    error // the grant's, when it failed
-	active bool  // still in Store.sessions
+	id    sessionID
+	ready chan struct{} // closed once the grant answered
+	lease clientv3.LeaseID
+	err   error // the grant's, when it failed
 
 	// members is what this store put on the lease and still believes is
 	// there: key → term. A term leaves it before the write that moves it
 	// off (a new term, a release), so a renewal that finds the term
 	// still a member after its keep-alive knows the key held this term.
 	members map[string]member
-	// keptAt is when the last grant or keep-alive that succeeded was sent
-	// (local monotonic clock): until ttl after it, the live part of the
-	// session has certainly not ended.
-	keptAt time.Time
+	// renewedAt is when the grant or the last renewal's keep-alive that
+	// succeeded was sent (local monotonic clock). Until ttl after it, the
+	// live part of the session has certainly not ended, and acquisitions
+	// may keep it alive; past that, they start a new session, so a session
+	// its renewals left (and every term on it) ends.
+	renewedAt time.Time
 	// listed is, for each key on the lease, when a renewal last listed it
 	// (or first found it there unlisted); see unlisted.
 	listed map[string]time.Time
@@ -63,7 +64,8 @@ func (s *Store) session(ctx context.Context, owner string, ttl, grace int64) (se
 	s.sessMu.Lock()
 	sess = s.sessions[id]
 	if sess == nil {
-		sess = &session{id: id, ready: make(chan struct{}), active: true, members: map[string]member{}, listed: map[string]time.Time{}}
+		s.sweepLocked()
+		sess = &session{id: id, ready: make(chan struct{}), members: map[string]member{}, listed: map[string]time.Time{}}
 		s.sessions[id] = sess
 		fresh = true
 	}
@@ -72,7 +74,7 @@ func (s *Store) session(ctx context.Context, owner string, ttl, grace int64) (se
 		sent := time.Now()
 		resp, err := s.client.Grant(ctx, ttl+grace)
 		if err == nil {
-			sess.lease, sess.keptAt = resp.ID, sent
+			sess.lease, sess.renewedAt = resp.ID, sent
 			if resp.TTL > ttl+grace {
 				// The server's floor: a later session asks for it.
 				s.minTTL.Store(resp.TTL - grace)
@@ -97,6 +99,71 @@ func (s *Store) session(ctx context.Context, owner string, ttl, grace int64) (se
 	return sess, false, nil
 }
 
+// sweepLocked forgets sessions that ended long ago: no renewal kept them
+// alive for their whole lease (owners that are gone, sessions replaced).
+// Called with sessMu, when a session is made.
+func (s *Store) sweepLocked() {
+	for id, sess := range s.sessions {
+		select {
+		case <-sess.ready:
+		default:
+			continue // being granted
+		}
+		if time.Since(sess.renewedAt) > time.Duration(id.ttl+id.grace)*time.Second {
+			delete(s.sessions, id)
+		}
+	}
+}
+
+// lookupSession returns owner's session for ttl and grace once granted,
+// or nil.
+func (s *Store) lookupSession(owner string, ttl, grace int64) *session {
+	s.sessMu.Lock()
+	sess := s.sessions[sessionID{owner, ttl, grace}]
+	s.sessMu.Unlock()
+	if sess == nil {
+		return nil
+	}
+	select {
+	case <-sess.ready:
+		if sess.err == nil {
+			return sess
+		}
+	default:
+	}
+	return nil
+}
+
+// liveSession returns a session of owner for ttl and grace that ends no
+// earlier than this call's start + ttl + grace: one granted now, or one a
+// renewal kept alive lately, kept alive again (a renewal's own keep-alive
+// when renewal is set). A session no renewal kept alive for a ttl is left
+// to end with whatever is on it.
+func (s *Store) liveSession(ctx context.Context, owner string, ttl, grace int64, renewal bool) (*session, error) {
+	for range maxAttempts {
+		sess, fresh, err := s.session(ctx, owner, ttl, grace)
+		if err != nil || fresh {
+			return sess, err
+		}
+		if !s.renewedLately(sess) {
+			s.dropSession(sess)
+			continue
+		}
+		sent := time.Now()
+		alive, err := s.keepAlive(ctx, sess)
+		if err != nil {
+			return nil, err
+		}
+		if alive {
+			if renewal {
+				s.renewed(sess, sent)
+			}
+			return sess, nil
+		}
+	}
+	return nil, errors.New("no session lasted long enough to be kept alive")
+}
+
 // dropSession forgets sess: no renewal or acquisition uses it again, and
 // its lease, no longer kept alive, ends with whatever is left on it.
 func (s *Store) dropSession(sess *session) {
@@ -105,13 +172,11 @@ func (s *Store) dropSession(sess *session) {
 	if s.sessions[sess.id] == sess {
 		delete(s.sessions, sess.id)
 	}
-	sess.active = false
 }
 
 // keepAlive refreshes sess's lease. It reports false, and drops the
 // session, when the lease had already ended.
 func (s *Store) keepAlive(ctx context.Context, sess *session) (bool, error) {
-	sent := time.Now()
 	if _, err := s.client.KeepAliveOnce(ctx, sess.lease); err != nil {
 		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
 			s.dropSession(sess)
@@ -119,32 +184,43 @@ func (s *Store) keepAlive(ctx context.Context, sess *session) (bool, error) {
 		}
 		return false, err
 	}
-	s.sessMu.Lock()
-	if sent.After(sess.keptAt) {
-		sess.keptAt = sent
-	}
-	s.sessMu.Unlock()
 	return true, nil
 }
 
-// surelyLive reports whether sess's live part has certainly not ended: a
-// keep-alive of a session past it would bring back terms its renewals
-// already reported lost, and their holders stopped.
-func (s *Store) surelyLive(sess *session) bool {
+// renewed records a renewal's keep-alive of sess, sent at sent.
+func (s *Store) renewed(sess *session, sent time.Time) {
 	s.sessMu.Lock()
 	defer s.sessMu.Unlock()
-	return time.Since(sess.keptAt) < time.Duration(sess.id.ttl)*time.Second
+	if sent.After(sess.renewedAt) {
+		sess.renewedAt = sent
+	}
+}
+
+// renewedLately reports whether a renewal kept sess alive less than its
+// ttl ago. An acquisition keeps only such a session alive: one past its
+// live part would bring back terms its renewals already reported lost,
+// and one no renewal keeps would keep the terms on it — terms nobody
+// renews any more — alive for as long as acquisitions go on.
+func (s *Store) renewedLately(sess *session) bool {
+	s.sessMu.Lock()
+	defer s.sessMu.Unlock()
+	return time.Since(sess.renewedAt) < time.Duration(sess.id.ttl)*time.Second
 }
 
 // forget removes key from every session of owner, before a write that may
 // move it off its lease: from then on no renewal takes the key's presence
-// on a lease as proof of a term.
+// on a lease as proof of a term. The key counts as just listed, so no
+// renewal evicts what the write puts there.
 func (s *Store) forget(owner, key string) {
+	now := time.Now()
 	s.sessMu.Lock()
 	defer s.sessMu.Unlock()
 	for id, sess := range s.sessions {
 		if id.owner == owner {
 			delete(sess.members, key)
+			if _, on := sess.listed[key]; on {
+				sess.listed[key] = now
+			}
 		}
 	}
 }
@@ -154,6 +230,7 @@ func (s *Store) join(sess *session, key string, m member) {
 	s.sessMu.Lock()
 	defer s.sessMu.Unlock()
 	sess.members[key] = m
+	sess.listed[key] = time.Now()
 }
 
 // unlisted notes which keys on the lease (on) this renewal listed and
@@ -183,11 +260,13 @@ func (sess *session) unlisted(on, listed map[string]bool, now time.Time) []strin
 }
 
 // evict moves the live keys of terms nobody renews off sess's lease: each
-// gets a grace key on a lease as long as the session's, granted now
-// (retireLease), so peers still wait until no deadline the holder was
-// ever told of can be running. Best effort: a key left on the lease is
-// evicted by a later renewal.
-func (s *Store) evict(ctx context.Context, sess *session, keys []string) {
+// gets a grace key on a retired lease (retireLease), so peers still wait
+// until no deadline the holder was ever told of can be running. A key is
+// moved only if its live key is still on the session and was not written
+// after revision seen, when the renewal that chose it listed the lease's
+// keys: a new term or a renewal's write since then stays. Best effort: a
+// key left on the lease is evicted by a later renewal.
+func (s *Store) evict(ctx context.Context, sess *session, keys []string, seen int64) {
 	retired, err := s.retireLease(ctx, sess.lease, 0)
 	if err != nil {
 		return
@@ -207,7 +286,10 @@ func (s *Store) evict(ctx context.Context, sess *session, keys []string) {
 		for i := from; i < to; i++ {
 			live := s.liveKey(keys[i])
 			nested = append(nested, clientv3.OpTxn(
-				[]clientv3.Cmp{clientv3.Compare(clientv3.LeaseValue(live), "=", sess.lease)},
+				[]clientv3.Cmp{
+					clientv3.Compare(clientv3.LeaseValue(live), "=", sess.lease),
+					clientv3.Compare(clientv3.ModRevision(live), "<", seen+1),
+				},
 				[]clientv3.Op{
 					clientv3.OpDelete(live),
 					clientv3.OpPut(s.graceKey(keys[i]), fmtInt(epochs[i]), clientv3.WithLease(retired)),
@@ -215,6 +297,9 @@ func (s *Store) evict(ctx context.Context, sess *session, keys []string) {
 		}
 		resp, err := s.client.Txn(ctx).Then(nested...).Commit()
 		if err != nil {
+			// The write may have happened: leave the retired lease, and
+			// hold it from now on, as after a write that did.
+			moved = true
 			break
 		}
 		for _, r := range resp.Responses {
@@ -223,7 +308,9 @@ func (s *Store) evict(ctx context.Context, sess *session, keys []string) {
 	}
 	if !moved {
 		s.revokeLeases(ctx, []clientv3.LeaseID{retired})
+		return
 	}
+	_ = s.holdRetired(ctx, retired) // failing, it still ends ttl + grace after its grant
 }
 
 // timesToLive asks for the time left of each lease, in whole seconds
