@@ -136,17 +136,21 @@ func (s *Supervisor) reconcile() {
 	if s.stopping || !s.active {
 		return
 	}
+	clk := s.loopClock()
 	for _, ks := range s.keys {
-		s.reconcileKey(ks, now)
+		s.reconcileKey(ks, now, clk)
 	}
 }
 
-func (s *Supervisor) reconcileKey(ks *keyState, now time.Time) {
+// reconcileKey acts on what ks's state asks for. Its checks of the lease
+// sort keys; a runner starts only if start, reading the clock afresh,
+// finds the lease still held.
+func (s *Supervisor) reconcileKey(ks *keyState, now time.Time, clk loopClock) {
 	switch ks.phase() {
 	case running, stopping:
-		s.reconcileRun(ks)
+		s.reconcileRun(ks, clk)
 	case idle:
-		s.reconcileIdle(ks, now)
+		s.reconcileIdle(ks, now, clk)
 	case starting, releasing:
 		// Wait for the action in flight: a release reconciles the key when
 		// it ends; a start the fence refused is looked at again by the
@@ -157,7 +161,7 @@ func (s *Supervisor) reconcileKey(ks *keyState, now time.Time) {
 // reconcileRun stops a run that must not go on: the key is no longer
 // wanted here, its pool gave it away, its mode changed, or its lease is
 // no longer held.
-func (s *Supervisor) reconcileRun(ks *keyState) {
+func (s *Supervisor) reconcileRun(ks *keyState, clk loopClock) {
 	leased := s.leased && ks.job.Mode == Exclusive
 	switch {
 	case ks.intent() == paused:
@@ -170,7 +174,7 @@ func (s *Supervisor) reconcileRun(ks *keyState) {
 		ks.run.stop(ErrRebalance)
 	case leased != ks.run.leased:
 		ks.run.stop(ErrRestart) // mode changed
-	case leased && !s.keeper.Holds(ks.key):
+	case leased && !s.keeper.HoldsAt(ks.key, clk.now()):
 		if t, ok := s.keeper.Term(ks.key); ok && t.Epoch == ks.run.lease.Epoch {
 			ks.run.stop(ErrDeadline)
 		} else {
@@ -181,7 +185,7 @@ func (s *Supervisor) reconcileRun(ks *keyState) {
 
 // reconcileIdle hands back a lease no runner uses and nobody wants,
 // finishes a removal, or starts the runner.
-func (s *Supervisor) reconcileIdle(ks *keyState, now time.Time) {
+func (s *Supervisor) reconcileIdle(ks *keyState, now time.Time, clk loopClock) {
 	if s.leased && !ks.wantsLease() {
 		// Removed, disabled, paused, cooling or turned Everywhere: hand
 		// the lease back now that no runner uses it.
@@ -203,7 +207,7 @@ func (s *Supervisor) reconcileIdle(ks *keyState, now time.Time) {
 		return
 	}
 	leased := s.leased && ks.job.Mode == Exclusive
-	if !now.Before(ks.fails.retryAt) && (!leased || s.keeper.Holds(ks.key)) {
+	if !now.Before(ks.fails.retryAt) && (!leased || s.keeper.HoldsAt(ks.key, clk.now())) {
 		ks.pending = starting
 		s.actions.Go(func() { s.start(ks.key) })
 	}
@@ -239,7 +243,7 @@ func (s *Supervisor) release(ks *keyState, epoch int64, cause string) {
 	s.mu.Lock()
 	defer s.unlock()
 	ks.pending = idle
-	s.reconcileKey(ks, time.Now())
+	s.reconcileKey(ks, time.Now(), s.loopClock())
 }
 
 // start launches the key's runner if, after an optional reload, the lease
@@ -345,7 +349,7 @@ func (s *Supervisor) startLocked(ks *keyState, runner Runner) error {
 	r := newRunState(ks.key, lease, leased, cancel)
 	ks.run = r
 	if leased {
-		s.guard(r)
+		s.guard(r, s.loopClock())
 	}
 	restart := ks.fails.count > 0
 	s.observeLocked(func(o Observer) { o.RunnerStarted(restart) })
@@ -398,7 +402,7 @@ func (s *Supervisor) runRunner(ctx context.Context, ks *keyState, r *runState, r
 	if s.stopping {
 		return
 	}
-	s.reconcileKey(ks, time.Now())
+	s.reconcileKey(ks, time.Now(), s.loopClock())
 	s.poke()
 }
 

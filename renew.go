@@ -73,8 +73,9 @@ func (s *Supervisor) watchSuspend(ctx context.Context) {
 			}
 		}
 		s.unlock()
+		clk := s.loopClock()
 		for _, r := range runs {
-			s.guard(r)
+			s.guard(r, clk)
 		}
 		s.poke()
 		// Only now log: a log call may block, and the deadlines above must not wait on it.
@@ -98,6 +99,7 @@ func (s *Supervisor) renew(ctx context.Context) bool {
 	// Stop every lost key's runner before anything is logged: a log call
 	// may block, and the next lost key must not wait on it.
 	var lost []string
+	clk := s.loopClock()
 	s.mu.Lock()
 	for key, o := range outcomes {
 		switch o {
@@ -114,7 +116,7 @@ func (s *Supervisor) renew(ctx context.Context) bool {
 			lost = append(lost, key)
 		case hold.Renewed:
 			if ks := s.keys[key]; ks != nil && ks.run != nil && ks.run.leased {
-				s.guard(ks.run)
+				s.guard(ks.run, clk)
 			}
 		}
 	}

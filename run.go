@@ -111,17 +111,17 @@ func (r *runState) deadline() (time.Time, <-chan struct{}, bool) {
 // holding the term, independent of the supervision loop, which may be busy
 // in a store call, and of the supervisor's lock, which a blocked log
 // handler may hold. Call it after every confirmed renewal.
-func (s *Supervisor) guard(r *runState) {
+func (s *Supervisor) guard(r *runState, clk loopClock) {
 	t, ok := s.keeper.Term(r.key)
 	if !ok || t.Epoch != r.lease.Epoch {
 		r.stop(ErrLeaseLost)
 		return
 	}
 	at := t.StopAt(s.keeper.Timing())
-	wait := at.Sub(s.keeper.Now())
+	wait := at.Sub(clk.now())
 	// The keeper's clock runs ahead of time.Now by the time the host has
 	// slept; runners compare StopAt with time.Now.
-	local := at.Add(-s.suspended())
+	local := at.Add(-clk.slept)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.ended || r.cause != nil && !keepsLease(r.cause) {
@@ -145,7 +145,7 @@ func (s *Supervisor) guard(r *runState) {
 // and only then logs: a log call may block.
 func (s *Supervisor) watchdogFired(r *runState) {
 	if s.keeper.HoldsTerm(r.key, r.lease.Epoch) {
-		s.guard(r) // renewed meanwhile
+		s.guard(r, s.loopClock()) // renewed meanwhile
 		return
 	}
 	if t, held := s.keeper.Term(r.key); !held || t.Epoch != r.lease.Epoch {

@@ -95,6 +95,20 @@ type Supervisor struct {
 	pools   poolSet
 }
 
+// loopClock reads the keeper's clock in a loop over many keys: time.Now()
+// afresh at each reading, moved by the time the host has slept as read
+// once, when the loop began. A suspend during the loop then reads as one
+// just after it — which every deadline allows for, since the host may
+// sleep at any moment — and the loop makes one system call
+// (clock.Suspended) instead of one per key.
+type loopClock struct {
+	slept time.Duration
+}
+
+func (c loopClock) now() time.Time { return time.Now().Add(c.slept) }
+
+func (s *Supervisor) loopClock() loopClock { return loopClock{slept: s.suspended()} }
+
 // New validates cfg and returns a Supervisor.
 func New(cfg Config) (*Supervisor, error) {
 	leased, err := cfg.leasesActive()
@@ -310,8 +324,9 @@ func (s *Supervisor) reportKeys() {
 	for name := range s.pools.byName {
 		held[name] = 0
 	}
+	clk := s.loopClock()
 	for key, ks := range s.keys {
-		holds := s.leased && s.keeper.Holds(key)
+		holds := s.leased && s.keeper.HoldsAt(key, clk.now())
 		switch {
 		case ks.member || !ks.configured:
 		case ks.pool != nil:
@@ -340,12 +355,13 @@ func (s *Supervisor) acquirePass(ctx context.Context) {
 		return
 	}
 	now := time.Now()
+	clk := s.loopClock()
 	s.mu.Lock()
 	var due []string
 	for key, ks := range s.keys {
 		// A runner still alive (even one winding down) keeps its term: a
 		// new term starts only once it has returned.
-		if ks.wantsLease() && ks.run == nil && !s.keeper.Holds(key) && !now.Before(ks.nextAcquire) {
+		if ks.wantsLease() && ks.run == nil && !s.keeper.HoldsAt(key, clk.now()) && !now.Before(ks.nextAcquire) {
 			due = append(due, key)
 		}
 	}
@@ -408,8 +424,9 @@ func (s *Supervisor) scheduleFreedKeys() {
 	s.mu.Lock()
 	defer s.unlock()
 	poke := false
+	clk := s.loopClock()
 	for key, ks := range s.keys {
-		if !ks.wantsLease() || s.keeper.Holds(key) {
+		if !ks.wantsLease() || s.keeper.HoldsAt(key, clk.now()) {
 			continue
 		}
 		if l, ok := s.keeper.Observed(key); ok && l.Released && !ks.nextAcquire.IsZero() {
@@ -438,8 +455,9 @@ func (s *Supervisor) nextDue() (time.Time, bool) {
 	if !s.pools.replanAt.IsZero() {
 		consider(s.pools.replanAt)
 	}
+	clk := s.loopClock()
 	for key, ks := range s.keys {
-		if s.leased && ks.wantsLease() && ks.run == nil && !s.keeper.Holds(key) {
+		if s.leased && ks.wantsLease() && ks.run == nil && !s.keeper.HoldsAt(key, clk.now()) {
 			consider(ks.nextAcquire)
 		}
 		if ks.run == nil && ks.fails.retryAt.After(now) && ks.wantsRun() {

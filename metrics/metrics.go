@@ -39,8 +39,9 @@ type Collector struct {
 	keyRunning   *prometheus.GaugeVec
 	poolHeld     *prometheus.GaugeVec
 
-	mu   sync.Mutex
-	keys map[string]bool // the keys keyHeld and keyRunning have series for
+	mu        sync.Mutex
+	keys      map[string]keySeries // the keys keyHeld and keyRunning have series for
+	keysRound uint64               // calls of Keys so far
 }
 
 var _ tenure.Observer = (*Collector)(nil)
@@ -93,7 +94,7 @@ func New() *Collector {
 		poolHeld: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "tenure_pool_keys_held", Help: "Keys of the pool this replica holds.",
 		}, []string{"pool"}),
-		keys: make(map[string]bool),
+		keys: make(map[string]keySeries),
 	}
 	for _, cause := range []string{tenure.HandoverReleased, tenure.HandoverRebalance, tenure.HandoverCrashLoop, tenure.HandoverLost, tenure.HandoverExpired} {
 		c.handovers.WithLabelValues(cause) // every cause exported from the start, at 0
@@ -162,23 +163,37 @@ func (m *Collector) Round(d time.Duration) { m.round.Observe(d.Seconds()) }
 func (m *Collector) Handoff(d time.Duration) { m.handoff.Observe(d.Seconds()) }
 
 // Keys implements tenure.Observer: a series per singleton key, dropped
-// when the key is no longer configured.
+// when the key is no longer configured. Only values that changed are set:
+// with thousands of keys, a lookup of every series every round would cost
+// the engine more than its round.
 func (m *Collector) Keys(keys []tenure.KeyState) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	now := make(map[string]bool, len(keys))
+	m.keysRound++
 	for _, k := range keys {
-		now[k.Key] = true
-		m.keyHeld.WithLabelValues(k.Key).Set(b2f(k.Held))
-		m.keyRunning.WithLabelValues(k.Key).Set(b2f(k.Running))
+		last, known := m.keys[k.Key]
+		if !known || last.held != k.Held {
+			m.keyHeld.WithLabelValues(k.Key).Set(b2f(k.Held))
+		}
+		if !known || last.running != k.Running {
+			m.keyRunning.WithLabelValues(k.Key).Set(b2f(k.Running))
+		}
+		m.keys[k.Key] = keySeries{held: k.Held, running: k.Running, round: m.keysRound}
 	}
-	for k := range m.keys {
-		if !now[k] {
+	for k, last := range m.keys {
+		if last.round != m.keysRound {
 			m.keyHeld.DeleteLabelValues(k)
 			m.keyRunning.DeleteLabelValues(k)
+			delete(m.keys, k)
 		}
 	}
-	m.keys = now
+}
+
+// keySeries is what a key's series were last set to, and in which call
+// of Keys.
+type keySeries struct {
+	held, running bool
+	round         uint64
 }
 
 // Pools implements tenure.Observer.

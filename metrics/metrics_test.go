@@ -207,3 +207,35 @@ func observed(t *testing.T) (*tenure.Supervisor, *prometheus.Registry) {
 	}
 	return sup, reg
 }
+
+// Keys sets only what changed; every change still reaches the series, and
+// a key that leaves and comes back gets its series again.
+func TestKeysFollowsEveryChangeOfAKey(t *testing.T) {
+	m := metrics.New()
+	reg := prometheus.NewPedanticRegistry()
+	reg.MustRegister(m)
+	check := func(step string, held, running float64) {
+		t.Helper()
+		if got := gathered(t, reg, "tenure_key_held", "key", "job"); got != held {
+			t.Errorf("%s: tenure_key_held = %v, want %v", step, got, held)
+		}
+		if got := gathered(t, reg, "tenure_key_running", "key", "job"); got != running {
+			t.Errorf("%s: tenure_key_running = %v, want %v", step, got, running)
+		}
+	}
+	m.Keys([]tenure.KeyState{{Key: "job", Held: true, Running: true}})
+	check("held and running", 1, 1)
+	m.Keys([]tenure.KeyState{{Key: "job", Held: true, Running: false}})
+	check("runner stopped", 1, 0)
+	m.Keys([]tenure.KeyState{{Key: "job", Held: false, Running: false}})
+	check("lease lost", 0, 0)
+	m.Keys(nil)
+	if n, err := testutil.GatherAndCount(reg, "tenure_key_held"); err != nil || n != 0 {
+		t.Fatalf("tenure_key_held has %d series after the key left (%v), want 0", n, err)
+	}
+	m.Keys([]tenure.KeyState{{Key: "job", Held: false, Running: false}})
+	check("back, idle", 0, 0)
+	if n, err := testutil.GatherAndCount(reg, "tenure_key_held"); err != nil || n != 1 {
+		t.Errorf("tenure_key_held has %d series after the key came back (%v), want 1", n, err)
+	}
+}

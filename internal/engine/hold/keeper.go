@@ -144,6 +144,15 @@ func (k *Keeper) HoldsTerm(key string, epoch int64) bool {
 	return k.holdsLocked(key) && k.held[key].Epoch == epoch
 }
 
+// HoldsAt is Holds with the clock read by the caller: a loop over many
+// keys reads it once per key without paying for the reading here.
+func (k *Keeper) HoldsAt(key string, now time.Time) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	t, ok := k.held[key]
+	return ok && now.Add(k.timing.RenewEvery).Before(t.Deadline)
+}
+
 func (k *Keeper) holdsLocked(key string) bool {
 	t, ok := k.held[key]
 	return ok && k.now().Add(k.timing.RenewEvery).Before(t.Deadline)
