@@ -182,8 +182,10 @@ func (s *Store) Revoke(ctx context.Context, key string) (bool, error) {
 			clientv3.Compare(clientv3.ModRevision(s.liveKey(key)), "=", v.live.ModRevision),
 		).Then(ops...).Commit()
 		if err != nil {
-			// The write may have happened: the retired lease, if any, is
-			// left to hold peers off until it ends.
+			// The write may have happened, or may yet.
+			if retired != 0 {
+				s.settleRetired(ctx, key, v, retired)
+			}
 			return false, s.wrap("revoke", err)
 		}
 		if resp.Succeeded {
@@ -290,9 +292,36 @@ func (s *Store) ttlSeconds(ttl time.Duration) int64 {
 	return max(ceilSeconds(ttl), s.minTTL.Load())
 }
 
+// settleRetired follows a revocation whose answer was lost: its write may
+// have happened, or may still happen (etcd applies a proposal that timed
+// out for its client). A fence — the record rewritten as read, if it is
+// still as read — decides: once it succeeds the revocation can never
+// apply, and its retired lease goes; otherwise the revocation applied
+// before the fence, and its retired lease is held from now on.
+func (s *Store) settleRetired(ctx context.Context, key string, v *view, retired clientv3.LeaseID) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
+	resp, err := s.client.Txn(ctx).If(
+		clientv3.Compare(clientv3.ModRevision(s.recordKey(key)), "=", v.recRev),
+	).Then(clientv3.OpPut(s.recordKey(key), v.rec.encode())).Commit()
+	if err == nil && resp.Succeeded {
+		s.revokeLeases(ctx, []clientv3.LeaseID{retired})
+		return
+	}
+	_ = s.holdRetired(ctx, retired) // failing, it still ends ttl + grace after its grant
+}
+
+// settleTimeout bounds the calls that follow a write whose answer was lost
+// or came too late for its caller: they run past the caller's context.
+const settleTimeout = 5 * time.Second
+
 // holdRetired keeps a retired lease alive once, after the write that put
-// grace keys on it (see retireLease), trying a few times.
+// grace keys on it (see retireLease), trying a few times, past the
+// caller's context: a write that timed out for its caller may have
+// happened, and most need this then.
 func (s *Store) holdRetired(ctx context.Context, retired clientv3.LeaseID) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+	defer cancel()
 	var err error
 	for range 3 {
 		if _, err = s.client.KeepAliveOnce(ctx, retired); err == nil || ctx.Err() != nil {

@@ -111,24 +111,41 @@ func TestARevocationWithALostAnswerKeepsPeersOut(t *testing.T) {
 // A revocation grants the retired lease, then writes. A renewal of the
 // holder sent in between is confirmed (its live key was still on the
 // session) and promises send + ttl; the retired lease is kept alive after
-// the write, so a stall between the grant and the write cannot let a peer
-// in before that deadline + grace.
+// the write — also when the write's answer was lost — so a stall between
+// the grant and the write cannot let a peer in before that deadline +
+// grace.
 func TestARevocationStalledBeforeItsWriteStillOutlastsTheHoldersDeadline(t *testing.T) {
-	t.Parallel() // mostly waiting for whole-second leases
+	for _, lost := range []bool{false, true} {
+		name := "answered"
+		if lost {
+			name = "answer-lost"
+		}
+		t.Run(name, func(t *testing.T) {
+			t.Parallel() // mostly waiting for whole-second leases
+			revocationStalledBeforeItsWrite(t, lost)
+		})
+	}
+}
+
+func revocationStalledBeforeItsWrite(t *testing.T, loseAnswer bool) {
 	s := newTestStore(t)
 	peer := anotherStore(t, s)
 	const ttl, grace = 3 * time.Second, time.Second
 	e := testenv.MustAcquire(t, s, "job", "a", ttl, grace)
 	item := store.RenewItem{Key: "job", Epoch: e, Running: true}
 	granted := make(chan struct{})
-	var once atomic.Bool
+	var once, stalled atomic.Bool
 	op := storeWith(t, s, func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, inv grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		if strings.HasSuffix(method, "/Txn") {
+		first := strings.HasSuffix(method, "/Txn") && stalled.CompareAndSwap(false, true)
+		if first {
 			time.Sleep(2500 * time.Millisecond) // a GC pause, a network hiccup
 		}
 		err := inv(ctx, method, req, reply, cc, opts...)
 		if strings.HasSuffix(method, "/LeaseGrant") && once.CompareAndSwap(false, true) {
 			close(granted)
+		}
+		if first && err == nil && loseAnswer {
+			return status.Error(codes.Unavailable, "etcdserver: request timed out") // applied, answer lost
 		}
 		return err
 	})
@@ -141,8 +158,8 @@ func TestARevocationStalledBeforeItsWriteStillOutlastsTheHoldersDeadline(t *test
 		t.Fatal("the renewal during the revocation was refused; the race did not happen")
 	}
 	deadline := sent.Add(ttl + grace)
-	if err := <-done; err != nil {
-		t.Fatal(err)
+	if err := <-done; (err != nil) != loseAnswer {
+		t.Fatalf("Revoke = %v", err)
 	}
 	for time.Now().Before(deadline) {
 		res, err := peer.Acquire(testenv.Context(t), store.AcquireRequest{Key: "job", Owner: "b", TTL: ttl, Grace: grace})
@@ -170,7 +187,7 @@ func TestAnEvictionLeavesANewerTermAlone(t *testing.T) {
 	// A renewal chose k at revision seen; before its eviction writes, a
 	// takes k again.
 	e2 := testenv.MustAcquire(t, s, "k", "a", ttl, grace)
-	s.evict(testenv.Context(t), sess, []string{"k"}, seen.Header.Revision)
+	s.evict(testenv.Context(t), sess, "a", []string{"k"}, []int64{0}, seen.Header.Revision)
 	if ok := testenv.Renew(t, s, "a", ttl, store.RenewItem{Key: "k", Epoch: e2}); !ok[0] {
 		t.Errorf("the new term %d, acquired a moment ago, was lost to the eviction of the old one", e2)
 	}

@@ -142,7 +142,7 @@ func (s *Store) renewSession(ctx context.Context, owner string, sess *session, i
 			changed = append(changed, j)
 		}
 	}
-	stale := sess.unlisted(on, listed, time.Now())
+	stale, epochs := sess.unlisted(on, listed, time.Now())
 	s.sessMu.Unlock()
 	if len(changed) > 0 {
 		if err := s.writeRunning(ctx, owner, sess, items, idx, changed, ok); err != nil {
@@ -150,7 +150,7 @@ func (s *Store) renewSession(ctx context.Context, owner string, sess *session, i
 		}
 	}
 	if len(stale) > 0 {
-		s.evict(ctx, sess, stale, left.ResponseHeader.Revision)
+		s.evict(ctx, sess, owner, stale, epochs, left.ResponseHeader.Revision)
 	}
 	return ok, nil
 }

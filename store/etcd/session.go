@@ -234,14 +234,14 @@ func (s *Store) join(sess *session, key string, m member) {
 }
 
 // unlisted notes which keys on the lease (on) this renewal listed and
-// returns those no renewal listed for longer than the session's TTL. The
+// returns those no renewal listed for longer than the session's TTL, with
+// the epoch of the term it knows each holds (0 when it knows none). The
 // terms there are ones their holder stopped renewing without a release
 // (it gave up on a deadline, or left a runner that would not stop to
 // expire): keeping the session alive must not keep them alive forever.
 // Waiting a whole TTL lets several callers share one owner and store,
 // each renewing its own keys every renewal period. Called with sessMu.
-func (sess *session) unlisted(on, listed map[string]bool, now time.Time) []string {
-	var stale []string
+func (sess *session) unlisted(on, listed map[string]bool, now time.Time) (stale []string, epochs []int64) {
 	for key := range on {
 		at, known := sess.listed[key]
 		switch {
@@ -249,6 +249,7 @@ func (sess *session) unlisted(on, listed map[string]bool, now time.Time) []strin
 			sess.listed[key] = now
 		case now.Sub(at) > time.Duration(sess.id.ttl)*time.Second:
 			stale = append(stale, key)
+			epochs = append(epochs, sess.members[key].epoch) // 0: no term known
 		}
 	}
 	for key := range sess.listed {
@@ -256,27 +257,28 @@ func (sess *session) unlisted(on, listed map[string]bool, now time.Time) []strin
 			delete(sess.listed, key)
 		}
 	}
-	return stale
+	return stale, epochs
 }
 
 // evict moves the live keys of terms nobody renews off sess's lease: each
 // gets a grace key on a retired lease (retireLease), so peers still wait
 // until no deadline the holder was ever told of can be running. A key is
-// moved only if its live key is still on the session and was not written
-// after revision seen, when the renewal that chose it listed the lease's
-// keys: a new term or a renewal's write since then stays. Best effort: a
-// key left on the lease is evicted by a later renewal.
-func (s *Store) evict(ctx context.Context, sess *session, keys []string, seen int64) {
+// moved only if its live key is still on the session and still holds the
+// term the renewal that chose it knew of (epochs; 0 for a key it knew no
+// term of, which is moved only if not written after revision seen, when
+// that renewal listed the lease's keys): a new term since then stays.
+// Best effort: a key left on the lease is evicted by a later renewal.
+func (s *Store) evict(ctx context.Context, sess *session, owner string, keys []string, epochs []int64, seen int64) {
 	retired, err := s.retireLease(ctx, sess.lease, 0)
 	if err != nil {
 		return
 	}
 	s.sessMu.Lock()
-	epochs := make([]int64, len(keys))
 	for i, key := range keys {
-		epochs[i] = sess.members[key].epoch // 0 when unknown: the value is informational
-		delete(sess.members, key)
-		delete(sess.listed, key)
+		if sess.members[key].epoch == epochs[i] {
+			delete(sess.members, key)
+			delete(sess.listed, key)
+		}
 	}
 	s.sessMu.Unlock()
 	moved := false
@@ -285,11 +287,12 @@ func (s *Store) evict(ctx context.Context, sess *session, keys []string, seen in
 		nested := make([]clientv3.Op, 0, to-from)
 		for i := from; i < to; i++ {
 			live := s.liveKey(keys[i])
+			same := clientv3.Compare(clientv3.Value(live), "=", liveValue(epochs[i], owner))
+			if epochs[i] == 0 {
+				same = clientv3.Compare(clientv3.ModRevision(live), "<", seen+1)
+			}
 			nested = append(nested, clientv3.OpTxn(
-				[]clientv3.Cmp{
-					clientv3.Compare(clientv3.LeaseValue(live), "=", sess.lease),
-					clientv3.Compare(clientv3.ModRevision(live), "<", seen+1),
-				},
+				[]clientv3.Cmp{clientv3.Compare(clientv3.LeaseValue(live), "=", sess.lease), same},
 				[]clientv3.Op{
 					clientv3.OpDelete(live),
 					clientv3.OpPut(s.graceKey(keys[i]), fmtInt(epochs[i]), clientv3.WithLease(retired)),

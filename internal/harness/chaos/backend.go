@@ -72,7 +72,7 @@ var roundTrips = map[string]int{
 	kindPostgres: 1, // one statement, prepared on first use
 	kindRedis:    1, // EVALSHA
 	kindMySQL:    2, // a refused acquisition: the takeover, then a read of the holder
-	kindEtcd:     3, // a renewal: a read, then a keep-alive of the live lease and one of the grace lease
+	kindEtcd:     2, // a renewal: the session's TimeToLive, then its keep-alive; a List: a read, then TimeToLive
 }
 
 // closingStore is what every backend's *Store is.
