@@ -56,15 +56,9 @@ func (s *Supervisor) readControls(ctx context.Context, key string) (controls, er
 // applyControls sets every singleton key's controls from the last read of
 // the lease table; reconcile does the rest.
 func (s *Supervisor) applyControls() {
-	var records []store.Lease
-	for _, key := range s.keeper.ObservedKeys() {
-		if !strings.Contains(key, PauseSuffix) && !strings.Contains(key, MoveInfix) {
-			continue
-		}
-		if l, ok := s.keeper.Observed(key); ok {
-			records = append(records, l)
-		}
-	}
+	records := s.keeper.ObservedWhere(func(l store.Lease) bool {
+		return strings.Contains(l.Key, PauseSuffix) || strings.Contains(l.Key, MoveInfix)
+	})
 	s.mu.Lock()
 	defer s.unlock()
 	for key, ks := range s.keys {

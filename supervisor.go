@@ -425,14 +425,13 @@ func (s *Supervisor) scheduleFreedKeys() {
 	defer s.unlock()
 	poke := false
 	clk := s.loopClock()
-	for key, ks := range s.keys {
-		if !ks.wantsLease() || s.keeper.HoldsAt(key, clk.now()) {
+	for _, l := range s.keeper.ObservedWhere(func(l store.Lease) bool { return l.Released }) {
+		ks := s.keys[l.Key]
+		if ks == nil || ks.nextAcquire.IsZero() || !ks.wantsLease() || s.keeper.HoldsAt(l.Key, clk.now()) {
 			continue
 		}
-		if l, ok := s.keeper.Observed(key); ok && l.Released && !ks.nextAcquire.IsZero() {
-			ks.nextAcquire = time.Time{}
-			poke = true
-		}
+		ks.nextAcquire = time.Time{}
+		poke = true
 	}
 	if poke {
 		s.poke()

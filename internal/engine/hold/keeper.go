@@ -444,6 +444,26 @@ func (k *Keeper) ObservedKeys() []string {
 	return keys
 }
 
+// ObservedWhere returns, as Observed would, the last observed lease of
+// every key whose lease as read (its time left not yet aged) match
+// accepts, in no particular order: one pass under one lock, and the clock
+// read only for the leases returned, for a round that looks for a few
+// records among thousands.
+func (k *Keeper) ObservedWhere(match func(l store.Lease) bool) []store.Lease {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	var out []store.Lease
+	for key, o := range k.observed {
+		if !match(o.lease) {
+			continue
+		}
+		if l, ok := k.observedLocked(key); ok {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
 // ErrCallTimeout: a store call did not answer within Timing.CallTimeout.
 var ErrCallTimeout = errors.New("hold: store call timed out")
 

@@ -385,3 +385,40 @@ func TestALateRefusalNeverDropsANewerTerm(t *testing.T) {
 		}
 	})
 }
+
+// ObservedWhere picks leases by what the table read said, leaves out the
+// keeper's own keys, and ages what it returns like Observed.
+func TestObservedWherePicksPeersLeasesAndAgesThem(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := memstore.New(memstore.Options{})
+		a, b := newKeeper(st, "A"), newKeeper(st, "B")
+		ea := mustAcquire(t, a, "released").Epoch
+		if err := a.Release(context.Background(), hold.Term{Key: "released", Epoch: ea}); err != nil {
+			t.Fatal(err)
+		}
+		mustAcquire(t, a, "live")
+		mustAcquire(t, b, "mine")
+		if err := b.ObserveAll(context.Background(), ""); err != nil {
+			t.Fatal(err)
+		}
+		all := func(store.Lease) bool { return true }
+		keys := func(ls []store.Lease) map[string]store.Lease {
+			m := map[string]store.Lease{}
+			for _, l := range ls {
+				m[l.Key] = l
+			}
+			return m
+		}
+		if got := keys(b.ObservedWhere(all)); len(got) != 2 || got["mine"].Key != "" {
+			t.Fatalf("ObservedWhere(all) = %v, want the two peer leases, not B's own", got)
+		}
+		if got := b.ObservedWhere(func(l store.Lease) bool { return l.Released }); len(got) != 1 || got[0].Key != "released" {
+			t.Fatalf("ObservedWhere(released) = %v", got)
+		}
+		time.Sleep(timing.TTL / 2)
+		live := keys(b.ObservedWhere(all))["live"]
+		if want, _ := b.Observed("live"); live != want || live.TimeLeft > timing.TTL/2 {
+			t.Errorf("ObservedWhere gave %+v, Observed %+v: want the same lease, aged by %v", live, want, timing.TTL/2)
+		}
+	})
+}
