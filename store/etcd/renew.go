@@ -186,8 +186,10 @@ func (s *Store) writeRunning(ctx context.Context, owner string, sess *session, i
 // that it ends no earlier than this call's start + ttl + grace.
 func (s *Store) renewByReading(ctx context.Context, owner string, ttl int64, items []store.RenewItem, idx []int) ([]bool, error) {
 	var keys []string
+	seen := make(map[string]bool, len(idx))
 	for _, i := range idx {
-		if !slices.Contains(keys, items[i].Key) {
+		if !seen[items[i].Key] {
+			seen[items[i].Key] = true
 			keys = append(keys, items[i].Key)
 		}
 	}
