@@ -201,7 +201,7 @@ func TestTimeLeftGoesNegativeAfterExpiry(t *testing.T) {
 }
 
 // Renewals and releases of one owner may overlap (a key handed over while
-// the round's renewal runs); the store's memory of its lease pairs must
+// the round's renewal runs); the store's memory of its sessions must
 // stay consistent, and the race detector quiet.
 func TestOverlappingRenewalsAndReleasesOfOneOwner(t *testing.T) {
 	s := newTestStore(t)

@@ -177,7 +177,7 @@ func TestSlowStoreCountsEachStoresRoundTrips(t *testing.T) {
 					return err
 				},
 			}
-			for _, call := range calls { // warm: statements prepared, leases bound to a pair
+			for _, call := range calls { // warm: statements prepared, sessions granted
 				for range 2 {
 					if err := call(); err != nil {
 						t.Fatal(err)
