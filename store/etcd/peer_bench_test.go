@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/tenure-dev/tenure/store"
+	"github.com/tenure-dev/tenure/store/storetest"
 )
 
 // Tenure side by side with etcd's own concurrency package, the best peer
@@ -130,7 +131,7 @@ func BenchmarkVersusConcurrency(b *testing.B) {
 			cancel()
 			epoch, holder = res.Epoch, waiter
 		}
-		reportQuantiles(b, took)
+		storetest.ReportQuantiles(b, took)
 	})
 	b.Run("handoff/etcd-election", func(b *testing.B) {
 		s, _ := countingStore(b)
@@ -166,7 +167,7 @@ func BenchmarkVersusConcurrency(b *testing.B) {
 			took = append(took, time.Since(start))
 			holder = waiter
 		}
-		reportQuantiles(b, took)
+		storetest.ReportQuantiles(b, took)
 	})
 }
 
@@ -221,15 +222,4 @@ func waitForCandidates(b *testing.B, s *Store, pfx string, n int64) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-}
-
-// reportQuantiles reports the median and the 99th percentile of ds.
-func reportQuantiles(b *testing.B, ds []time.Duration) {
-	b.Helper()
-	slices.Sort(ds)
-	at := func(q float64) float64 {
-		return float64(ds[min(len(ds)-1, int(q*float64(len(ds))))].Microseconds()) / 1000
-	}
-	b.ReportMetric(at(0.5), "p50-ms")
-	b.ReportMetric(at(0.99), "p99-ms")
 }

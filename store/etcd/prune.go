@@ -151,23 +151,17 @@ func (s *Store) timersRun(ctx context.Context, vs []*view) (map[clientv3.LeaseID
 			ids = append(ids, m.timer)
 		}
 	}
-	run := make(map[clientv3.LeaseID]time.Duration, len(ids))
-	var mu sync.Mutex
-	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(parallel)
-	for _, id := range ids {
-		g.Go(func() error {
-			resp, err := s.client.TimeToLive(gctx, id)
-			if err != nil || resp.TTL < 0 { // -1 once the lease is gone
-				return err
-			}
-			mu.Lock()
-			run[id] = time.Duration(resp.GrantedTTL-resp.TTL-1) * time.Second
-			mu.Unlock()
-			return nil
-		})
+	resps, err := s.leaseTTLs(ctx, ids)
+	if err != nil {
+		return nil, err
 	}
-	return run, g.Wait()
+	run := make(map[clientv3.LeaseID]time.Duration, len(resps))
+	for id, resp := range resps {
+		if resp.TTL >= 0 { // -1 once the lease is gone
+			run[id] = time.Duration(resp.GrantedTTL-resp.TTL-1) * time.Second
+		}
+	}
+	return run, nil
 }
 
 // mark writes m as v's mark, if v's record is still the one read.

@@ -7,8 +7,6 @@ import (
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -21,18 +19,7 @@ import (
 // every unary call, as another process would.
 func storeWith(t *testing.T, s *Store, hook grpc.UnaryClientInterceptor) *Store {
 	t.Helper()
-	cfg, _, err := parseURL(testenv.Etcd.URL(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Logger = zap.NewNop()
-	cfg.DialOptions = append(cfg.DialOptions, grpc.WithChainUnaryInterceptor(hook))
-	c, err := clientv3.New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	o, err := New(c, Options{Prefix: s.prefix})
+	o, err := New(clientWith(t, grpc.WithChainUnaryInterceptor(hook)), Options{Prefix: s.prefix})
 	if err != nil {
 		t.Fatal(err)
 	}

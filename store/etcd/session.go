@@ -317,9 +317,22 @@ func (s *Store) evict(ctx context.Context, sess *session, owner string, keys []s
 }
 
 // timesToLive asks for the time left of each lease, in whole seconds
-// rounded down (-1 once it is gone), sixteen at a time.
+// rounded down (-1 once it is gone).
 func (s *Store) timesToLive(ctx context.Context, ids []clientv3.LeaseID) (map[clientv3.LeaseID]int64, error) {
-	left := make(map[clientv3.LeaseID]int64, len(ids))
+	resps, err := s.leaseTTLs(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	left := make(map[clientv3.LeaseID]int64, len(resps))
+	for id, r := range resps {
+		left[id] = r.TTL
+	}
+	return left, nil
+}
+
+// leaseTTLs asks TimeToLive of each lease, sixteen at a time.
+func (s *Store) leaseTTLs(ctx context.Context, ids []clientv3.LeaseID) (map[clientv3.LeaseID]*clientv3.LeaseTimeToLiveResponse, error) {
+	out := make(map[clientv3.LeaseID]*clientv3.LeaseTimeToLiveResponse, len(ids))
 	var mu sync.Mutex
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(parallel)
@@ -330,7 +343,7 @@ func (s *Store) timesToLive(ctx context.Context, ids []clientv3.LeaseID) (map[cl
 				return err
 			}
 			mu.Lock()
-			left[id] = resp.TTL
+			out[id] = resp
 			mu.Unlock()
 			return nil
 		})
@@ -338,5 +351,5 @@ func (s *Store) timesToLive(ctx context.Context, ids []clientv3.LeaseID) (map[cl
 	if err := g.Wait(); err != nil {
 		return nil, err
 	}
-	return left, nil
+	return out, nil
 }

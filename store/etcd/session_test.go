@@ -16,31 +16,40 @@ import (
 	"github.com/tenure-dev/tenure/store"
 )
 
-// countingStore opens a store whose client counts the calls it sends to
-// etcd: unary calls and streams (a keep-alive is a stream of its own).
-func countingStore(t testing.TB) (*Store, *atomic.Int64) {
+// clientWith returns a client of the test etcd with extra dial options
+// (interceptors), closed when the test ends.
+func clientWith(t testing.TB, opts ...grpc.DialOption) *clientv3.Client {
 	t.Helper()
 	cfg, _, err := parseURL(testenv.Etcd.URL(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	calls := new(atomic.Int64)
 	cfg.Logger = zap.NewNop()
-	cfg.DialOptions = append(cfg.DialOptions, grpc.WithChainUnaryInterceptor(
-		func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-			calls.Add(1)
-			return invoker(ctx, method, req, reply, cc, opts...)
-		}),
-		grpc.WithChainStreamInterceptor(
-			func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-				calls.Add(1)
-				return streamer(ctx, desc, cc, method, opts...)
-			}))
+	cfg.DialOptions = append(cfg.DialOptions, opts...)
 	c, err := clientv3.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// countingStore opens a store whose client counts the calls it sends to
+// etcd: unary calls and streams (a keep-alive is a stream of its own).
+func countingStore(t testing.TB) (*Store, *atomic.Int64) {
+	t.Helper()
+	calls := new(atomic.Int64)
+	c := clientWith(t,
+		grpc.WithChainUnaryInterceptor(
+			func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+				calls.Add(1)
+				return invoker(ctx, method, req, reply, cc, opts...)
+			}),
+		grpc.WithChainStreamInterceptor(
+			func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+				calls.Add(1)
+				return streamer(ctx, desc, cc, method, opts...)
+			}))
 	prefix := randomPrefix()
 	t.Cleanup(func() { dropNamespace(t, prefix) })
 	s, err := New(c, Options{Prefix: prefix})

@@ -2,13 +2,13 @@ package postgres
 
 import (
 	"context"
-	"slices"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tenure-dev/tenure/store"
+	"github.com/tenure-dev/tenure/store/storetest"
 )
 
 // Tenure side by side with PostgreSQL's advisory locks, the fastest peer
@@ -64,7 +64,7 @@ func BenchmarkHandoffVersusAdvisoryLocks(b *testing.B) {
 			took = append(took, time.Since(start))
 			epoch, holder = res.Epoch, waiter
 		}
-		reportQuantiles(b, took)
+		storetest.ReportQuantiles(b, took)
 	})
 	b.Run("advisory-lock", func(b *testing.B) {
 		s := tables.New(b)
@@ -102,7 +102,7 @@ func BenchmarkHandoffVersusAdvisoryLocks(b *testing.B) {
 			took = append(took, time.Since(start))
 			holder = waiter
 		}
-		reportQuantiles(b, took)
+		storetest.ReportQuantiles(b, took)
 	})
 }
 
@@ -122,15 +122,4 @@ func waitForLockWaiter(b *testing.B, s *Store, id int64) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-}
-
-// reportQuantiles reports the median and the 99th percentile of ds.
-func reportQuantiles(b *testing.B, ds []time.Duration) {
-	b.Helper()
-	slices.Sort(ds)
-	at := func(q float64) float64 {
-		return float64(ds[min(len(ds)-1, int(q*float64(len(ds))))].Microseconds()) / 1000
-	}
-	b.ReportMetric(at(0.5), "p50-ms")
-	b.ReportMetric(at(0.99), "p99-ms")
 }

@@ -211,3 +211,15 @@ func BenchList(b *testing.B, h BenchHarness, n int) {
 		}
 	}
 }
+
+// ReportQuantiles reports the median and the 99th percentile of a
+// benchmark's samples, in milliseconds (p50-ms, p99-ms).
+func ReportQuantiles(b *testing.B, ds []time.Duration) {
+	b.Helper()
+	slices.Sort(ds)
+	at := func(q float64) float64 {
+		return float64(ds[min(len(ds)-1, int(q*float64(len(ds))))].Microseconds()) / 1000
+	}
+	b.ReportMetric(at(0.5), "p50-ms")
+	b.ReportMetric(at(0.99), "p99-ms")
+}
