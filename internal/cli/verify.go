@@ -51,6 +51,9 @@ store calls). The kinds (--faults):
   pause           SIGSTOP a holder for 0.5–4 TTL, then SIGCONT
   partition       cut one replica, or all, off from the store for 1–3 TTL
   hold-replies    requests reach the store and commit, replies are held back
+  lose-replies    requests reach the store and commit, each reply is dropped
+                  and its connection cut, for 0.1–0.75 TTL: the replica learns
+                  of a failure at once and goes on from what it did
   latency         add one-way latency to the store
   restart         SIGTERM a holder (graceful handoff), start a replacement
   log-stall       block a holder's log output for 1–3 TTL (a full stderr

@@ -66,6 +66,11 @@
 //     then SIGKILL after the stop timeout. The same on every backend.
 //   - partition: the store unreachable from one replica or all, 1–3×TTL.
 //   - hold-replies: requests commit, their replies are held back.
+//   - lose-replies: requests commit, their replies are dropped and their
+//     connections cut, for 0.1–0.75×TTL: the replica hears of each failure at
+//     once and is soon answered again, so it goes on from writes it was
+//     told had failed (an acquisition it does not know it won, a release
+//     or renewal that did happen).
 //   - latency: added one-way latency, up to 3/4 of the call timeout.
 //   - restart: SIGTERM a holder (graceful handoff); a replacement starts.
 //   - log-stall: a holder's log sink blocks for 1–3×TTL, as stderr does

@@ -157,6 +157,8 @@ func (h *harness) network(p *proc, s Step, on bool) {
 			p.proxies.SetDown(on)
 		case FaultHold:
 			p.proxies.SetHold(on)
+		case FaultLoseReplies:
+			p.proxies.SetLose(on)
 		case FaultLatency:
 			p.proxies.SetDelay(map[bool]time.Duration{true: s.Latency}[on])
 		case FaultSlowStore:
@@ -170,7 +172,7 @@ func (h *harness) network(p *proc, s Step, on bool) {
 	}
 	cmd := ""
 	if on {
-		cmd = map[string]string{FaultPartition: "down", FaultHold: "hold", FaultLatency: "delay " + s.Latency.String(),
+		cmd = map[string]string{FaultPartition: "down", FaultHold: "hold", FaultLoseReplies: "lose", FaultLatency: "delay " + s.Latency.String(),
 			FaultSlowStore: "slow " + s.Latency.String()}[s.Fault]
 	}
 	if err := setControl(p.control, cmd); err != nil {

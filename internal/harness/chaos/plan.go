@@ -12,8 +12,15 @@ const (
 	FaultPause     = "pause"        // SIGSTOP a holder, SIGCONT it later
 	FaultPartition = "partition"    // the store unreachable (one replica or all)
 	FaultHold      = "hold-replies" // requests commit, replies are held back
-	FaultLatency   = "latency"      // added one-way latency to the store
-	FaultRestart   = "restart"      // SIGTERM a holder (graceful); start a replacement
+	// FaultLoseReplies lets requests reach the store and commit, and drops
+	// every reply and cuts its connection, for 0.1–0.75 TTL: the client hears
+	// of a failure at once, reconnects and goes on (a server or middlebox
+	// dying between applying a write and answering it). Unlike a held
+	// reply, the replica is soon answered again and must carry on with
+	// what its failed calls did in the store.
+	FaultLoseReplies = "lose-replies"
+	FaultLatency     = "latency" // added one-way latency to the store
+	FaultRestart     = "restart" // SIGTERM a holder (graceful); start a replacement
 	// FaultLogStall blocks a holder's log sink (its slog handler) for a
 	// while, as a full stderr pipe or a stuck log shipper does; most such
 	// stalls include a short partition, so the holder has an unconfirmed
@@ -36,13 +43,13 @@ const (
 )
 
 // FaultKinds lists every fault kind, in report order.
-var FaultKinds = []string{FaultKill, FaultPause, FaultPartition, FaultHold, FaultLatency, FaultRestart,
+var FaultKinds = []string{FaultKill, FaultPause, FaultPartition, FaultHold, FaultLoseReplies, FaultLatency, FaultRestart,
 	FaultLogStall, FaultSlowStore, FaultSameOwner, FaultFreezeWrapper, FaultStoreRestart}
 
 // faultWeights are the kinds' relative frequencies once every enabled
 // kind has been drawn once.
 var faultWeights = map[string]int{
-	FaultKill: 22, FaultPause: 22, FaultPartition: 16, FaultHold: 10, FaultLatency: 10, FaultRestart: 20,
+	FaultKill: 22, FaultPause: 22, FaultPartition: 16, FaultHold: 10, FaultLoseReplies: 10, FaultLatency: 10, FaultRestart: 20,
 	FaultLogStall: 14, FaultSlowStore: 14, FaultSameOwner: 12, FaultFreezeWrapper: 16, FaultStoreRestart: 10,
 }
 
@@ -121,6 +128,11 @@ func (p *planner) next() Step {
 		s.Dur = between(0.25, 2) // how long the store stays down
 	case FaultPartition, FaultHold:
 		s.Dur = between(1, 3)
+		s.All = p.rng.IntN(10) < 3
+	case FaultLoseReplies:
+		// Mostly within a holder's deadline, so that it keeps its keys
+		// and goes on from what its unanswered calls did.
+		s.Dur = between(0.1, 0.75)
 		s.All = p.rng.IntN(10) < 3
 	case FaultLatency:
 		s.Dur = between(1, 3)

@@ -41,6 +41,9 @@ func record(inner store.Store, log *eventLog, ctl control) store.Store {
 var (
 	errUnreachable = errors.New("chaos: store unreachable (injected)")
 	errHeldBack    = errors.New("chaos: reply held back (injected)")
+	// errReplyLost is a reply dropped at once; it wraps errHeldBack, since
+	// for the checker both are calls that committed unanswered.
+	errReplyLost = fmt.Errorf("chaos: reply lost (injected): %w", errHeldBack)
 )
 
 func (r *recorder) Acquire(ctx context.Context, req store.AcquireRequest) (store.AcquireResult, error) {
@@ -161,7 +164,8 @@ func (r watchingRecorder) Watch(ctx context.Context, prefix string) (<-chan stor
 
 // control is a file the harness writes to play a network fault inside a
 // replica: "down" (calls hang until their deadline, nothing reaches the
-// store), "hold" (calls run, their replies are lost), "delay <duration>"
+// store), "hold" (calls run, their replies wait until the fault ends), "lose"
+// (calls run, and fail at once as if the answer was lost), "delay <duration>"
 // (that much before each call), "slow <duration>" (each call takes that
 // much longer, half before and half after it: a store that answers
 // slowly), or empty. An empty path disables it.
@@ -169,6 +173,7 @@ type control string
 
 type ctlMode struct {
 	down, hold  bool
+	lose        bool
 	delay, slow time.Duration
 }
 
@@ -186,6 +191,8 @@ func (c control) mode() ctlMode {
 		return ctlMode{down: true}
 	case "hold":
 		return ctlMode{hold: true}
+	case "lose":
+		return ctlMode{lose: true}
 	case "delay":
 		d, _ := time.ParseDuration(arg)
 		return ctlMode{delay: d}
@@ -213,14 +220,18 @@ func (c control) before(ctx context.Context) error {
 	return nil
 }
 
-// after plays "hold" and the second half of "slow" once a call has run: the
-// reply waits until the fault ends (hold) or its time has passed (slow),
-// and is lost if the caller gives up first.
+// after plays "hold", "lose" and the second half of "slow" once a call has
+// run: the reply waits until the fault ends (hold) or its time has passed
+// (slow), and is lost if the caller gives up first; with "lose" it is lost
+// at once.
 func (c control) after(ctx context.Context, callErr error) error {
 	if callErr != nil {
 		return nil
 	}
 	m := c.mode()
+	if m.lose {
+		return errReplyLost
+	}
 	if m.slow > 0 {
 		if err := sleepCtx(ctx, m.slow-m.slow/2); err != nil {
 			return fmt.Errorf("%w (slow reply): %w", errHeldBack, err)

@@ -53,6 +53,26 @@ func TestAHeldReplyHidesACommittedAcquisition(t *testing.T) {
 	}
 }
 
+func TestALostReplyFailsAtOnceAfterTheCallCommitted(t *testing.T) {
+	rec, mem, _ := newRecorder(t)
+	_ = setControl(string(rec.ctl), "lose")
+	start := time.Now()
+	if _, err := acquire(rec, "k"); !errors.Is(err, errReplyLost) || !errors.Is(err, errHeldBack) {
+		t.Fatalf("Acquire while replies are lost: %v, want errReplyLost (a commit)", err)
+	}
+	if waited := time.Since(start); waited >= 90*time.Millisecond {
+		t.Errorf("a lost reply failed after %v, at its deadline instead of at once", waited)
+	}
+	ls, _ := mem.List(context.Background(), "")
+	if len(ls) != 1 || !ls[0].Live {
+		t.Fatalf("the acquisition whose reply was lost did not commit: %+v", ls)
+	}
+	_ = setControl(string(rec.ctl), "")
+	if res, err := acquire(rec, "k"); err != nil || !res.Acquired || res.Epoch <= ls[0].Epoch {
+		t.Fatalf("the owner acquiring again after the fault: %+v, %v; want a newer term", res, err)
+	}
+}
+
 func TestAnUnreachableStoreSeesNothing(t *testing.T) {
 	rec, mem, _ := newRecorder(t)
 	_ = setControl(string(rec.ctl), "down")

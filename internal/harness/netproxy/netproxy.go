@@ -19,6 +19,11 @@ import (
 //   - hold: requests reach the store and commit, replies are held back;
 //     when it ends they are delivered late (to a client that has usually
 //     given up on them);
+//   - lose: requests reach the store and commit, and the first reply on a
+//     connection is dropped and the connection cut: the client learns of a
+//     failure at once, reconnects, and its next request commits unanswered
+//     too, until the fault ends (a server or a middlebox that dies between
+//     applying a write and answering it);
 //   - delay: every chunk is delivered that much later, in each direction.
 type Proxy struct {
 	ln       net.Listener
@@ -27,6 +32,7 @@ type Proxy struct {
 	mu      sync.Mutex
 	down    bool
 	hold    bool
+	lose    bool
 	delay   time.Duration
 	changed chan struct{} // closed and replaced on every change
 	links   map[*link]bool
@@ -67,6 +73,12 @@ func (ps Group) SetDown(down bool) {
 func (ps Group) SetHold(hold bool) {
 	for _, p := range ps {
 		p.SetHold(hold)
+	}
+}
+
+func (ps Group) SetLose(lose bool) {
+	for _, p := range ps {
+		p.SetLose(lose)
 	}
 }
 
@@ -155,6 +167,15 @@ func (p *Proxy) SetHold(hold bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.hold = hold
+	p.broadcastLocked()
+}
+
+// SetLose drops replies and cuts their connections (true), or lets them
+// through again (false).
+func (p *Proxy) SetLose(lose bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.lose = lose
 	p.broadcastLocked()
 }
 
@@ -257,8 +278,11 @@ func (p *Proxy) pump(l *link, src, dst net.Conn, reply bool) {
 			return
 		}
 		p.mu.Lock()
-		delay := p.delay
+		delay, lose := p.delay, reply && p.lose
 		p.mu.Unlock()
+		if lose {
+			return // the request was applied; its answer never arrives
+		}
 		if wait := time.Until(c.at.Add(delay)); wait > 0 {
 			t := time.NewTimer(wait)
 			select {

@@ -105,6 +105,29 @@ func TestHeldRepliesStillCommit(t *testing.T) {
 	}
 }
 
+func TestLostRepliesCommitAndCutTheConnection(t *testing.T) {
+	up := newCounter(t)
+	p := proxyTo(t, up)
+	cl := dial(t, p.Addr())
+	if _, err := cl.ask(t, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	p.SetLose(true)
+	for i, c := range []*client{cl, dial(t, p.Addr())} {
+		got, err := c.ask(t, time.Second)
+		if err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Fatalf("request %d while replies are lost: %q, %v; want the connection cut at once", i, got, err)
+		}
+	}
+	if n := up.committed.Load(); n != 3 {
+		t.Fatalf("%d requests committed, want 3: those whose replies were lost commit", n)
+	}
+	p.SetLose(false)
+	if got, err := dial(t, p.Addr()).ask(t, time.Second); err != nil || got != "4\n" {
+		t.Fatalf("a new connection after the fault: %q, %v", got, err)
+	}
+}
+
 func TestAPartitionStallsRequestsAndBreaksTheConnectionsThatLivedThroughIt(t *testing.T) {
 	up := newCounter(t)
 	p := proxyTo(t, up)
