@@ -92,7 +92,7 @@ func (s *Supervisor) Remove(ctx context.Context, key string) error {
 	if ks.run != nil {
 		ks.run.stop(ErrKeyRemoved)
 	}
-	s.reconcileKey(ks, time.Now(), s.loopClock())
+	s.reconcileKeyNow(ks)
 	s.unlock()
 	s.poke()
 	return s.await(ctx, key, removed)

@@ -36,7 +36,8 @@ type Observer interface {
 	// Handoff is the time from acquiring a new term to its runner starting.
 	Handoff(d time.Duration)
 	// Keys is, after every round, each singleton key configured here
-	// (Set; pool keys are counted per pool in Pools) and its state.
+	// (Set; pool keys are counted per pool in Pools) and its state, in no
+	// set order (sorting 10,000 keys would take a round's whole budget).
 	Keys(keys []KeyState)
 	// Pools is, after every round, how many keys of each pool this
 	// replica holds.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"log/slog"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -105,7 +104,10 @@ type loopClock struct {
 	slept time.Duration
 }
 
-func (c loopClock) now() time.Time { return time.Now().Add(c.slept) }
+func (c loopClock) now() time.Time { return c.at(time.Now()) }
+
+// at is local time t on the keeper's clock.
+func (c loopClock) at(t time.Time) time.Time { return t.Add(c.slept) }
 
 func (s *Supervisor) loopClock() loopClock { return loopClock{slept: s.suspended()} }
 
@@ -324,9 +326,10 @@ func (s *Supervisor) reportKeys() {
 	for name := range s.pools.byName {
 		held[name] = 0
 	}
-	clk := s.loopClock()
+	// One reading for the pass: what is reported is as of its start.
+	keeperNow := s.loopClock().now()
 	for key, ks := range s.keys {
-		holds := s.leased && s.keeper.HoldsAt(key, clk.now())
+		holds := s.leased && s.keeper.HoldsAt(key, keeperNow)
 		switch {
 		case ks.member || !ks.configured:
 		case ks.pool != nil:
@@ -341,7 +344,6 @@ func (s *Supervisor) reportKeys() {
 			}
 		}
 	}
-	slices.SortFunc(keys, func(a, b KeyState) int { return strings.Compare(a.Key, b.Key) })
 	s.observeLocked(func(o Observer) {
 		o.Keys(keys)
 		o.Pools(held)
