@@ -372,3 +372,52 @@ func TestAStalledObserverNeverDelaysStoppingALostLeasesRunner(t *testing.T) {
 		}
 	})
 }
+
+// A runner's watchdog is set once and left alone while renewals move its
+// deadline later; it then fires early, finds the lease renewed and is set
+// again. Through many renewals that must stop the runner neither before
+// the last renewal's StopAt nor after it, with the supervision loop (the
+// other path that stops a run past its deadline) stuck on a stalled log.
+func TestAWatchdogSetBeforeManyRenewalsStopsAtTheLastStopAt(t *testing.T) {
+	bubble(t, func(t *testing.T, st *memstore.Store) {
+		var g gate
+		leases := make(chan tenure.Lease, 1)
+		stopped := make(chan error, 1)
+		a := newReplica(t, st, "A", withLogger(g.logger()))
+		a.Set("telegram", tenure.Job{Runner: tenure.RunnerFunc(func(ctx context.Context, l tenure.Lease) error {
+			leases <- l
+			<-ctx.Done()
+			stopped <- context.Cause(ctx)
+			return nil
+		})})
+		a.start()
+		defer func() {
+			g.open()
+			a.stop()
+		}()
+		l := <-leases
+		first, _, _ := l.StopAt()
+		advance(5*renew + time.Second) // five renewals, each moving StopAt later
+		g.stall()
+		st.SetFault(func(string) error { return errors.New("unreachable") })
+		at, _, ok := l.StopAt()
+		if !ok || !at.After(first.Add(4*renew)) {
+			t.Fatalf("StopAt after five renewals = first %+v, %v; the renewals did not move it", at.Sub(first), ok)
+		}
+		advance(time.Until(at) - time.Millisecond)
+		select {
+		case err := <-stopped:
+			t.Fatalf("the runner stopped %v before its StopAt: %v", time.Until(at), err)
+		default:
+		}
+		advance(time.Millisecond)
+		select {
+		case err := <-stopped:
+			if !errors.Is(err, tenure.ErrDeadline) {
+				t.Fatalf("stopped with %v, want ErrDeadline", err)
+			}
+		default:
+			t.Fatal("the runner still runs at its StopAt")
+		}
+	})
+}

@@ -88,7 +88,7 @@ func (s *Supervisor) watchSuspend(ctx context.Context) {
 // leases the store refused. It reports whether the call was confirmed.
 func (s *Supervisor) renew(ctx context.Context) bool {
 	began := time.Now()
-	outcomes, err := s.keeper.RenewAll(ctx, s.isRunning)
+	outcomes, err := s.keeper.RenewAll(ctx, s.running)
 	if len(outcomes) > 0 || err != nil {
 		s.obs.RenewalCall(time.Since(began))
 		s.storeAnswered(err)

@@ -23,8 +23,13 @@ type runState struct {
 	cause    error // why it was stopped, nil while running normally
 	ended    bool  // the runner has returned
 	watchdog *time.Timer
-	stopAt   time.Time     // when the watchdog cancels the runner, on time.Now's clock
-	changed  chan struct{} // closed when stopAt changes, the run stops or it ends
+	armed    bool      // the watchdog is set to fire at armedFor and has not fired yet
+	armedFor time.Time // on time.Now's clock
+	stopAt   time.Time // when the watchdog cancels the runner, on time.Now's clock
+	// changed is closed when stopAt changes, the run stops or it ends; made
+	// only when StopAt hands it out, so that a renewal of 10,000 keys nobody
+	// watches allocates no channels.
+	changed chan struct{}
 }
 
 // keepsLease reports whether a run stopped for cause still holds its
@@ -41,7 +46,7 @@ func keepsLease(cause error) bool {
 }
 
 func newRunState(key string, lease Lease, leased bool, cancel context.CancelCauseFunc) *runState {
-	r := &runState{key: key, lease: lease, leased: leased, cancel: cancel, done: make(chan struct{}), started: time.Now(), changed: make(chan struct{})}
+	r := &runState{key: key, lease: lease, leased: leased, cancel: cancel, done: make(chan struct{}), started: time.Now()}
 	if leased {
 		r.lease.run = r
 	}
@@ -83,8 +88,10 @@ func (r *runState) end() {
 
 // signal wakes StopAt's watchers; r.mu must be held.
 func (r *runState) signal() {
-	close(r.changed)
-	r.changed = make(chan struct{})
+	if r.changed != nil {
+		close(r.changed)
+		r.changed = nil
+	}
 }
 
 func (r *runState) stopped() bool {
@@ -103,6 +110,9 @@ func (r *runState) stopCause() error {
 func (r *runState) deadline() (time.Time, <-chan struct{}, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.changed == nil {
+		r.changed = make(chan struct{})
+	}
 	return r.stopAt, r.changed, !r.ended && (r.cause == nil || keepsLease(r.cause))
 }
 
@@ -134,6 +144,16 @@ func (s *Supervisor) guard(r *runState, clk loopClock) {
 	if r.cause != nil {
 		return // winding down: the deadline moves for what the runner handed on; the context is done already
 	}
+	// A watchdog set for this time or earlier is left alone: when it
+	// fires it finds the lease renewed and is set again then. A renewal
+	// moves every deadline later, once a period; resetting every key's
+	// timer each time was most of a renewal's cost at 10,000 keys. It is
+	// never late: the deadline only moves earlier when the host has slept
+	// (local is then before armedFor), and that resets it.
+	if r.armed && !local.Before(r.armedFor) {
+		return
+	}
+	r.armed, r.armedFor = true, local
 	if r.watchdog == nil {
 		r.watchdog = time.AfterFunc(wait, func() { s.watchdogFired(r) })
 		return
@@ -144,6 +164,9 @@ func (s *Supervisor) guard(r *runState, clk loopClock) {
 // watchdogFired cancels the runner unless a renewal was confirmed meanwhile,
 // and only then logs: a log call may block.
 func (s *Supervisor) watchdogFired(r *runState) {
+	r.mu.Lock()
+	r.armed = false // the next guard sets it again
+	r.mu.Unlock()
 	if s.keeper.HoldsTerm(r.key, r.lease.Epoch) {
 		s.guard(r, s.loopClock()) // renewed meanwhile
 		return

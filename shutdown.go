@@ -79,17 +79,15 @@ func (s *Supervisor) waitActions(stuck []string) {
 // meanwhile stop counting it as a worker.
 func (s *Supervisor) drainPools() {
 	s.mu.Lock()
-	members := make(map[string]bool, len(s.pools.byName))
-	for _, ps := range s.pools.byName {
-		members[ps.coord.MemberKey()] = true
-	}
+	pools := len(s.pools.byName)
 	s.unlock()
-	if len(members) == 0 {
+	if pools == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.CallTimeout)
 	defer cancel()
-	if _, err := s.keeper.RenewAll(ctx, func(key string) bool { return !members[key] && s.isRunning(key) }); err != nil {
+	// s.stopping is set: the renewal reports every membership not running.
+	if _, err := s.keeper.RenewAll(ctx, s.running); err != nil {
 		// Peers then learn of the drain from the releases that follow.
 		s.log.Debug("could not mark the pool memberships draining", "err", err)
 	}

@@ -4,6 +4,8 @@ import (
 	"maps"
 	"slices"
 	"time"
+
+	"github.com/tenure-dev/tenure/internal/engine/hold"
 )
 
 // KeyStatus is one key as this replica sees it.
@@ -149,13 +151,18 @@ func (s *Supervisor) Holds(key string) bool {
 	return s.keeper.Holds(key)
 }
 
-// isRunning is what renewals report to peers.
-func (s *Supervisor) isRunning(key string) bool {
+// running is what renewals report to peers: whether each term's key has
+// a runner running, read under one lock for all of them.
+func (s *Supervisor) running(terms []hold.Term) []bool {
 	s.mu.Lock()
 	defer s.unlock()
-	ks := s.keys[key]
-	if ks != nil && ks.member && s.stopping {
-		return false // draining: peers stop counting this worker
+	flags := make([]bool, len(terms))
+	for i, t := range terms {
+		ks := s.keys[t.Key]
+		if ks != nil && ks.member && s.stopping {
+			continue // draining: peers stop counting this worker
+		}
+		flags[i] = ks != nil && ks.run != nil && !ks.run.stopped()
 	}
-	return ks != nil && ks.run != nil && !ks.run.stopped()
+	return flags
 }

@@ -78,6 +78,10 @@ type Keeper struct {
 	mu       sync.Mutex
 	held     map[string]Term
 	observed map[string]observation
+	// spare is the table read before the last, refilled by the next read:
+	// at 10,000 keys a new map each round was most of what a round
+	// allocated, and what made the collector stall rounds.
+	spare map[string]observation
 	// acquiring tracks the acquisitions of a key in flight, so that a late
 	// reply about a term that was superseded meanwhile is recognised even
 	// when the newer term is no longer held here.
@@ -282,18 +286,23 @@ func (k *Keeper) Acquire(ctx context.Context, key string, running bool) (Acquire
 	return Acquired{OK: true, New: true, Epoch: res.Epoch}, nil
 }
 
-// RenewAll renews every held term in one store call. running reports
-// whether the key's runner is running, recorded for peers to see. The
-// result has an outcome per key renewed; the error, if any, is why they are
-// unconfirmed.
-func (k *Keeper) RenewAll(ctx context.Context, running func(key string) bool) (map[string]Outcome, error) {
+// RenewAll renews every held term in one store call. running reports,
+// for all the terms at once (one lock of the caller's, not one per key),
+// whether each key's runner is running, recorded for peers to see; nil
+// means none is. The result has an outcome per key renewed; the error, if
+// any, is why they are unconfirmed.
+func (k *Keeper) RenewAll(ctx context.Context, running func(terms []Term) []bool) (map[string]Outcome, error) {
 	terms := k.snapshot()
 	if len(terms) == 0 {
 		return nil, nil
 	}
+	var flags []bool
+	if running != nil {
+		flags = running(terms)
+	}
 	items := make([]store.RenewItem, len(terms))
 	for i, t := range terms {
-		items[i] = store.RenewItem{Key: t.Key, Epoch: t.Epoch, Running: running != nil && running(t.Key)}
+		items[i] = store.RenewItem{Key: t.Key, Epoch: t.Epoch, Running: flags != nil && flags[i]}
 	}
 	sent := k.now()
 	results, err := bounded(ctx, k.timing.CallTimeout, func(ctx context.Context) ([]bool, error) {
@@ -363,12 +372,19 @@ func (k *Keeper) ObserveAll(ctx context.Context, prefix string) error {
 	if err != nil {
 		return err
 	}
-	obs := make(map[string]observation, len(leases))
+	k.mu.Lock()
+	obs := k.spare
+	k.spare = nil // a read running meanwhile makes a map of its own
+	k.mu.Unlock()
+	if obs == nil {
+		obs = make(map[string]observation, len(leases))
+	}
+	clear(obs)
 	for _, l := range leases {
 		obs[l.Key] = observation{lease: l, at: at}
 	}
 	k.mu.Lock()
-	k.observed = obs
+	k.observed, k.spare = obs, k.observed
 	k.mu.Unlock()
 	return nil
 }
