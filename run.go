@@ -190,7 +190,10 @@ func (s *Supervisor) watchdogFired(r *runState) {
 // ok is true, at is never zero. A graceful stop (shutdown, removal,
 // rebalance, restart, pause, move) keeps the lease renewed until the
 // runner returns, so at keeps moving after the context is done: what the
-// runner handed on may take its time to stop, and is not cut short.
+// runner handed on may take its time to stop, and is not cut short. If
+// the lease is lost or its deadline passes during such a stop, ok stays
+// true and at stops moving: at is then the last deadline a renewal
+// confirmed, which what was handed on must still keep.
 //
 // A runner that hands the work to something the supervisor cannot cancel
 // — another process, a remote job — passes each StopAt on, so that the
