@@ -421,3 +421,50 @@ func TestAWatchdogSetBeforeManyRenewalsStopsAtTheLastStopAt(t *testing.T) {
 		}
 	})
 }
+
+// StopAt's channel is made only when StopAt hands it out; a runner winding
+// down after a graceful stop must still be woken by every renewal that
+// moves its deadline, and when it returns.
+func TestStopAtKeepsSignallingThroughAGracefulStop(t *testing.T) {
+	bubble(t, func(t *testing.T, st *memstore.Store) {
+		leases := make(chan tenure.Lease, 1)
+		release := make(chan struct{})
+		a := newReplica(t, st, "A")
+		a.Set("telegram", tenure.Job{Runner: tenure.RunnerFunc(func(ctx context.Context, l tenure.Lease) error {
+			leases <- l
+			<-ctx.Done()
+			<-release
+			return nil
+		})})
+		a.start()
+		defer a.stop()
+		l := <-leases
+		advance(3 * renew)
+		go func() { _ = a.Remove(context.Background(), "telegram") }()
+		advance(time.Millisecond)
+		before, changed, ok := l.StopAt()
+		if !ok {
+			t.Fatal("StopAt reports no deadline while the runner winds down")
+		}
+		advance(renew)
+		select {
+		case <-changed:
+		default:
+			t.Fatal("a renewal during the graceful stop did not signal")
+		}
+		after, changed, ok := l.StopAt()
+		if !ok || !after.After(before) {
+			t.Fatalf("StopAt moved by %v (ok %v); want later after a renewal", after.Sub(before), ok)
+		}
+		close(release)
+		advance(time.Millisecond)
+		select {
+		case <-changed:
+		default:
+			t.Fatal("the runner's return did not signal")
+		}
+		if _, _, ok := l.StopAt(); ok {
+			t.Fatal("StopAt still reports a deadline after the runner returned")
+		}
+	})
+}
