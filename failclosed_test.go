@@ -373,17 +373,19 @@ func TestAStalledObserverNeverDelaysStoppingALostLeasesRunner(t *testing.T) {
 	})
 }
 
-// A runner's watchdog is set once and left alone while renewals move its
-// deadline later; it then fires early, finds the lease renewed and is set
-// again. Through many renewals that must stop the runner neither before
-// the last renewal's StopAt nor after it, with the supervision loop (the
-// other path that stops a run past its deadline) stuck on a stalled log.
+// With renewals far more frequent than the TTL, a runner's watchdog is
+// set once and left alone while renewals move its deadline later; when
+// renewals stop it fires early, finds the lease renewed and is set again.
+// That must stop the runner neither before the last renewal's StopAt nor
+// after it, with the supervision loop (the other path that stops a run
+// past its deadline) stuck on a stalled log.
 func TestAWatchdogSetBeforeManyRenewalsStopsAtTheLastStopAt(t *testing.T) {
 	bubble(t, func(t *testing.T, st *memstore.Store) {
+		const every = 2 * time.Second // 14 renewals to a deadline of TTL - every
 		var g gate
 		leases := make(chan tenure.Lease, 1)
 		stopped := make(chan error, 1)
-		a := newReplica(t, st, "A", withLogger(g.logger()))
+		a := newReplica(t, st, "A", withLogger(g.logger()), func(c *tenure.Config) { c.RenewEvery = every })
 		a.Set("telegram", tenure.Job{Runner: tenure.RunnerFunc(func(ctx context.Context, l tenure.Lease) error {
 			leases <- l
 			<-ctx.Done()
@@ -397,11 +399,11 @@ func TestAWatchdogSetBeforeManyRenewalsStopsAtTheLastStopAt(t *testing.T) {
 		}()
 		l := <-leases
 		first, _, _ := l.StopAt()
-		advance(5*renew + time.Second) // five renewals, each moving StopAt later
+		advance(5*every + time.Second) // five renewals, each moving StopAt later
 		g.stall()
 		st.SetFault(func(string) error { return errors.New("unreachable") })
 		at, _, ok := l.StopAt()
-		if !ok || !at.After(first.Add(4*renew)) {
+		if !ok || !at.After(first.Add(4*every)) {
 			t.Fatalf("StopAt after five renewals = first %+v, %v; the renewals did not move it", at.Sub(first), ok)
 		}
 		advance(time.Until(at) - time.Millisecond)

@@ -23,8 +23,7 @@ type runState struct {
 	cause    error // why it was stopped, nil while running normally
 	ended    bool  // the runner has returned
 	watchdog *time.Timer
-	armed    bool      // the watchdog is set to fire at armedFor and has not fired yet
-	armedFor time.Time // on time.Now's clock
+	armedFor time.Time // when the watchdog was last set to fire, on time.Now's clock
 	stopAt   time.Time // when the watchdog cancels the runner, on time.Now's clock
 	// changed is closed when stopAt changes, the run stops or it ends; made
 	// only when StopAt hands it out, so that a renewal of 10,000 keys nobody
@@ -144,16 +143,21 @@ func (s *Supervisor) guard(r *runState, clk loopClock) {
 	if r.cause != nil {
 		return // winding down: the deadline moves for what the runner handed on; the context is done already
 	}
-	// A watchdog set for this time or earlier is left alone: when it
-	// fires it finds the lease renewed and is set again then. A renewal
-	// moves every deadline later, once a period; resetting every key's
-	// timer each time was most of a renewal's cost at 10,000 keys. It is
-	// never late: the deadline only moves earlier when the host has slept
-	// (local is then before armedFor), and that resets it.
-	if r.armed && !local.Before(r.armedFor) {
+	// A watchdog set for this time or earlier, and not due before the
+	// next renewal, is left alone: a renewal moves every deadline later,
+	// once a period, and resetting every key's timer each time was most of
+	// a renewal's cost at 10,000 keys. It is reset once it is due within a
+	// renewal period, so it seldom fires early (a fire — a goroutine and
+	// a clock reading by system call — costs more than a reset); if it
+	// does, it finds the lease renewed and calls this again, which, the
+	// timer being due now, sets it again. It is never late: the deadline
+	// only moves earlier when the host has slept (local is then before
+	// armedFor), and that resets it.
+	if untilArmed := wait - local.Sub(r.armedFor); r.watchdog != nil && !local.Before(r.armedFor) &&
+		untilArmed > s.keeper.Timing().RenewEvery {
 		return
 	}
-	r.armed, r.armedFor = true, local
+	r.armedFor = local
 	if r.watchdog == nil {
 		r.watchdog = time.AfterFunc(wait, func() { s.watchdogFired(r) })
 		return
@@ -164,9 +168,6 @@ func (s *Supervisor) guard(r *runState, clk loopClock) {
 // watchdogFired cancels the runner unless a renewal was confirmed meanwhile,
 // and only then logs: a log call may block.
 func (s *Supervisor) watchdogFired(r *runState) {
-	r.mu.Lock()
-	r.armed = false // the next guard sets it again
-	r.mu.Unlock()
 	if s.keeper.HoldsTerm(r.key, r.lease.Epoch) {
 		s.guard(r, s.loopClock()) // renewed meanwhile
 		return
