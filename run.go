@@ -127,12 +127,16 @@ func (s *Supervisor) guard(r *runState, clk loopClock) {
 		return
 	}
 	at := t.StopAt(s.keeper.Timing())
-	wait := at.Sub(clk.now())
-	// The keeper's clock runs ahead of time.Now by the time the host has
-	// slept; runners compare StopAt with time.Now.
-	local := at.Add(-clk.slept)
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	// The keeper's clock runs ahead of time.Now by the time the host has
+	// slept; runners compare StopAt with time.Now. The slept time is the
+	// most any reading has seen, read under r.mu: clk may have been read
+	// before a suspend that watchSuspend has since seen and guarded this
+	// run for, and must not move the deadline back later.
+	slept := max(clk.slept, time.Duration(s.sleptSeen.Load()))
+	local := at.Add(-slept)
+	wait := time.Until(local)
 	if r.ended || r.cause != nil && !keepsLease(r.cause) {
 		return
 	}

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/tenure-dev/tenure/internal/engine/clock"
@@ -87,6 +88,11 @@ type Supervisor struct {
 	// suspended is how long the host has slept since the process started
 	// (clock.Suspended; a test may stage a suspend).
 	suspended func() time.Duration
+	// sleptSeen is the most slept time a loopClock has read. A deadline
+	// is converted with it as well as with the reading its caller took
+	// earlier, so that a caller whose reading predates a suspend cannot
+	// move a deadline later once watchSuspend has moved it earlier.
+	sleptSeen atomic.Int64
 	lost      map[string]bool // keys lost since the last table read: say to whom
 	// pending are the log records and observer calls made under mu, run
 	// once it is released (see unlock).
@@ -109,7 +115,15 @@ func (c loopClock) now() time.Time { return c.at(time.Now()) }
 // at is local time t on the keeper's clock.
 func (c loopClock) at(t time.Time) time.Time { return t.Add(c.slept) }
 
-func (s *Supervisor) loopClock() loopClock { return loopClock{slept: s.suspended()} }
+func (s *Supervisor) loopClock() loopClock {
+	slept := s.suspended()
+	for {
+		seen := s.sleptSeen.Load()
+		if int64(slept) <= seen || s.sleptSeen.CompareAndSwap(seen, int64(slept)) {
+			return loopClock{slept: slept}
+		}
+	}
+}
 
 // New validates cfg and returns a Supervisor.
 func New(cfg Config) (*Supervisor, error) {
