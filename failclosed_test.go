@@ -383,15 +383,9 @@ func TestAWatchdogSetBeforeManyRenewalsStopsAtTheLastStopAt(t *testing.T) {
 	bubble(t, func(t *testing.T, st *memstore.Store) {
 		const every = 2 * time.Second // 14 renewals to a deadline of TTL - every
 		var g gate
-		leases := make(chan tenure.Lease, 1)
-		stopped := make(chan error, 1)
+		runner, leases, stopped := leaseRunner()
 		a := newReplica(t, st, "A", withLogger(g.logger()), func(c *tenure.Config) { c.RenewEvery = every })
-		a.Set("telegram", tenure.Job{Runner: tenure.RunnerFunc(func(ctx context.Context, l tenure.Lease) error {
-			leases <- l
-			<-ctx.Done()
-			stopped <- context.Cause(ctx)
-			return nil
-		})})
+		a.Set("telegram", tenure.Job{Runner: runner})
 		a.start()
 		defer func() {
 			g.open()
@@ -469,4 +463,16 @@ func TestStopAtKeepsSignallingThroughAGracefulStop(t *testing.T) {
 			t.Fatal("StopAt still reports a deadline after the runner returned")
 		}
 	})
+}
+
+// leaseRunner is a runner for one run that hands out its Lease when it
+// starts and its context's cause when it is stopped.
+func leaseRunner() (tenure.Runner, <-chan tenure.Lease, <-chan error) {
+	leases, stopped := make(chan tenure.Lease, 1), make(chan error, 1)
+	return tenure.RunnerFunc(func(ctx context.Context, l tenure.Lease) error {
+		leases <- l
+		<-ctx.Done()
+		stopped <- context.Cause(ctx)
+		return nil
+	}), leases, stopped
 }

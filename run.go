@@ -136,7 +136,8 @@ func (s *Supervisor) guard(r *runState, clk loopClock) {
 	// run for, and must not move the deadline back later.
 	slept := max(clk.slept, time.Duration(s.sleptSeen.Load()))
 	local := at.Add(-slept)
-	wait := time.Until(local)
+	now := time.Now()
+	wait := local.Sub(now)
 	if r.ended || r.cause != nil && !keepsLease(r.cause) {
 		return
 	}
@@ -157,8 +158,7 @@ func (s *Supervisor) guard(r *runState, clk loopClock) {
 	// timer being due now, sets it again. It is never late: the deadline
 	// only moves earlier when the host has slept (local is then before
 	// armedFor), and that resets it.
-	if untilArmed := wait - local.Sub(r.armedFor); r.watchdog != nil && !local.Before(r.armedFor) &&
-		untilArmed > s.keeper.Timing().RenewEvery {
+	if r.watchdog != nil && !local.Before(r.armedFor) && r.armedFor.Sub(now) > s.keeper.Timing().RenewEvery {
 		return
 	}
 	r.armedFor = local

@@ -1,7 +1,6 @@
 package tenure_test
 
 import (
-	"context"
 	"errors"
 	"runtime"
 	"strings"
@@ -44,8 +43,7 @@ func TestAStaleRenewalClockAfterASuspendDoesNotDelayTheWatchdog(t *testing.T) {
 		var slept atomic.Int64
 		var armed atomic.Bool
 		var trueAt time.Time
-		leases := make(chan tenure.Lease, 1)
-		stopped := make(chan error, 1)
+		runner, leases, stopped := leaseRunner()
 		var l tenure.Lease
 		a := newReplica(t, st, "A", withLogger(g.logger()))
 		tenure.StageSuspend(a.Supervisor, func() time.Duration {
@@ -59,12 +57,7 @@ func TestAStaleRenewalClockAfterASuspendDoesNotDelayTheWatchdog(t *testing.T) {
 			}
 			return v
 		})
-		a.Set("telegram", tenure.Job{Runner: tenure.RunnerFunc(func(ctx context.Context, l tenure.Lease) error {
-			leases <- l
-			<-ctx.Done()
-			stopped <- context.Cause(ctx)
-			return nil
-		})})
+		a.Set("telegram", tenure.Job{Runner: runner})
 		a.start()
 		defer func() {
 			g.open()

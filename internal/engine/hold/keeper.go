@@ -194,7 +194,7 @@ func (k *Keeper) HeldCount() int {
 func (k *Keeper) snapshot() []Term {
 	k.mu.Lock()
 	defer k.mu.Unlock()
-	return slices.Collect(maps.Values(k.held))
+	return slices.AppendSeq(make([]Term, 0, len(k.held)), maps.Values(k.held))
 }
 
 // Acquired is the result of an acquisition attempt.
