@@ -17,6 +17,8 @@ func TestConformance(t *testing.T) {
 		New:     freshStore,
 		Advance: storetest.Sleep,
 		Unit:    150 * time.Millisecond,
+		// Terms share their owner's session (session.go).
+		SharedExpiry: true,
 		// SQLite has no row locks; its write lock covers every row, which
 		// is enough to show that a renewal queued behind a writer stamps
 		// its expiry once it runs.

@@ -49,15 +49,26 @@ func (s *Store) acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 	}
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
 
+	// The session the key's last term was on, which it leaves.
+	var old int64
+	if err := tx.QueryRowContext(ctx, s.q.sessionOf, req.Key).Scan(&old); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return store.AcquireResult{}, err
+	}
 	var epoch int64
 	err = tx.QueryRowContext(ctx, s.q.acquire,
 		req.Key, req.Owner, req.TTL.Microseconds(), boolInt(req.Running), req.Grace.Microseconds(), s.hub.origin,
 	).Scan(&epoch)
 	switch {
 	case err == nil:
-		if err := tx.Commit(); err != nil {
+		apply, err := s.attach(ctx, tx, req.Key, old, req.Owner, req.TTL)
+		if err == nil {
+			err = tx.Commit()
+		}
+		if err != nil {
+			s.unsync(req.Owner)
 			return store.AcquireResult{}, err
 		}
+		apply(epoch, req.Running)
 		return store.AcquireResult{Acquired: true, Epoch: epoch}, nil
 	case !errors.Is(err, sql.ErrNoRows):
 		return store.AcquireResult{}, err
@@ -77,7 +88,8 @@ func (s *Store) acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 	return store.AcquireResult{Holder: holder}, nil
 }
 
-// Renew extends every listed term of owner in one statement. Items naming
+// Renew extends every listed term of owner in one transaction: one write
+// when the terms are those on the Store's session (session.go). Items naming
 // the same term twice get the same answer; the runner state of the last one
 // is recorded.
 func (s *Store) Renew(ctx context.Context, owner string, ttl time.Duration, items []store.RenewItem) ([]bool, error) {
@@ -108,13 +120,8 @@ func (s *Store) Renew(ctx context.Context, owner string, ttl time.Duration, item
 		index[t] = len(rows)
 		rows = append(rows, [3]any{it.Key, it.Epoch, boolInt(it.Running)})
 	}
-	arg, err := json.Marshal(rows)
-	if err != nil {
-		return nil, s.fail("renew", err)
-	}
 
-	renewed := make(map[store.Term]bool, len(rows))
-	err = s.write(ctx, s.q.renew, func(t store.Term) { renewed[t] = true }, owner, ttl.Microseconds(), string(arg))
+	renewed, err := s.renewTerms(ctx, owner, ttl, rows)
 	if err == nil {
 		// Never report a renewal the caller's deadline has already passed
 		// on: it would extend a deadline the caller no longer protects.
@@ -124,7 +131,7 @@ func (s *Store) Renew(ctx context.Context, owner string, ttl time.Duration, item
 		return nil, s.fail(fmt.Sprintf("renew %d terms", len(items)), err)
 	}
 	for i, it := range items {
-		out[i] = renewed[store.Term{Key: it.Key, Epoch: it.Epoch}]
+		out[i] = renewed == nil || renewed[store.Term{Key: it.Key, Epoch: it.Epoch}]
 	}
 	return out, nil
 }
@@ -152,8 +159,7 @@ func (s *Store) Release(ctx context.Context, owner string, terms []store.Term) e
 	if err != nil {
 		return s.fail("release", err)
 	}
-	var ended []store.Term
-	err = s.write(ctx, s.q.release, func(t store.Term) { ended = append(ended, t) }, owner, string(arg), s.hub.origin)
+	ended, err := s.release(ctx, owner, string(arg))
 	// Publish what the statement returned even when ctx ended meanwhile:
 	// those releases happened.
 	for _, t := range ended {
@@ -168,26 +174,35 @@ func (s *Store) Release(ctx context.Context, owner string, terms []store.Term) e
 	return nil
 }
 
-// write runs a writing statement that returns (key, epoch) rows and hands
-// each to fn.
-func (s *Store) write(ctx context.Context, query string, fn func(store.Term), args ...any) error {
+// release ends the terms of pairs (a JSON array of [key, epoch]) and
+// counts them off their sessions, in one transaction, and returns the
+// terms it ended.
+func (s *Store) release(ctx context.Context, owner, pairs string) ([]store.Term, error) {
 	if err := s.gate.enter(ctx); err != nil {
-		return err
+		return nil, err
 	}
 	defer s.gate.leave()
-	rows, err := s.db.QueryContext(ctx, query, args...)
+	tx, err := s.db.BeginTx(ctx, nil) // BEGIN IMMEDIATE, see acquire
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer rows.Close()
-	for rows.Next() {
-		var t store.Term
-		if err := rows.Scan(&t.Key, &t.Epoch); err != nil {
-			return err
-		}
-		fn(t)
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	var ended []store.Term
+	_, err = tx.ExecContext(ctx, s.q.leaveSessions, owner, 0, pairs)
+	if err == nil {
+		err = scanTerms(tx.QueryContext(ctx, s.q.release, owner, pairs, s.hub.origin))(func(t store.Term) { ended = append(ended, t) })
 	}
-	return rows.Err()
+	if err == nil {
+		err = tx.Commit()
+	}
+	if err != nil {
+		s.unsync(owner)
+		return nil, err
+	}
+	for _, t := range ended {
+		s.forget(owner, 0, t)
+	}
+	return ended, nil
 }
 
 // List returns every lease whose key starts with prefix (byte for byte),
@@ -239,14 +254,43 @@ func (s *Store) Revoke(ctx context.Context, key string) (bool, error) {
 		return false, s.fail(fmt.Sprintf("revoke %q", key), err)
 	}
 	defer s.gate.leave()
-	var epoch int64
-	err := s.db.QueryRowContext(ctx, s.q.revoke, key).Scan(&epoch)
+	revoked, err := s.revoke(ctx, key)
+	if err != nil {
+		return false, s.fail(fmt.Sprintf("revoke %q", key), err)
+	}
+	return revoked, nil
+}
+
+// revoke fences key's live term and counts it off its session, in one
+// transaction.
+func (s *Store) revoke(ctx context.Context, key string) (bool, error) {
+	tx, err := s.db.BeginTx(ctx, nil) // BEGIN IMMEDIATE, see acquire
+	if err != nil {
+		return false, err
+	}
+	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	var on int64
+	var t store.Term
+	if err := tx.QueryRowContext(ctx, s.q.sessionOf, key).Scan(&on); err != nil && !errors.Is(err, sql.ErrNoRows) {
+		return false, err
+	}
+	err = tx.QueryRowContext(ctx, s.q.revoke, key).Scan(&t.Epoch)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return false, nil
 	case err != nil:
-		return false, s.fail(fmt.Sprintf("revoke %q", key), err)
+		return false, err
 	}
+	if on != 0 {
+		if _, err := tx.ExecContext(ctx, s.q.leaveSession, on); err != nil {
+			return false, err
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return false, err
+	}
+	t.Key, t.Epoch = key, t.Epoch-1 // the term revoked
+	s.forget("", on, t)
 	return true, nil
 }
 

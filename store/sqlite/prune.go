@@ -36,10 +36,24 @@ func (s *Store) Prune(ctx context.Context, prefix string, olderThan time.Duratio
 			return total, s.fail(fmt.Sprintf("prune %q", prefix), err)
 		}
 		if n < pruneBatch {
+			if err := s.pruneSessions(ctx, olderThan); err != nil {
+				return total, s.fail(fmt.Sprintf("prune %q", prefix), err)
+			}
 			return total, nil
 		}
 		after = last // the next batch scans on from here, not from the prefix
 	}
+}
+
+// pruneSessions deletes the sessions dead for olderThan that no record is
+// on (session.go).
+func (s *Store) pruneSessions(ctx context.Context, olderThan time.Duration) error {
+	if err := s.gate.enter(ctx); err != nil {
+		return err
+	}
+	defer s.gate.leave()
+	_, err := s.db.ExecContext(ctx, s.q.pruneSessions, olderThan.Microseconds())
+	return err
 }
 
 // pruneBatch deletes up to pruneBatch records past key after and returns

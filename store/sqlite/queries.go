@@ -17,11 +17,15 @@ type queries struct {
 	index   string
 	acquire string
 	holder  string
-	renew   string
 	release string
 	list    string
 	listAll string
 	revoke  string
+
+	// For sessions (session.go).
+	createSessions, sessionIndex, sessionOf, sessionLive, newSession, attach,
+	joinSession, leaveSession, renewSession, setRunning, leaveSessions, detachOld,
+	renewTerms, recount, sessionTerms, pruneSessions string
 
 	// For Prune (prune.go).
 	pruneBatch, pruneBatchAll, raiseFloor, deleteKeys string
@@ -44,9 +48,34 @@ const nextChange = `(SELECT COALESCE(MAX(c.change_seq), 0) + 1 FROM {t} AS c)`
 // after its record was pruned starts above every epoch it had.
 const floor = `(SELECT COALESCE(MAX(f.epoch), 0) FROM {t} AS f WHERE f.key = '')`
 
-func buildQueries(table string) queries {
-	r := strings.NewReplacer("{next}", strings.ReplaceAll(nextChange, "{t}", table),
-		"{floor}", strings.ReplaceAll(floor, "{t}", table), "{t}", table, "{now}", nowUS)
+// expiry is a record's expiry: its own, or its session's while it is on
+// one (session.go). A session that is gone counts as long expired: one is
+// deleted only once dead and with no record on it.
+const expiry = `(CASE WHEN {t}.session = 0 THEN {t}.expires_at ELSE COALESCE((SELECT x.expires_at FROM {s} AS x WHERE x.id = {t}.session), 0) END)`
+
+// onSession is the expires_at of a record on a session: far enough ahead
+// that a version of this package without sessions, which reads only this
+// column, sees the term as live and never takes it over (about the year
+// 2128), and near enough that its time left still fits a time.Duration.
+const onSession = "5000000000000000"
+
+// replacer fills in a query's templates and names.
+type replacer func(string) string
+
+func (r replacer) Replace(q string) string { return r(q) }
+
+// buildQueries writes the queries of table; sessions says whether the
+// table has the session column (a read-only Store may open a table made
+// before sessions, and reads each record's own expiry then).
+func buildQueries(table string, sessions bool) queries {
+	exp := expiry
+	if !sessions {
+		exp = "{t}.expires_at"
+	}
+	// Templates first (they name {t} and {now} themselves), then names.
+	tmpl := strings.NewReplacer("{next}", nextChange, "{floor}", floor, "{exp}", exp)
+	names := strings.NewReplacer("{t}", table, "{s}", sessionTable(table), "{now}", nowUS, "{far}", onSession)
+	r := replacer(func(q string) string { return names.Replace(tmpl.Replace(q)) })
 	return queries{
 		// WITHOUT ROWID stores rows in key order, which is what List and the
 		// per-key lookups want. TEXT columns compare with BINARY collation:
@@ -60,7 +89,8 @@ func buildQueries(table string) queries {
 	running    INTEGER NOT NULL DEFAULT 0,
 	updated_at INTEGER NOT NULL,
 	change_seq    INTEGER NOT NULL DEFAULT 0,
-	change_origin INTEGER NOT NULL DEFAULT 0
+	change_origin INTEGER NOT NULL DEFAULT 0,
+	session       INTEGER NOT NULL DEFAULT 0
 ) WITHOUT ROWID`),
 		// A read-only Store finds its table or fails; ?1 is the table name.
 		exists: `SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = ?1`,
@@ -88,28 +118,11 @@ ON CONFLICT (key) DO UPDATE SET
 	change_origin = excluded.change_origin
 WHERE {t}.released <> 0
 	OR {t}.owner = excluded.owner
-	OR {t}.expires_at + ?5 <= excluded.updated_at
+	OR {exp} + ?5 <= excluded.updated_at
 RETURNING epoch`),
 
-		holder: r.Replace(`SELECT owner, epoch, released, running, expires_at - {now}
+		holder: r.Replace(`SELECT owner, epoch, released, running, {exp} - {now}
 FROM {t} WHERE key = ?1`),
-
-		// One statement renews every item: ?3 is a JSON array of
-		// [key, epoch, running] triples. Only owner's live, unreleased term
-		// of that exact epoch is extended; the rows returned are the ones
-		// renewed. ?1 owner, ?2 ttl µs. A renewal is not a change the
-		// poller reports, so it leaves change_seq (and its index) alone.
-		renew: r.Replace(`UPDATE {t} SET
-	expires_at = {now} + ?2,
-	running    = j.value ->> 2,
-	updated_at = {now}
-FROM json_each(?3) AS j
-WHERE {t}.key = j.value ->> 0
-	AND {t}.epoch = j.value ->> 1
-	AND {t}.owner = ?1
-	AND {t}.released = 0
-	AND {t}.expires_at > {now}
-RETURNING {t}.key, {t}.epoch`),
 
 		// Release keeps owner and epoch, so the record still remembers the
 		// epoch; expiry is stamped now and the key is free at once.
@@ -121,7 +134,8 @@ RETURNING {t}.key, {t}.epoch`),
 	expires_at    = {now},
 	updated_at    = {now},
 	change_seq    = {next},
-	change_origin = ?3
+	change_origin = ?3,
+	session       = 0
 FROM json_each(?2) AS j
 WHERE {t}.key = j.value ->> 0
 	AND {t}.epoch = j.value ->> 1
@@ -132,13 +146,14 @@ RETURNING {t}.key, {t}.epoch`),
 		// A key range rather than LIKE, which folds ASCII case and treats
 		// '_' and '%' as wildcards; the range is byte-exact and uses the
 		// primary key. ?1 prefix, ?2 the first string past every key with it.
-		list: r.Replace(`SELECT key, owner, epoch, released, running, expires_at - {now}
+		list: r.Replace(`SELECT key, owner, epoch, released, running, {exp} - {now}
 FROM {t} WHERE key >= ?1 AND key < ?2 ORDER BY key`),
-		listAll: r.Replace(`SELECT key, owner, epoch, released, running, expires_at - {now}
+		listAll: r.Replace(`SELECT key, owner, epoch, released, running, {exp} - {now}
 FROM {t} WHERE key >= ?1 AND key <> '' ORDER BY key`),
 
 		// A live term moves to a new epoch owned by nobody. Its expiry is
-		// kept: the holder's next renewal is refused, but a holder that
+		// kept (a term on a session leaves it with the session's expiry
+		// of now): the holder's next renewal is refused, but a holder that
 		// never hears of it may run until that expiry, so peers wait for
 		// expiry + grace as they would after a crash. Not numbered as a
 		// change: it is neither an acquisition nor a release peers may act on.
@@ -147,9 +162,85 @@ FROM {t} WHERE key >= ?1 AND key <> '' ORDER BY key`),
 	epoch      = epoch + 1,
 	released   = 0,
 	running    = 0,
-	updated_at = {now}
-WHERE key = ?1 AND owner <> '' AND released = 0 AND expires_at > {now}
+	updated_at = {now},
+	expires_at = {exp},
+	session    = 0
+WHERE key = ?1 AND owner <> '' AND released = 0 AND {exp} > {now}
 RETURNING epoch`),
+
+		// Sessions (session.go). AUTOINCREMENT: an id is never used twice,
+		// so a Store that remembers a session deleted since can never
+		// renew another process's.
+		createSessions: r.Replace(`CREATE TABLE IF NOT EXISTS {s} (
+	id         INTEGER PRIMARY KEY AUTOINCREMENT,
+	owner      TEXT    NOT NULL,
+	expires_at INTEGER NOT NULL,
+	renewed_at INTEGER NOT NULL,
+	terms      INTEGER NOT NULL DEFAULT 0
+)`),
+		sessionIndex: r.Replace(`CREATE INDEX IF NOT EXISTS "{t}:session" ON {t} (session)`),
+		// ?1 key.
+		sessionOf: r.Replace(`SELECT session FROM {t} WHERE key = ?1`),
+		// ?1 id, ?2 owner.
+		sessionLive: r.Replace(`SELECT expires_at > {now} FROM {s} WHERE id = ?1 AND owner = ?2`),
+		// ?1 owner, ?2 ttl µs.
+		newSession: r.Replace(`INSERT INTO {s} (owner, expires_at, renewed_at, terms)
+VALUES (?1, {now} + ?2, {now}, 0) RETURNING id`),
+		// ?1 key, ?2 session: the term just acquired goes onto it.
+		attach: r.Replace(`UPDATE {t} SET session = ?2, expires_at = {far} WHERE key = ?1`),
+		// ?1 session, ?2 ttl µs: one term more, and it lives ttl from now
+		// at least.
+		joinSession: r.Replace(`UPDATE {s} SET terms = terms + 1, expires_at = MAX(expires_at, {now} + ?2) WHERE id = ?1`),
+		// ?1 session, one term less.
+		leaveSession: r.Replace(`UPDATE {s} SET terms = terms - 1 WHERE id = ?1`),
+		// The renewal of a Store that knows every term on its session: it
+		// names how many there are (?4), and any change it did not make —
+		// a revocation, a term released or moved by another Store — has
+		// made that count smaller. ?1 id, ?2 owner, ?3 ttl µs.
+		renewSession: r.Replace(`UPDATE {s} SET expires_at = {now} + ?3, renewed_at = {now}
+WHERE id = ?1 AND owner = ?2 AND expires_at > {now} AND terms = ?4 RETURNING id`),
+		// ?1 session, ?2 a JSON array of [key, epoch, running] triples.
+		setRunning: r.Replace(`UPDATE {t} SET running = j.value ->> 2
+FROM json_each(?2) AS j
+WHERE {t}.key = j.value ->> 0 AND {t}.epoch = j.value ->> 1 AND {t}.session = ?1`),
+		// Terms the listed ones leave (released, or moved onto session
+		// ?2) are counted off their sessions. ?1 owner, ?3 a JSON array
+		// of [key, epoch, …].
+		leaveSessions: r.Replace(`UPDATE {s} SET terms = terms - (
+	SELECT count(*) FROM {t} JOIN json_each(?3) AS j ON {t}.key = j.value ->> 0 AND {t}.epoch = j.value ->> 1
+	WHERE {t}.session = {s}.id AND {t}.owner = ?1 AND {t}.released = 0)
+WHERE id <> ?2 AND id IN (
+	SELECT {t}.session FROM {t} JOIN json_each(?3) AS j ON {t}.key = j.value ->> 0 AND {t}.epoch = j.value ->> 1
+	WHERE {t}.owner = ?1 AND {t}.released = 0 AND {t}.session <> 0)`),
+		// Every term put on session ?1 before its last renewal leaves it,
+		// expiring when the session would now: a renewal that does not
+		// list it again puts it back, so what stays off is a term no
+		// renewal wants, which then ends on its own instead of living as
+		// long as the session. A term put on since the last renewal stays:
+		// its acquisition may have been answered after the renewal's list
+		// was made.
+		detachOld: r.Replace(`UPDATE {t} SET session = 0,
+	expires_at = (SELECT x.expires_at FROM {s} AS x WHERE x.id = ?1)
+WHERE session = ?1 AND updated_at < (SELECT x.renewed_at FROM {s} AS x WHERE x.id = ?1)`),
+		// Rule 3 for the listed terms, which go onto session ?2 (live):
+		// only owner's live, unreleased term of that exact epoch. ?1 owner,
+		// ?3 a JSON array of [key, epoch, running] triples.
+		renewTerms: r.Replace(`UPDATE {t} SET session = ?2, expires_at = {far}, running = j.value ->> 2
+FROM json_each(?3) AS j
+WHERE {t}.key = j.value ->> 0
+	AND {t}.epoch = j.value ->> 1
+	AND {t}.owner = ?1
+	AND {t}.released = 0
+	AND {exp} > {now}
+RETURNING {t}.key, {t}.epoch`),
+		// ?1 session, ?2 ttl µs.
+		recount: r.Replace(`UPDATE {s} SET expires_at = {now} + ?2, renewed_at = {now},
+	terms = (SELECT count(*) FROM {t} WHERE session = ?1)
+WHERE id = ?1`),
+		sessionTerms: r.Replace(`SELECT key, epoch, running FROM {t} WHERE session = ?1`),
+		// Sessions dead for ?1 µs with no record on them.
+		pruneSessions: r.Replace(`DELETE FROM {s} WHERE expires_at + ?1 <= {now}
+	AND NOT EXISTS (SELECT 1 FROM {t} WHERE {t}.session = {s}.id)`),
 
 		lastChange: r.Replace(`SELECT COALESCE(MAX(change_seq), 0) FROM {t}`),
 		// ?1 the last change already seen.
@@ -160,10 +251,10 @@ FROM {t} WHERE change_seq > ?1 AND key <> '' ORDER BY change_seq`),
 		// range [?1, ?2) or from ?1 on, past the last key of the batch
 		// before (?5, first ''); never the floor row, whose key is ''.
 		pruneBatch: r.Replace(`SELECT key, epoch, change_seq FROM {t}
-WHERE key >= ?1 AND key < ?2 AND key > ?5 AND expires_at + ?3 <= {now}
+WHERE key >= ?1 AND key < ?2 AND key > ?5 AND {exp} + ?3 <= {now}
 ORDER BY key LIMIT ?4`),
 		pruneBatchAll: r.Replace(`SELECT key, epoch, change_seq FROM {t}
-WHERE key >= ?1 AND key > ?5 AND expires_at + ?3 <= {now}
+WHERE key >= ?1 AND key > ?5 AND {exp} + ?3 <= {now}
 ORDER BY key LIMIT ?4`),
 		// The floor row keeps the highest epoch and change number deleted:
 		// new keys start above the one, and the poller's numbering never

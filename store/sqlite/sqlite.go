@@ -87,6 +87,9 @@ type Store struct {
 	poll  time.Duration // < 0: this Store's watches start no poller
 	// readOnly: see Options.ReadOnly.
 	readOnly bool
+	// sessions are this Store's sessions (session.go), touched only
+	// under gate.
+	sessions map[sessionKey]*session
 
 	closeOnce sync.Once
 	closeMu   sync.Mutex    // orders Close against Watch's watchers.Add
@@ -142,7 +145,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		db:       db,
 		path:     abs,
 		table:    opts.Table,
-		q:        buildQueries(opts.Table),
+		q:        buildQueries(opts.Table, true),
 		hub:      hubFor(canon, opts.Table),
 		gate:     gateFor(canon),
 		busy:     opts.BusyTimeout,
@@ -315,7 +318,9 @@ func (s *Store) checkJournal(ctx context.Context) error {
 	return nil
 }
 
-// checkTable confirms, for a read-only Store, that its table exists.
+// checkTable confirms, for a read-only Store, that its table exists, and
+// reads a table made before sessions as it is: each record by its own
+// expiry.
 func (s *Store) checkTable(ctx context.Context) error {
 	var n int
 	if err := s.db.QueryRowContext(ctx, s.q.exists, s.table).Scan(&n); err != nil {
@@ -325,12 +330,19 @@ func (s *Store) checkTable(ctx context.Context) error {
 		return fmt.Errorf("sqlite %s: no lease table %s in this file: nothing has run against it (did you mean another ?table=?): %w",
 			s.path, s.table, store.ErrNotFound)
 	}
+	have, err := s.columnsOf(ctx, s.db)
+	if err != nil {
+		return s.fail("open", err)
+	}
+	if !have["session"] {
+		s.q = buildQueries(s.table, false)
+	}
 	return nil
 }
 
-// Migrate creates the lease table if it does not exist, and adds the
-// columns and index of change numbering (see Watch) to a table made by an
-// older version. It is one transaction under the write lock, so processes
+// Migrate creates the lease table and its session table if they do not
+// exist, and adds the columns and indexes of change numbering (see Watch)
+// and of sessions (session.go) to a table made by an older version. It is one transaction under the write lock, so processes
 // opening one file together do not both add a column.
 func (s *Store) Migrate(ctx context.Context) error {
 	if err := s.writable("migrate table " + s.table); err != nil {
@@ -355,24 +367,11 @@ func (s *Store) migrate(ctx context.Context) error {
 	if _, err := tx.ExecContext(ctx, s.q.create); err != nil {
 		return err
 	}
-	rows, err := tx.QueryContext(ctx, s.q.columns, s.table)
+	have, err := s.columnsOf(ctx, tx)
 	if err != nil {
 		return err
 	}
-	have := map[string]bool{}
-	for rows.Next() {
-		var name string
-		if err := rows.Scan(&name); err != nil {
-			rows.Close()
-			return err
-		}
-		have[name] = true
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	for _, col := range []string{"change_seq", "change_origin"} {
+	for _, col := range []string{"change_seq", "change_origin", "session"} {
 		if have[col] {
 			continue
 		}
@@ -381,10 +380,32 @@ func (s *Store) migrate(ctx context.Context) error {
 			return fmt.Errorf("add column %s: %w", col, err)
 		}
 	}
-	if _, err := tx.ExecContext(ctx, s.q.index); err != nil {
-		return err
+	for _, q := range []string{s.q.index, s.q.createSessions, s.q.sessionIndex} {
+		if _, err := tx.ExecContext(ctx, q); err != nil {
+			return err
+		}
 	}
 	return tx.Commit()
+}
+
+// columnsOf returns the names of the lease table's columns.
+func (s *Store) columnsOf(ctx context.Context, db interface {
+	QueryContext(context.Context, string, ...any) (*sql.Rows, error)
+}) (map[string]bool, error) {
+	rows, err := db.QueryContext(ctx, s.q.columns, s.table)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	have := map[string]bool{}
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			return nil, err
+		}
+		have[name] = true
+	}
+	return have, rows.Err()
 }
 
 // Path returns the absolute path of the database file.
