@@ -106,3 +106,49 @@ func fillHeld(b *testing.B, st store.Store, owner string, n int) []store.RenewIt
 func BenchmarkRenew(b *testing.B)     { storetest.BenchRenew(b, bench) }
 func BenchmarkAcquire(b *testing.B)   { storetest.BenchAcquire(b, bench) }
 func BenchmarkList10000(b *testing.B) { storetest.BenchList(b, bench, 10000) }
+
+// BenchmarkRenewOnASession is a process's steady renewal: its terms already
+// on its session (the first renewal, timed apart, puts Fill's records
+// there), against the statement that renewed each record before sessions.
+//
+//	go test -run '^$' -bench RenewOnASession -benchtime 20x ./store/sqlite/
+func BenchmarkRenewOnASession(b *testing.B) {
+	for _, n := range []int{10000, 100000} {
+		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
+			s := openTemp(b, Options{})
+			items := fillHeld(b, s, storetest.BenchOwner, n)
+			ctx := context.Background()
+			renew := func(b *testing.B) {
+				ok, err := s.Renew(ctx, storetest.BenchOwner, time.Hour, items)
+				if err != nil || !ok[0] || !ok[n-1] {
+					b.Fatalf("Renew: %v %v", ok[:1], err)
+				}
+			}
+			b.Run("first, onto the session", func(b *testing.B) {
+				for b.Loop() {
+					b.StopTimer()
+					if _, err := s.db.Exec(`UPDATE ` + s.table + ` SET session = 0, expires_at = ` + nowUS + ` + 3600000000`); err != nil {
+						b.Fatal(err)
+					}
+					s.sessions = nil
+					b.StartTimer()
+					renew(b)
+				}
+			})
+			b.Run("session", func(b *testing.B) {
+				renew(b) // on the session
+				for b.Loop() {
+					renew(b)
+				}
+			})
+			b.Run("per-record statement", func(b *testing.B) {
+				round := bench.Renewals["raw-batched-sql"](b, s, storetest.BenchOwner, items)
+				for b.Loop() {
+					if err := round(ctx); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		})
+	}
+}
