@@ -107,21 +107,7 @@ func (s *Store) Renew(ctx context.Context, owner string, ttl time.Duration, item
 		return out, nil
 	}
 
-	// Deduplicate so that the statement sees each term once and the last
-	// runner state wins, whatever order SQLite joins in.
-	index := make(map[store.Term]int, len(items))
-	rows := make([][3]any, 0, len(items))
-	for _, it := range items {
-		t := store.Term{Key: it.Key, Epoch: it.Epoch}
-		if i, ok := index[t]; ok {
-			rows[i][2] = boolInt(it.Running)
-			continue
-		}
-		index[t] = len(rows)
-		rows = append(rows, [3]any{it.Key, it.Epoch, boolInt(it.Running)})
-	}
-
-	renewed, err := s.renewTerms(ctx, owner, ttl, rows)
+	renewed, err := s.renewTerms(ctx, owner, ttl, items)
 	if err == nil {
 		// Never report a renewal the caller's deadline has already passed
 		// on: it would extend a deadline the caller no longer protects.
@@ -134,6 +120,24 @@ func (s *Store) Renew(ctx context.Context, owner string, ttl time.Duration, item
 		out[i] = renewed == nil || renewed[store.Term{Key: it.Key, Epoch: it.Epoch}]
 	}
 	return out, nil
+}
+
+// dedupe returns items as [key, epoch, running] triples, each term once
+// with the runner state of its last item, so that a statement sees each
+// term once whatever order SQLite joins in.
+func dedupe(items []store.RenewItem) [][3]any {
+	index := make(map[store.Term]int, len(items))
+	rows := make([][3]any, 0, len(items))
+	for _, it := range items {
+		t := store.Term{Key: it.Key, Epoch: it.Epoch}
+		if i, ok := index[t]; ok {
+			rows[i][2] = boolInt(it.Running)
+			continue
+		}
+		index[t] = len(rows)
+		rows = append(rows, [3]any{it.Key, it.Epoch, boolInt(it.Running)})
+	}
+	return rows
 }
 
 // Release ends every listed term of owner now, in one statement, and tells

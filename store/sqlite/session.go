@@ -65,13 +65,23 @@ type session struct {
 	id int64 // 0: none yet
 	// terms are the terms on the session by key, with the runner state
 	// last written, when synced; otherwise the renewal takes the slow path.
-	terms  map[string]sessionTerm
+	terms  map[string]*sessionTerm
 	synced bool
+	// pass numbers the renewals that check terms, to find an item that
+	// names a term twice.
+	pass uint64
+	// renewals counts the session's renewals by this Store.
+	renewals uint64
 }
 
 type sessionTerm struct {
 	epoch   int64
 	running bool
+	pass    uint64 // the last check that found it
+	// since is the session's renewals when the term was put on it: a term
+	// put on since the last renewal may be missing from a renewal's list,
+	// whose holder may not have heard of it yet.
+	since uint64
 }
 
 // sessionFor returns the Store's session for owner and ttl, made empty if
@@ -83,7 +93,7 @@ func (s *Store) sessionFor(owner string, ttl time.Duration) *session {
 		if s.sessions == nil {
 			s.sessions = make(map[sessionKey]*session)
 		}
-		ss = &session{terms: map[string]sessionTerm{}, synced: true}
+		ss = &session{terms: map[string]*sessionTerm{}, synced: true}
 		s.sessions[k] = ss
 	}
 	return ss
@@ -104,7 +114,7 @@ func (s *Store) unsync(owner string) {
 // (any of owner's, when id is 0), after it left it. Call under the gate.
 func (s *Store) forget(owner string, id int64, t store.Term) {
 	for k, ss := range s.sessions {
-		if (id == 0 && k.owner == owner || id != 0 && ss.id == id) && ss.terms[t.Key].epoch == t.Epoch {
+		if on := ss.terms[t.Key]; on != nil && on.epoch == t.Epoch && (id == 0 && k.owner == owner || id != 0 && ss.id == id) {
 			delete(ss.terms, t.Key)
 		}
 	}
@@ -156,41 +166,41 @@ func (s *Store) attach(ctx context.Context, tx *sql.Tx, key string, old int64, o
 			}
 		}
 		if fresh {
-			ss.id, ss.terms, ss.synced = id, map[string]sessionTerm{}, true
+			ss.id, ss.terms, ss.synced = id, map[string]*sessionTerm{}, true
 		}
-		ss.terms[key] = sessionTerm{epoch: epoch, running: running}
+		ss.terms[key] = &sessionTerm{epoch: epoch, running: running, since: ss.renewals}
 	}, nil
 }
 
-// renewTerms renews rows, the deduplicated [key, epoch, running] triples of
-// owner, in one transaction under the gate, and returns the terms renewed:
-// nil when every one was.
-func (s *Store) renewTerms(ctx context.Context, owner string, ttl time.Duration, rows [][3]any) (map[store.Term]bool, error) {
+// renewTerms renews owner's terms in items in one transaction under the
+// gate, and returns the terms renewed: nil when every one was.
+func (s *Store) renewTerms(ctx context.Context, owner string, ttl time.Duration, items []store.RenewItem) (map[store.Term]bool, error) {
 	if err := s.gate.enter(ctx); err != nil {
 		return nil, err
 	}
 	defer s.gate.leave()
 	ss := s.sessionFor(owner, ttl)
-	renewed, err := s.renewIn(ctx, ss, owner, ttl, rows)
+	renewed, err := s.renewIn(ctx, ss, owner, ttl, items)
 	if err != nil {
 		ss.synced = false
 	}
 	return renewed, err
 }
 
-func (s *Store) renewIn(ctx context.Context, ss *session, owner string, ttl time.Duration, rows [][3]any) (map[store.Term]bool, error) {
+func (s *Store) renewIn(ctx context.Context, ss *session, owner string, ttl time.Duration, items []store.RenewItem) (map[store.Term]bool, error) {
 	tx, err := s.db.BeginTx(ctx, nil) // BEGIN IMMEDIATE, see acquire
 	if err != nil {
 		return nil, err
 	}
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-	if ss.knowsExactly(rows) {
-		renewed, ok, err := s.renewSession(ctx, tx, ss, owner, ttl, rows)
+	if changed, exact := ss.knowsExactly(items); exact {
+		ok, err := s.renewSession(ctx, tx, ss, owner, ttl, changed)
 		if err != nil || ok {
-			return renewed, err
+			return nil, err
 		}
 	}
 	slowRenewals.Add(1)
+	rows := dedupe(items)
 	id, _, err := s.openSession(ctx, tx, ss, owner, ttl)
 	if err != nil {
 		return nil, err
@@ -212,7 +222,7 @@ func (s *Store) renewIn(ctx context.Context, ss *session, owner string, ttl time
 	if _, err := tx.ExecContext(ctx, s.q.recount, id, ttl.Microseconds()); err != nil {
 		return nil, err
 	}
-	terms, err := s.sessionTerms(ctx, tx, id)
+	terms, err := s.sessionTerms(ctx, tx, id, ss.renewals)
 	if err != nil {
 		return nil, err
 	}
@@ -220,71 +230,82 @@ func (s *Store) renewIn(ctx context.Context, ss *session, owner string, ttl time
 		return nil, err
 	}
 	ss.id, ss.terms, ss.synced = id, terms, true
+	ss.renewals++ // every term there was put on before this renewal
 	return renewed, nil
 }
 
-// knowsExactly reports whether rows are exactly the terms ss knows to be
-// on its session, so that a renewal of the session alone may renew them.
-func (ss *session) knowsExactly(rows [][3]any) bool {
-	if !ss.synced || ss.id == 0 || len(rows) != len(ss.terms) {
-		return false
+// knowsExactly reports whether items name the terms ss knows to be on its
+// session, each once, and leave out only terms put on since its last
+// renewal, so that a renewal of the session alone may renew them; and which
+// of them changed their runner state.
+func (ss *session) knowsExactly(items []store.RenewItem) (changed []store.RenewItem, exact bool) {
+	if !ss.synced || ss.id == 0 || len(items) > len(ss.terms) {
+		return nil, false
 	}
-	for _, r := range rows {
-		if t, ok := ss.terms[r[0].(string)]; !ok || t.epoch != r[1].(int64) {
-			return false
+	ss.pass++
+	for _, it := range items {
+		t, ok := ss.terms[it.Key]
+		if !ok || t.epoch != it.Epoch || t.pass == ss.pass {
+			return nil, false // not on the session, or named twice
+		}
+		t.pass = ss.pass
+		if t.running != it.Running {
+			changed = append(changed, it)
 		}
 	}
-	return true
+	if len(items) < len(ss.terms) {
+		for _, t := range ss.terms {
+			if t.pass != ss.pass && t.since != ss.renewals {
+				return nil, false // a term no renewal wants: the slow path takes it off
+			}
+		}
+	}
+	return changed, true
 }
 
-// renewSession renews every term on ss's session with one write (and the
-// runner states that changed): when ok, every row was renewed (renewed is
-// nil). ok false means the session is dead or changed behind the Store's
-// back, and nothing was written.
-func (s *Store) renewSession(ctx context.Context, tx *sql.Tx, ss *session, owner string, ttl time.Duration, rows [][3]any) (renewed map[store.Term]bool, ok bool, err error) {
+// renewSession renews every term on ss's session with one write, and
+// records the runner states that changed: ok means every term was renewed;
+// ok false, that the session is dead or changed behind the Store's back,
+// and nothing was written.
+func (s *Store) renewSession(ctx context.Context, tx *sql.Tx, ss *session, owner string, ttl time.Duration, changed []store.RenewItem) (ok bool, err error) {
 	var id int64
 	err = tx.QueryRowContext(ctx, s.q.renewSession, ss.id, owner, ttl.Microseconds(), len(ss.terms)).Scan(&id)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		return nil, false, nil
+		return false, nil
 	case err != nil:
-		return nil, false, err
-	}
-	var changed [][3]any
-	for _, r := range rows {
-		if ss.terms[r[0].(string)].running != (r[2].(int) != 0) {
-			changed = append(changed, r)
-		}
+		return false, err
 	}
 	if len(changed) > 0 {
-		arg, err := json.Marshal(changed)
+		arg, err := json.Marshal(dedupe(changed))
 		if err != nil {
-			return nil, false, err
+			return false, err
 		}
 		if _, err := tx.ExecContext(ctx, s.q.setRunning, ss.id, string(arg)); err != nil {
-			return nil, false, err
+			return false, err
 		}
 	}
 	if err := tx.Commit(); err != nil {
-		return nil, false, err
+		return false, err
 	}
-	for _, r := range changed {
-		ss.terms[r[0].(string)] = sessionTerm{epoch: r[1].(int64), running: r[2].(int) != 0}
+	for _, it := range changed {
+		ss.terms[it.Key].running = it.Running
 	}
-	return nil, true, nil // every one renewed
+	ss.renewals++
+	return true, nil
 }
 
-// sessionTerms reads every term on session id.
-func (s *Store) sessionTerms(ctx context.Context, tx *sql.Tx, id int64) (map[string]sessionTerm, error) {
+// sessionTerms reads every term on session id, as put on at renewals.
+func (s *Store) sessionTerms(ctx context.Context, tx *sql.Tx, id int64, renewals uint64) (map[string]*sessionTerm, error) {
 	rows, err := tx.QueryContext(ctx, s.q.sessionTerms, id)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	terms := map[string]sessionTerm{}
+	terms := map[string]*sessionTerm{}
 	for rows.Next() {
 		var key string
-		var t sessionTerm
+		t := &sessionTerm{since: renewals}
 		if err := rows.Scan(&key, &t.epoch, &t.running); err != nil {
 			return nil, err
 		}

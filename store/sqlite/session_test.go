@@ -162,3 +162,28 @@ func TestATableFromBeforeSessionsIsReadAndMigrated(t *testing.T) {
 		t.Fatalf("its next renewal: %v, slow %t; want renewed on the session alone", got, slow)
 	}
 }
+
+// A term acquired since the session's last renewal may be missing from the
+// next renewal's list (its acquisition was answered after the list was
+// made): that renewal still writes the session alone. The renewal after it
+// must list it, or take it off.
+func TestARenewalMayMissATermAcquiredSinceTheLast(t *testing.T) {
+	s := openTemp(t, Options{})
+	const ttl = time.Minute
+	k1 := acquireFor(t, s, "k1", "a", ttl)
+	renewAll(t, s, "a", ttl, k1)
+	acquireFor(t, s, "k2", "a", ttl)
+	// SQLite's clock counts milliseconds: let the next renewal's come
+	// after k2's acquisition, as it does but for the resolution.
+	time.Sleep(2 * time.Millisecond)
+	if got, slow := renewAll(t, s, "a", ttl, k1); slow || !got[0] {
+		t.Fatalf("renewal without k2, acquired since the last: %v, slow %t; want renewed, fast", got, slow)
+	}
+	if got, slow := renewAll(t, s, "a", ttl, k1); !slow || !got[0] {
+		t.Fatalf("a second renewal without k2: %v, slow %t; want renewed, slow", got, slow)
+	}
+	var session int64
+	if err := s.db.QueryRow(`SELECT session FROM ` + s.table + ` WHERE key = 'k2'`).Scan(&session); err != nil || session != 0 {
+		t.Fatalf("k2, left out twice, is still on session %d (%v)", session, err)
+	}
+}
