@@ -1,0 +1,241 @@
+// Package sessionbook keeps what a SQL lease store knows of its sessions,
+// so that a renewal of a process's terms can be one write however many
+// keys it holds.
+//
+// A session is a row of the store's session table with an expiry and a
+// version; a lease record on a session takes the session's expiry. An
+// acquisition starts a term on its own record, as without sessions; the
+// next renewal that lists it puts it on its owner's session for its TTL.
+// Every change to which terms are on a session — a term put on or taken
+// off, by this store or anyone else — moves the session's version up, in
+// the same statement.
+//
+// The Book records, per session, the terms on it and the version they are
+// known at, and the terms acquired through the store and not yet on it
+// (pending). A renewal may write the session alone (and put the pending
+// terms it lists on it) when it lists every term on the session, each
+// once, and nothing the Book does not know, and the store finds the
+// session at the version the Book knows. Any other renewal goes term by
+// term, and hands the Book the session as it found it.
+//
+// Versions a call produced come back in any order; the Book counts a
+// session known only up to the first gap. A change the Book does not hear
+// of (another store's, or one whose answer was lost) leaves the session at
+// a version the Book does not know, so the next renewal goes term by
+// term: the Book never claims to know a session it might not.
+package sessionbook
+
+import (
+	"sync"
+	"time"
+
+	"github.com/tenure-dev/tenure/store"
+)
+
+// Book is what one store knows of its sessions. It is safe for concurrent
+// use; the zero value is ready.
+type Book struct {
+	mu       sync.Mutex
+	sessions map[sessionKey]*session
+}
+
+type sessionKey struct {
+	owner string
+	ttl   time.Duration
+}
+
+type session struct {
+	id int64 // 0: none known to be live
+	// version is the session's version as far as the Book knows it whole;
+	// ahead holds versions of changes that came back past a gap.
+	version int64
+	ahead   map[int64]bool
+	on      map[string]*term // the terms on the session
+	pending map[string]*term // acquired, not yet on it
+	pass    uint64           // numbers the renewals checked
+}
+
+type term struct {
+	epoch   int64
+	running bool
+	pass    uint64 // the last check that found it listed
+}
+
+// Term is a term on a session, as a store reads it.
+type Term struct {
+	Key     string
+	Epoch   int64
+	Running bool
+}
+
+func (b *Book) get(owner string, ttl time.Duration) *session {
+	k := sessionKey{owner, ttl}
+	ss := b.sessions[k]
+	if ss == nil {
+		if b.sessions == nil {
+			b.sessions = make(map[sessionKey]*session)
+		}
+		ss = &session{on: map[string]*term{}, pending: map[string]*term{}}
+		b.sessions[k] = ss
+	}
+	return ss
+}
+
+// Session returns owner's session for ttl, or 0 when it has none.
+func (b *Book) Session(owner string, ttl time.Duration) int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.get(owner, ttl).id
+}
+
+// Opened records a new, empty session of owner for ttl at version, the
+// one the store uses from now on. Terms on a session the Book had before
+// are forgotten (it died, or is left to die).
+func (b *Book) Opened(owner string, ttl time.Duration, id, version int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ss := b.get(owner, ttl)
+	ss.id, ss.version, ss.ahead, ss.on = id, version, nil, map[string]*term{}
+}
+
+// Dead forgets owner's session id for ttl, which a renewal found dead or
+// gone: the store opens another.
+func (b *Book) Dead(owner string, ttl time.Duration, id int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if ss := b.get(owner, ttl); ss.id == id {
+		ss.id = 0
+	}
+}
+
+// Acquired records a term of owner acquired for ttl through the store, on
+// its own record: the next renewal that lists it may put it on the
+// session.
+func (b *Book) Acquired(owner string, ttl time.Duration, key string, epoch int64, running bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.get(owner, ttl).pending[key] = &term{epoch: epoch, running: running}
+}
+
+// Fast is a renewal that may write the session alone.
+type Fast struct {
+	ID, Version int64
+	// Changed are listed terms on the session whose runner state changed;
+	// Join are listed pending terms, to put on the session.
+	Changed, Join []store.RenewItem
+}
+
+// Check says whether a renewal of items may write owner's session for ttl
+// alone (see the package doc), and what it must write.
+func (b *Book) Check(owner string, ttl time.Duration, items []store.RenewItem) (Fast, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ss := b.get(owner, ttl)
+	if ss.id == 0 || len(ss.ahead) > 0 || len(items) < len(ss.on) {
+		return Fast{}, false
+	}
+	ss.pass++
+	f := Fast{ID: ss.id, Version: ss.version}
+	listed := 0
+	for _, it := range items {
+		t, on := ss.on[it.Key]
+		if !on {
+			t = ss.pending[it.Key]
+		}
+		if t == nil || t.epoch != it.Epoch || t.pass == ss.pass {
+			return Fast{}, false // unknown, or named twice
+		}
+		t.pass = ss.pass
+		switch {
+		case !on:
+			f.Join = append(f.Join, it)
+		case t.running != it.Running:
+			f.Changed = append(f.Changed, it)
+		}
+		if on {
+			listed++
+		}
+	}
+	if listed < len(ss.on) {
+		return Fast{}, false // a term no renewal wants: the slow path takes it off
+	}
+	return f, true
+}
+
+// Renewed records a renewal of f's session alone, which moved it to
+// version and put joined (of f.Join) on it.
+func (b *Book) Renewed(owner string, ttl time.Duration, f Fast, version int64, joined map[store.Term]bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ss := b.get(owner, ttl)
+	for _, it := range f.Join {
+		if t := ss.pending[it.Key]; t != nil && t.epoch == it.Epoch {
+			delete(ss.pending, it.Key) // on the session now, or lost
+		}
+	}
+	if ss.id != f.ID || ss.version != f.Version || len(ss.ahead) > 0 {
+		// A change came back meanwhile, made after this renewal: the
+		// Book cannot tell what the session holds; the next renewal
+		// learns it afresh.
+		ss.ahead = map[int64]bool{version: true}
+		return
+	}
+	for _, it := range f.Changed {
+		if t := ss.on[it.Key]; t != nil && t.epoch == it.Epoch {
+			t.running = it.Running
+		}
+	}
+	for _, it := range f.Join {
+		if joined[store.Term{Key: it.Key, Epoch: it.Epoch}] {
+			ss.on[it.Key] = &term{epoch: it.Epoch, running: it.Running}
+		}
+	}
+	ss.version = version
+}
+
+// Learned records session id whole, as a renewal found it at version.
+func (b *Book) Learned(owner string, ttl time.Duration, id, version int64, terms []Term) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ss := b.get(owner, ttl)
+	if ss.id == id && version < ss.version {
+		return // the Book knows a later version whole
+	}
+	// Changes that came back past a gap were made to the terms this
+	// replaces: forget them too, so that the next renewal learns afresh.
+	ss.id, ss.version, ss.ahead = id, version, nil
+	ss.on = make(map[string]*term, len(terms))
+	for _, t := range terms {
+		ss.on[t.Key] = &term{epoch: t.Epoch, running: t.Running}
+		if p := ss.pending[t.Key]; p != nil && p.epoch == t.Epoch {
+			delete(ss.pending, t.Key)
+		}
+	}
+}
+
+// Left records that term left session id (0: its own record) through a
+// call of this store that moved the session to version: a release, a
+// revocation, or an acquisition of its key.
+func (b *Book) Left(id, version int64, tm store.Term) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, ss := range b.sessions {
+		if t := ss.pending[tm.Key]; id == 0 && t != nil && (t.epoch == tm.Epoch || tm.Epoch == 0) {
+			delete(ss.pending, tm.Key)
+		}
+		if id == 0 || ss.id != id || version <= ss.version {
+			continue
+		}
+		if t := ss.on[tm.Key]; t != nil && (t.epoch == tm.Epoch || tm.Epoch == 0) {
+			delete(ss.on, tm.Key)
+		}
+		if ss.ahead == nil {
+			ss.ahead = map[int64]bool{}
+		}
+		ss.ahead[version] = true
+		for ss.ahead[ss.version+1] {
+			delete(ss.ahead, ss.version+1)
+			ss.version++
+		}
+	}
+}

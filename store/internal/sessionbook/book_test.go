@@ -1,0 +1,111 @@
+package sessionbook
+
+import (
+	"testing"
+	"time"
+
+	"github.com/tenure-dev/tenure/store"
+)
+
+const ttl = time.Minute
+
+func items(terms ...store.Term) []store.RenewItem {
+	out := make([]store.RenewItem, len(terms))
+	for i, t := range terms {
+		out[i] = store.RenewItem{Key: t.Key, Epoch: t.Epoch}
+	}
+	return out
+}
+
+// onSession makes a Book whose session 7 holds terms at version 3.
+func onSession(terms ...store.Term) *Book {
+	b := &Book{}
+	b.Opened("a", ttl, 7, 0)
+	var ts []Term
+	for _, t := range terms {
+		ts = append(ts, Term{Key: t.Key, Epoch: t.Epoch})
+	}
+	b.Learned("a", ttl, 7, 3, ts)
+	return b
+}
+
+var k1, k2, k3 = store.Term{Key: "k1", Epoch: 1}, store.Term{Key: "k2", Epoch: 1}, store.Term{Key: "k3", Epoch: 1}
+
+func TestARenewalMayGoFastOnlyWithExactlyTheTermsOnTheSession(t *testing.T) {
+	b := onSession(k1, k2)
+	b.Acquired("a", ttl, "k3", 1, false)
+	cases := []struct {
+		name  string
+		items []store.RenewItem
+		fast  bool
+	}{
+		{"exactly the session's", items(k1, k2), true},
+		{"and a term acquired since", items(k1, k2, k3), true},
+		{"one left out", items(k1), false},
+		{"one named twice", items(k1, k1), false},
+		{"an older epoch", items(k1, store.Term{Key: "k2", Epoch: 0}), false},
+		{"a term it never saw", items(k1, k2, store.Term{Key: "k4", Epoch: 1}), false},
+	}
+	for _, c := range cases {
+		f, ok := b.Check("a", ttl, c.items)
+		if ok != c.fast {
+			t.Errorf("%s: fast %t, want %t", c.name, ok, c.fast)
+		}
+		if ok && (f.ID != 7 || f.Version != 3) {
+			t.Errorf("%s: %+v, want session 7 at version 3", c.name, f)
+		}
+	}
+	if f, _ := b.Check("a", ttl, items(k1, k2, k3)); len(f.Join) != 1 || f.Join[0].Key != "k3" {
+		t.Errorf("join %v, want k3", f.Join)
+	}
+}
+
+func TestVersionsPastAGapMakeTheRenewalGoTermByTerm(t *testing.T) {
+	b := onSession(k1, k2, k3)
+	b.Left(7, 5, k2) // version 4 has not come back
+	if _, ok := b.Check("a", ttl, items(k1, k3)); ok {
+		t.Fatal("fast with version 4 missing")
+	}
+	b.Left(7, 4, k3)
+	f, ok := b.Check("a", ttl, items(k1))
+	if !ok || f.Version != 5 {
+		t.Fatalf("after versions 4 and 5: %+v, fast %t; want fast at version 5", f, ok)
+	}
+	b.Left(7, 5, k1) // a version it knows already changes nothing
+	if _, ok := b.Check("a", ttl, items(k1)); !ok {
+		t.Fatal("a change replayed at a known version took k1 off")
+	}
+}
+
+func TestAChangeThatCameBackDuringAFastRenewalForgetsTheSession(t *testing.T) {
+	b := onSession(k1)
+	b.Acquired("a", ttl, "k2", 1, false)
+	f, ok := b.Check("a", ttl, items(k1, k2))
+	if !ok {
+		t.Fatal("not fast")
+	}
+	b.Left(7, 5, k2) // a release of k2 after the renewal put it on (version 4)
+	b.Renewed("a", ttl, f, 4, map[store.Term]bool{k2: true})
+	if _, ok := b.Check("a", ttl, items(k1)); ok {
+		t.Fatal("fast although the Book cannot tell whether k2 is on the session")
+	}
+	b.Learned("a", ttl, 7, 5, []Term{{Key: "k1", Epoch: 1}})
+	if _, ok := b.Check("a", ttl, items(k1)); !ok {
+		t.Fatal("not fast once the session was learned again")
+	}
+}
+
+func TestADeadSessionIsForgotten(t *testing.T) {
+	b := onSession(k1)
+	b.Dead("a", ttl, 7)
+	if b.Session("a", ttl) != 0 {
+		t.Fatal("a dead session is still the Book's")
+	}
+	if _, ok := b.Check("a", ttl, items(k1)); ok {
+		t.Fatal("fast on a dead session")
+	}
+	b.Opened("a", ttl, 8, 0)
+	if _, ok := b.Check("a", ttl, items(k1)); ok {
+		t.Fatal("a new session claims the old one's term")
+	}
+}
