@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/tenure-dev/tenure/store"
+	"github.com/tenure-dev/tenure/store/internal/sessionbook"
 	"github.com/tenure-dev/tenure/store/storetest"
 )
 
@@ -130,7 +131,7 @@ func BenchmarkRenewOnASession(b *testing.B) {
 					if _, err := s.db.Exec(`UPDATE ` + s.table + ` SET session = 0, expires_at = ` + nowUS + ` + 3600000000`); err != nil {
 						b.Fatal(err)
 					}
-					s.sessions = nil
+					s.book = sessionbook.Book{}
 					b.StartTimer()
 					renew(b)
 				}

@@ -36,31 +36,33 @@
 //
 // # Sessions: one write per renewal
 //
-// Every term a Store acquires goes onto a session of its owner and TTL, a
-// row of the table "<table>:sessions" (id, owner, expires_at, renewed_at,
-// terms). While a record is on a session, its expiry is the session's, and
-// its own expires_at holds a date a century ahead. A renewal of exactly the
-// terms the Store put on the session writes the session alone: at 10,000
-// or 100,000 terms, one small UPDATE under the write lock every process on
-// the file waits for, instead of a write per record. Any change the Store
-// did not make — a revocation, a release by another handle — leaves the
-// session's count of terms below what the Store knows, and that renewal
-// renews term by term, as before, and learns the session afresh.
-//
-// Shared fate is bounded: a renewal that leaves out a term put on the
-// session before the session's previous renewal moves it off, with the
-// session's expiry of then, so a term its holder gave up on without a
-// release ends on its own rather than living as long as the session. A
-// session its Store cannot renew in time ends with every term on it, and
-// peers wait out the grace as after a crash. session.go has the details.
+// A term starts on its own record; the first renewal that lists it puts it
+// on a session of its owner and TTL, a row of the table "<table>:sessions"
+// (id, owner, expires_at, version). While a record is on a session, its
+// expiry is the session's, and its own expires_at holds a date a century
+// ahead. Every change to which terms are on a session moves its version up
+// in the same transaction. A renewal of exactly the terms the Store knows
+// on its session (and of terms acquired since, which it puts on) at the
+// version it knows writes the session alone: at 10,000 or 100,000 terms,
+// one small UPDATE under the write lock every process on the file waits
+// for, instead of a write per record. Anything else — a revocation, a
+// release by another handle, a term left out — sends that renewal term by
+// term, as before sessions; it takes off the session every term it does
+// not list, with the session's expiry of then, so a term its holder gave
+// up on without a release ends on its own rather than living as long as
+// the session. Acquisitions never extend a session. A session its Store
+// cannot renew in time ends with every term on it, and peers wait out the
+// grace as after a crash. session.go has the details.
 //
 // Mixed versions: a version of this package from before sessions reads
 // only a record's own expires_at, so it sees a term on a session as live
-// and never takes it over. Its revocation (tenure release) moves such a
-// term to no owner but leaves it on the session, which then keeps peers
-// out for as long as the holder renews its other terms: upgrade whatever
-// revokes with or before the replicas. Prune deletes a dead session once
-// no record is on it.
+// and never takes it over; a trigger turns its revocation (owner set to
+// '') into one that also takes the term off its session, so the holder
+// still finds it lost at its next renewal. To go back to such a version,
+// stop the replicas and let their terms end, then run this version's
+// Prune (tenure prune): a record on a session is otherwise live forever to
+// the older version. Prune also deletes a dead session once no record is
+// on it.
 //
 // A table made before change_seq or session existed gets the columns (and
 // the indexes, and the session table) when a Store opens it to write; its

@@ -60,15 +60,21 @@ func (s *Store) acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 	).Scan(&epoch)
 	switch {
 	case err == nil:
-		apply, err := s.attach(ctx, tx, req.Key, old, req.Owner, req.TTL)
-		if err == nil {
-			err = tx.Commit()
+		// The term starts on its own record: the session the key's last
+		// term was on moves to a new version.
+		var version int64
+		if old != 0 {
+			if err := tx.QueryRowContext(ctx, s.q.bumpSession, old).Scan(&version); err != nil {
+				return store.AcquireResult{}, err
+			}
 		}
-		if err != nil {
-			s.unsync(req.Owner)
+		if err := tx.Commit(); err != nil {
 			return store.AcquireResult{}, err
 		}
-		apply(epoch, req.Running)
+		if old != 0 {
+			s.book.Left(old, version, store.Term{Key: req.Key})
+		}
+		s.book.Acquired(req.Owner, req.TTL, req.Key, epoch, req.Running)
 		return store.AcquireResult{Acquired: true, Epoch: epoch}, nil
 	case !errors.Is(err, sql.ErrNoRows):
 		return store.AcquireResult{}, err
@@ -178,9 +184,9 @@ func (s *Store) Release(ctx context.Context, owner string, terms []store.Term) e
 	return nil
 }
 
-// release ends the terms of pairs (a JSON array of [key, epoch]) and
-// counts them off their sessions, in one transaction, and returns the
-// terms it ended.
+// release ends the terms of pairs (a JSON array of [key, epoch]), and
+// moves the sessions they were on to a new version, in one transaction,
+// and returns the terms it ended.
 func (s *Store) release(ctx context.Context, owner, pairs string) ([]store.Term, error) {
 	if err := s.gate.enter(ctx); err != nil {
 		return nil, err
@@ -190,21 +196,38 @@ func (s *Store) release(ctx context.Context, owner, pairs string) ([]store.Term,
 	if err != nil {
 		return nil, err
 	}
-	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-	var ended []store.Term
-	_, err = tx.ExecContext(ctx, s.q.leaveSessions, owner, 0, pairs)
-	if err == nil {
-		err = scanTerms(tx.QueryContext(ctx, s.q.release, owner, pairs, s.hub.origin))(func(t store.Term) { ended = append(ended, t) })
+	defer tx.Rollback()          //nolint:errcheck // a no-op after Commit
+	on := map[store.Term]int64{} // the session each term was on
+	err = scanRows(tx.QueryContext(ctx, s.q.sessionsOf, owner, pairs))(func(rows *sql.Rows) error {
+		var t store.Term
+		var id int64
+		err := rows.Scan(&t.Key, &t.Epoch, &id)
+		on[t] = id
+		return err
+	})
+	if err != nil {
+		return nil, err
 	}
+	versions := map[int64]int64{}
+	for _, id := range on {
+		if _, done := versions[id]; id != 0 && !done {
+			var v int64
+			if err := tx.QueryRowContext(ctx, s.q.bumpSession, id).Scan(&v); err != nil {
+				return nil, err
+			}
+			versions[id] = v
+		}
+	}
+	var ended []store.Term
+	err = scanTerms(tx.QueryContext(ctx, s.q.release, owner, pairs, s.hub.origin))(func(t store.Term) { ended = append(ended, t) })
 	if err == nil {
 		err = tx.Commit()
 	}
 	if err != nil {
-		s.unsync(owner)
 		return nil, err
 	}
 	for _, t := range ended {
-		s.forget(owner, 0, t)
+		s.book.Left(on[t], versions[on[t]], t)
 	}
 	return ended, nil
 }
@@ -285,16 +308,18 @@ func (s *Store) revoke(ctx context.Context, key string) (bool, error) {
 	case err != nil:
 		return false, err
 	}
+	var version int64
 	if on != 0 {
-		if _, err := tx.ExecContext(ctx, s.q.leaveSession, on); err != nil {
+		if err := tx.QueryRowContext(ctx, s.q.bumpSession, on).Scan(&version); err != nil {
 			return false, err
 		}
 	}
 	if err := tx.Commit(); err != nil {
 		return false, err
 	}
-	t.Key, t.Epoch = key, t.Epoch-1 // the term revoked
-	s.forget("", on, t)
+	if on != 0 {
+		s.book.Left(on, version, store.Term{Key: key})
+	}
 	return true, nil
 }
 

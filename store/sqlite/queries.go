@@ -23,9 +23,9 @@ type queries struct {
 	revoke  string
 
 	// For sessions (session.go).
-	createSessions, sessionIndex, sessionOf, sessionLive, newSession, attach,
-	joinSession, leaveSession, renewSession, setRunning, leaveSessions, detachOld,
-	renewTerms, recount, sessionTerms, pruneSessions string
+	createSessions, sessionIndex, revokedTrigger, sessionOf, sessionLive, newSession, bumpSession,
+	bumpSessionsOf, renewSession, setRunning, joinSession, detachAll, renewTerms,
+	extendSession, sessionsOf, pruneSessions string
 
 	// For Prune (prune.go).
 	pruneBatch, pruneBatchAll, raiseFloor, deleteKeys string
@@ -74,7 +74,11 @@ func buildQueries(table string, sessions bool) queries {
 	}
 	// Templates first (they name {t} and {now} themselves), then names.
 	tmpl := strings.NewReplacer("{next}", nextChange, "{floor}", floor, "{exp}", exp)
-	names := strings.NewReplacer("{t}", table, "{s}", sessionTable(table), "{now}", nowUS, "{far}", onSession)
+	leave := ",\n\tsession       = 0" // the term starts on its own record
+	if !sessions {
+		leave = ""
+	}
+	names := strings.NewReplacer("{t}", table, "{s}", sessionTable(table), "{now}", nowUS, "{far}", onSession, "{leave}", leave)
 	r := replacer(func(q string) string { return names.Replace(tmpl.Replace(q)) })
 	return queries{
 		// WITHOUT ROWID stores rows in key order, which is what List and the
@@ -115,7 +119,7 @@ ON CONFLICT (key) DO UPDATE SET
 	running       = excluded.running,
 	updated_at    = excluded.updated_at,
 	change_seq    = excluded.change_seq,
-	change_origin = excluded.change_origin
+	change_origin = excluded.change_origin{leave}
 WHERE {t}.released <> 0
 	OR {t}.owner = excluded.owner
 	OR {exp} + ?5 <= excluded.updated_at
@@ -175,53 +179,67 @@ RETURNING epoch`),
 	id         INTEGER PRIMARY KEY AUTOINCREMENT,
 	owner      TEXT    NOT NULL,
 	expires_at INTEGER NOT NULL,
-	renewed_at INTEGER NOT NULL,
-	terms      INTEGER NOT NULL DEFAULT 0
+	version    INTEGER NOT NULL DEFAULT 0
 )`),
 		sessionIndex: r.Replace(`CREATE INDEX IF NOT EXISTS "{t}:session" ON {t} (session)`),
-		// ?1 key.
-		sessionOf: r.Replace(`SELECT session FROM {t} WHERE key = ?1`),
+		// A version of this package from before sessions revokes a term by
+		// setting its owner to '' and knows nothing of its session: this
+		// takes such a term off its session, with the session's expiry of
+		// then, and moves the session to a new version, so that its
+		// holder's next renewal goes term by term and finds it lost. This
+		// package's own revocation takes the term off in the same write,
+		// which the WHEN clause tells apart.
+		revokedTrigger: r.Replace(`CREATE TRIGGER IF NOT EXISTS "{t}:revoked" AFTER UPDATE OF owner ON {t}
+WHEN OLD.session <> 0 AND NEW.session = OLD.session AND NEW.owner = ''
+BEGIN
+	UPDATE {t} SET session = 0,
+		expires_at = COALESCE((SELECT x.expires_at FROM {s} AS x WHERE x.id = OLD.session), 0)
+	WHERE key = NEW.key;
+	UPDATE {s} SET version = version + 1 WHERE id = OLD.session;
+END`),
+		// ?1 key: the session its record is on, or no row.
+		sessionOf: r.Replace(`SELECT session FROM {t} WHERE key = ?1 AND session <> 0`),
 		// ?1 id, ?2 owner.
 		sessionLive: r.Replace(`SELECT expires_at > {now} FROM {s} WHERE id = ?1 AND owner = ?2`),
 		// ?1 owner, ?2 ttl µs.
-		newSession: r.Replace(`INSERT INTO {s} (owner, expires_at, renewed_at, terms)
-VALUES (?1, {now} + ?2, {now}, 0) RETURNING id`),
-		// ?1 key, ?2 session: the term just acquired goes onto it.
-		attach: r.Replace(`UPDATE {t} SET session = ?2, expires_at = {far} WHERE key = ?1`),
-		// ?1 session, ?2 ttl µs: one term more, and it lives ttl from now
-		// at least.
-		joinSession: r.Replace(`UPDATE {s} SET terms = terms + 1, expires_at = MAX(expires_at, {now} + ?2) WHERE id = ?1`),
-		// ?1 session, one term less.
-		leaveSession: r.Replace(`UPDATE {s} SET terms = terms - 1 WHERE id = ?1`),
-		// The renewal of a Store that knows every term on its session: it
-		// names how many there are (?4), and any change it did not make —
-		// a revocation, a term released or moved by another Store — has
-		// made that count smaller. ?1 id, ?2 owner, ?3 ttl µs.
-		renewSession: r.Replace(`UPDATE {s} SET expires_at = {now} + ?3, renewed_at = {now}
-WHERE id = ?1 AND owner = ?2 AND expires_at > {now} AND terms = ?4 RETURNING id`),
+		newSession: r.Replace(`INSERT INTO {s} (owner, expires_at, version) VALUES (?1, {now} + ?2, 0) RETURNING id, version`),
+		// ?1 id: a term was put on the session or taken off.
+		bumpSession: r.Replace(`UPDATE {s} SET version = version + 1 WHERE id = ?1 RETURNING version`),
+		// Sessions that listed terms of owner ?1 are on, other than ?2:
+		// those terms leave them (a release, or a renewal that moves them
+		// onto ?2). ?3 a JSON array of [key, epoch, …].
+		bumpSessionsOf: r.Replace(`UPDATE {s} SET version = version + 1
+WHERE id <> ?2 AND id IN (
+	SELECT {t}.session FROM {t} JOIN json_each(?3) AS j ON {t}.key = j.value ->> 0 AND {t}.epoch = j.value ->> 1
+	WHERE {t}.owner = ?1 AND {t}.released = 0 AND {t}.session <> 0)`),
+		// The renewal of a Store that knows every term on its session at
+		// version ?4: the session alone, and one version more when it puts
+		// terms on (?5 is 1 then). ?1 id, ?2 owner, ?3 ttl µs.
+		renewSession: r.Replace(`UPDATE {s} SET expires_at = {now} + ?3, version = version + ?5
+WHERE id = ?1 AND owner = ?2 AND version = ?4 AND expires_at > {now} RETURNING version`),
 		// ?1 session, ?2 a JSON array of [key, epoch, running] triples.
 		setRunning: r.Replace(`UPDATE {t} SET running = j.value ->> 2
 FROM json_each(?2) AS j
 WHERE {t}.key = j.value ->> 0 AND {t}.epoch = j.value ->> 1 AND {t}.session = ?1`),
-		// Terms the listed ones leave (released, or moved onto session
-		// ?2) are counted off their sessions. ?1 owner, ?3 a JSON array
-		// of [key, epoch, …].
-		leaveSessions: r.Replace(`UPDATE {s} SET terms = terms - (
-	SELECT count(*) FROM {t} JOIN json_each(?3) AS j ON {t}.key = j.value ->> 0 AND {t}.epoch = j.value ->> 1
-	WHERE {t}.session = {s}.id AND {t}.owner = ?1 AND {t}.released = 0)
-WHERE id <> ?2 AND id IN (
-	SELECT {t}.session FROM {t} JOIN json_each(?3) AS j ON {t}.key = j.value ->> 0 AND {t}.epoch = j.value ->> 1
-	WHERE {t}.owner = ?1 AND {t}.released = 0 AND {t}.session <> 0)`),
-		// Every term put on session ?1 before its last renewal leaves it,
-		// expiring when the session would now: a renewal that does not
-		// list it again puts it back, so what stays off is a term no
-		// renewal wants, which then ends on its own instead of living as
-		// long as the session. A term put on since the last renewal stays:
-		// its acquisition may have been answered after the renewal's list
-		// was made.
-		detachOld: r.Replace(`UPDATE {t} SET session = 0,
+		// Terms acquired since the last renewal go onto session ?2 if
+		// they are still owner's (?1), on their own record, unreleased and
+		// live. ?3 a JSON array of [key, epoch, running] triples.
+		joinSession: r.Replace(`UPDATE {t} SET session = ?2, expires_at = {far}, running = j.value ->> 2
+FROM json_each(?3) AS j
+WHERE {t}.key = j.value ->> 0
+	AND {t}.epoch = j.value ->> 1
+	AND {t}.owner = ?1
+	AND {t}.released = 0
+	AND {t}.session = 0
+	AND {t}.expires_at > {now}
+RETURNING {t}.key, {t}.epoch`),
+		// Every term on session ?1 comes off it, expiring when the session
+		// would now; renewTerms then puts back those listed. What stays
+		// off is a term no renewal wants (its holder gave up on it), which
+		// then ends on its own instead of living as long as the session.
+		detachAll: r.Replace(`UPDATE {t} SET session = 0,
 	expires_at = (SELECT x.expires_at FROM {s} AS x WHERE x.id = ?1)
-WHERE session = ?1 AND updated_at < (SELECT x.renewed_at FROM {s} AS x WHERE x.id = ?1)`),
+WHERE session = ?1`),
 		// Rule 3 for the listed terms, which go onto session ?2 (live):
 		// only owner's live, unreleased term of that exact epoch. ?1 owner,
 		// ?3 a JSON array of [key, epoch, running] triples.
@@ -232,12 +250,14 @@ WHERE {t}.key = j.value ->> 0
 	AND {t}.owner = ?1
 	AND {t}.released = 0
 	AND {exp} > {now}
-RETURNING {t}.key, {t}.epoch`),
+RETURNING {t}.key, {t}.epoch, {t}.running`),
 		// ?1 session, ?2 ttl µs.
-		recount: r.Replace(`UPDATE {s} SET expires_at = {now} + ?2, renewed_at = {now},
-	terms = (SELECT count(*) FROM {t} WHERE session = ?1)
-WHERE id = ?1`),
-		sessionTerms: r.Replace(`SELECT key, epoch, running FROM {t} WHERE session = ?1`),
+		extendSession: r.Replace(`UPDATE {s} SET expires_at = {now} + ?2, version = version + 1 WHERE id = ?1 RETURNING version`),
+		// ?1 owner, ?2 a JSON array of [key, epoch] pairs: the session of
+		// each term a release ends.
+		sessionsOf: r.Replace(`SELECT {t}.key, {t}.epoch, {t}.session
+FROM {t} JOIN json_each(?2) AS j ON {t}.key = j.value ->> 0 AND {t}.epoch = j.value ->> 1
+WHERE {t}.owner = ?1 AND {t}.released = 0`),
 		// Sessions dead for ?1 µs with no record on them.
 		pruneSessions: r.Replace(`DELETE FROM {s} WHERE expires_at + ?1 <= {now}
 	AND NOT EXISTS (SELECT 1 FROM {t} WHERE {t}.session = {s}.id)`),

@@ -9,168 +9,44 @@ import (
 	"time"
 
 	"github.com/tenure-dev/tenure/store"
+	"github.com/tenure-dev/tenure/store/internal/sessionbook"
 )
 
 // Sessions: one write per renewal, however many terms.
 //
-// Each term a Store acquires goes onto a session of its owner and TTL, a
-// row of the session table with an expiry of its own; while a record is on
-// a session, the session's expiry is the record's (the query fragment
-// expiry). A renewal that finds every term it lists on its session, and
-// nothing else there, extends the session alone: one small UPDATE, where
-// renewing each record costs a write per term under the write lock that
-// every process on the file waits for.
+// A term starts on its own record, as without sessions; the first renewal
+// that lists it puts it on a session of its owner and TTL, a row of the
+// session table with an expiry and a version. While a record is on a
+// session, the session's expiry is the record's (the query fragment
+// expiry), and the record's own expires_at holds a date a century ahead,
+// which a version of this package without sessions reads as live. Every
+// change to which terms are on a session moves its version up in the same
+// transaction: a renewal that puts terms on or takes them off, a release,
+// a revocation, an acquisition of a key whose record is on one.
 //
-// The Store knows which terms are on its sessions, for it puts every one
-// there (acquisitions and renewals, each under the file's write gate, its
-// knowledge updated once the transaction has committed). Others only take
-// terms off: a revocation, a release or a renewal by another Store of the
-// same owner, a takeover once the session is dead. Each of those counts
-// the term off the session, so a session whose count is not the number of
-// terms its Store knows has changed behind its back, and the renewal then
-// takes the slow path: it renews each listed term as before (owner, epoch,
-// unreleased, live), puts it on the session, and learns the session's
-// terms afresh. A call whose outcome the Store cannot know (an error) makes
-// the next renewal take the slow path too.
+// The Store's sessionbook.Book knows the terms on its sessions and the
+// version they are known at. A renewal that lists exactly those (and terms
+// acquired since, which it puts on) writes the session row alone, if it
+// finds the session at that version: one small UPDATE under the write lock
+// every process on the file waits for, instead of a write per record. Any
+// other renewal goes term by term: it renews each listed term as before
+// (owner, epoch, unreleased, live), puts it on the session, and takes off
+// every term it does not list, with the session's expiry of then, so a
+// term its holder gave up on without a release ends on its own rather than
+// living as long as the session. Acquisitions never extend a session.
 //
-// Shared fate has a bound: a term no renewal lists (its holder gave up on
-// it without a release) would live as long as the session. The slow path,
-// which any such renewal takes, moves off the session every term put on it
-// before the session's previous renewal, with the session's expiry of
-// then, and puts back those it lists: an unwanted term then ends on its
-// own, no earlier than any deadline its holder was told of.
-//
-// A session the Store cannot renew in time dies with every term on it:
+// A session its Store cannot renew in time dies with every term on it:
 // peers see each record expire at the session's expiry and wait out the
 // grace as after a crash; the Store's next renewal reports them lost and
 // opens a new session.
 
-// slowRenewals counts the renewals that took the slow path, for the tests
-// that check when it is taken.
+// slowRenewals counts the renewals that went term by term, for the tests
+// that check when they do.
 var slowRenewals atomic.Int64
 
 // sessionTable is the quoted name of table's session table. No validated
 // table name has a ':', so it never meets another Store's lease table.
 func sessionTable(table string) string { return `"` + table + `:sessions"` }
-
-// sessionKey names one of a Store's sessions: an owner's terms with one TTL.
-type sessionKey struct {
-	owner string
-	ttl   time.Duration
-}
-
-// session is what a Store knows of one of its sessions. It is read and
-// changed only under the file's write gate.
-type session struct {
-	id int64 // 0: none yet
-	// terms are the terms on the session by key, with the runner state
-	// last written, when synced; otherwise the renewal takes the slow path.
-	terms  map[string]*sessionTerm
-	synced bool
-	// pass numbers the renewals that check terms, to find an item that
-	// names a term twice.
-	pass uint64
-	// renewals counts the session's renewals by this Store.
-	renewals uint64
-}
-
-type sessionTerm struct {
-	epoch   int64
-	running bool
-	pass    uint64 // the last check that found it
-	// since is the session's renewals when the term was put on it: a term
-	// put on since the last renewal may be missing from a renewal's list,
-	// whose holder may not have heard of it yet.
-	since uint64
-}
-
-// sessionFor returns the Store's session for owner and ttl, made empty if
-// it has none. Call under the gate.
-func (s *Store) sessionFor(owner string, ttl time.Duration) *session {
-	k := sessionKey{owner, ttl}
-	ss := s.sessions[k]
-	if ss == nil {
-		if s.sessions == nil {
-			s.sessions = make(map[sessionKey]*session)
-		}
-		ss = &session{terms: map[string]*sessionTerm{}, synced: true}
-		s.sessions[k] = ss
-	}
-	return ss
-}
-
-// unsync makes every session of owner take the slow path at its next
-// renewal: a call of owner's had an outcome the Store cannot know. Call
-// under the gate.
-func (s *Store) unsync(owner string) {
-	for k, ss := range s.sessions {
-		if k.owner == owner {
-			ss.synced = false
-		}
-	}
-}
-
-// forget takes a term off what the Store knows of the session with id
-// (any of owner's, when id is 0), after it left it. Call under the gate.
-func (s *Store) forget(owner string, id int64, t store.Term) {
-	for k, ss := range s.sessions {
-		if on := ss.terms[t.Key]; on != nil && on.epoch == t.Epoch && (id == 0 && k.owner == owner || id != 0 && ss.id == id) {
-			delete(ss.terms, t.Key)
-		}
-	}
-}
-
-// openSession returns the id of a live session for owner and ttl in tx:
-// ss's own while it lives, else a new one (fresh true).
-func (s *Store) openSession(ctx context.Context, tx *sql.Tx, ss *session, owner string, ttl time.Duration) (id int64, fresh bool, err error) {
-	if ss.id != 0 {
-		var live bool
-		err := tx.QueryRowContext(ctx, s.q.sessionLive, ss.id, owner).Scan(&live)
-		switch {
-		case err == nil && live:
-			return ss.id, false, nil
-		case err != nil && !errors.Is(err, sql.ErrNoRows):
-			return 0, false, err
-		}
-	}
-	err = tx.QueryRowContext(ctx, s.q.newSession, owner, ttl.Microseconds()).Scan(&id)
-	return id, true, err
-}
-
-// attach puts the term of key just acquired in tx onto a live session of
-// owner and ttl, and counts it off the session its last term was on (old).
-// It returns what to record once tx commits.
-func (s *Store) attach(ctx context.Context, tx *sql.Tx, key string, old int64, owner string, ttl time.Duration) (apply func(epoch int64, running bool), err error) {
-	ss := s.sessionFor(owner, ttl)
-	id, fresh, err := s.openSession(ctx, tx, ss, owner, ttl)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := tx.ExecContext(ctx, s.q.attach, key, id); err != nil {
-		return nil, err
-	}
-	if _, err := tx.ExecContext(ctx, s.q.joinSession, id, ttl.Microseconds()); err != nil {
-		return nil, err
-	}
-	if old != 0 {
-		if _, err := tx.ExecContext(ctx, s.q.leaveSession, old); err != nil {
-			return nil, err
-		}
-	}
-	return func(epoch int64, running bool) {
-		if old != 0 {
-			for _, o := range s.sessions {
-				if o.id == old {
-					delete(o.terms, key)
-				}
-			}
-		}
-		if fresh {
-			ss.id, ss.terms, ss.synced = id, map[string]*sessionTerm{}, true
-		}
-		ss.terms[key] = &sessionTerm{epoch: epoch, running: running, since: ss.renewals}
-	}, nil
-}
 
 // renewTerms renews owner's terms in items in one transaction under the
 // gate, and returns the terms renewed: nil when every one was.
@@ -179,154 +55,180 @@ func (s *Store) renewTerms(ctx context.Context, owner string, ttl time.Duration,
 		return nil, err
 	}
 	defer s.gate.leave()
-	ss := s.sessionFor(owner, ttl)
-	renewed, err := s.renewIn(ctx, ss, owner, ttl, items)
-	if err != nil {
-		ss.synced = false
-	}
-	return renewed, err
-}
-
-func (s *Store) renewIn(ctx context.Context, ss *session, owner string, ttl time.Duration, items []store.RenewItem) (map[store.Term]bool, error) {
 	tx, err := s.db.BeginTx(ctx, nil) // BEGIN IMMEDIATE, see acquire
 	if err != nil {
 		return nil, err
 	}
 	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
-	if changed, exact := ss.knowsExactly(items); exact {
-		ok, err := s.renewSession(ctx, tx, ss, owner, ttl, changed)
-		if err != nil || ok {
-			return nil, err
-		}
-	}
-	slowRenewals.Add(1)
-	rows := dedupe(items)
-	id, _, err := s.openSession(ctx, tx, ss, owner, ttl)
+	id, err := s.liveSession(ctx, tx, owner, ttl, false)
 	if err != nil {
 		return nil, err
 	}
+	if f, ok := s.book.Check(owner, ttl, items); ok && f.ID == id {
+		renewed, done, err := s.renewFast(ctx, tx, owner, ttl, f, items)
+		if err != nil || done {
+			return renewed, err
+		}
+	}
+	slowRenewals.Add(1)
+	if id, err = s.liveSession(ctx, tx, owner, ttl, true); err != nil {
+		return nil, err
+	}
+	return s.renewSlow(ctx, tx, owner, ttl, id, dedupe(items))
+}
+
+// liveSession returns owner's session for ttl, opening one in tx when the
+// Book knows none, or (check) when the one it knows is dead or gone.
+func (s *Store) liveSession(ctx context.Context, tx *sql.Tx, owner string, ttl time.Duration, check bool) (int64, error) {
+	id := s.book.Session(owner, ttl)
+	if id != 0 && check {
+		var live bool
+		err := tx.QueryRowContext(ctx, s.q.sessionLive, id, owner).Scan(&live)
+		switch {
+		case err != nil && !errors.Is(err, sql.ErrNoRows):
+			return 0, err
+		case err != nil || !live:
+			s.book.Dead(owner, ttl, id)
+			id = 0
+		}
+	}
+	if id != 0 {
+		return id, nil
+	}
+	// Should tx roll back, the Book knows a session that does not exist:
+	// the next renewal finds it gone and opens another. One that did
+	// commit and goes unused is pruned in time.
+	var version int64
+	if err := tx.QueryRowContext(ctx, s.q.newSession, owner, ttl.Microseconds()).Scan(&id, &version); err != nil {
+		return 0, err
+	}
+	s.book.Opened(owner, ttl, id, version)
+	return id, nil
+}
+
+// renewFast renews the session of f alone, with the terms to put on it;
+// done false means it was not at the version the Book knows (or was dead),
+// and nothing was written. renewed is nil when every item was.
+func (s *Store) renewFast(ctx context.Context, tx *sql.Tx, owner string, ttl time.Duration, f sessionbook.Fast, items []store.RenewItem) (renewed map[store.Term]bool, done bool, err error) {
+	joining := 0
+	if len(f.Join) > 0 {
+		joining = 1
+	}
+	var version int64
+	err = tx.QueryRowContext(ctx, s.q.renewSession, f.ID, owner, ttl.Microseconds(), f.Version, joining).Scan(&version)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return nil, false, nil
+	case err != nil:
+		return nil, false, err
+	}
+	if len(f.Changed) > 0 {
+		arg, err := json.Marshal(dedupe(f.Changed))
+		if err != nil {
+			return nil, false, err
+		}
+		if _, err := tx.ExecContext(ctx, s.q.setRunning, f.ID, string(arg)); err != nil {
+			return nil, false, err
+		}
+	}
+	joined := map[store.Term]bool{}
+	if len(f.Join) > 0 {
+		arg, err := json.Marshal(dedupe(f.Join))
+		if err != nil {
+			return nil, false, err
+		}
+		if err := scanTerms(tx.QueryContext(ctx, s.q.joinSession, owner, f.ID, string(arg)))(func(t store.Term) { joined[t] = true }); err != nil {
+			return nil, false, err
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, false, err
+	}
+	s.book.Renewed(owner, ttl, f, version, joined)
+	if len(joined) == len(f.Join) {
+		return nil, true, nil
+	}
+	// Some of the terms acquired since were lost: answer per term.
+	renewed = make(map[store.Term]bool, len(items))
+	for _, it := range items {
+		renewed[store.Term{Key: it.Key, Epoch: it.Epoch}] = true
+	}
+	for _, it := range f.Join {
+		t := store.Term{Key: it.Key, Epoch: it.Epoch}
+		renewed[t] = joined[t]
+	}
+	return renewed, true, nil
+}
+
+// renewSlow renews rows, the deduplicated [key, epoch, running] triples of
+// owner, term by term onto session id, which is live, and takes every
+// other term off it.
+func (s *Store) renewSlow(ctx context.Context, tx *sql.Tx, owner string, ttl time.Duration, id int64, rows [][3]any) (map[store.Term]bool, error) {
 	arg, err := json.Marshal(rows)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := tx.ExecContext(ctx, s.q.leaveSessions, owner, id, string(arg)); err != nil {
+	if _, err := tx.ExecContext(ctx, s.q.detachAll, id); err != nil {
 		return nil, err
 	}
-	if _, err := tx.ExecContext(ctx, s.q.detachOld, id); err != nil {
+	if _, err := tx.ExecContext(ctx, s.q.bumpSessionsOf, owner, id, string(arg)); err != nil {
 		return nil, err
 	}
 	renewed := make(map[store.Term]bool, len(rows))
-	if err := scanTerms(tx.QueryContext(ctx, s.q.renewTerms, owner, id, string(arg)))(func(t store.Term) { renewed[t] = true }); err != nil {
-		return nil, err
-	}
-	if _, err := tx.ExecContext(ctx, s.q.recount, id, ttl.Microseconds()); err != nil {
-		return nil, err
-	}
-	terms, err := s.sessionTerms(ctx, tx, id, ss.renewals)
+	var terms []sessionbook.Term
+	q, err := tx.QueryContext(ctx, s.q.renewTerms, owner, id, string(arg))
 	if err != nil {
 		return nil, err
 	}
-	if err := tx.Commit(); err != nil {
-		return nil, err
-	}
-	ss.id, ss.terms, ss.synced = id, terms, true
-	ss.renewals++ // every term there was put on before this renewal
-	return renewed, nil
-}
-
-// knowsExactly reports whether items name the terms ss knows to be on its
-// session, each once, and leave out only terms put on since its last
-// renewal, so that a renewal of the session alone may renew them; and which
-// of them changed their runner state.
-func (ss *session) knowsExactly(items []store.RenewItem) (changed []store.RenewItem, exact bool) {
-	if !ss.synced || ss.id == 0 || len(items) > len(ss.terms) {
-		return nil, false
-	}
-	ss.pass++
-	for _, it := range items {
-		t, ok := ss.terms[it.Key]
-		if !ok || t.epoch != it.Epoch || t.pass == ss.pass {
-			return nil, false // not on the session, or named twice
-		}
-		t.pass = ss.pass
-		if t.running != it.Running {
-			changed = append(changed, it)
-		}
-	}
-	if len(items) < len(ss.terms) {
-		for _, t := range ss.terms {
-			if t.pass != ss.pass && t.since != ss.renewals {
-				return nil, false // a term no renewal wants: the slow path takes it off
-			}
-		}
-	}
-	return changed, true
-}
-
-// renewSession renews every term on ss's session with one write, and
-// records the runner states that changed: ok means every term was renewed;
-// ok false, that the session is dead or changed behind the Store's back,
-// and nothing was written.
-func (s *Store) renewSession(ctx context.Context, tx *sql.Tx, ss *session, owner string, ttl time.Duration, changed []store.RenewItem) (ok bool, err error) {
-	var id int64
-	err = tx.QueryRowContext(ctx, s.q.renewSession, ss.id, owner, ttl.Microseconds(), len(ss.terms)).Scan(&id)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return false, nil
-	case err != nil:
-		return false, err
-	}
-	if len(changed) > 0 {
-		arg, err := json.Marshal(dedupe(changed))
-		if err != nil {
-			return false, err
-		}
-		if _, err := tx.ExecContext(ctx, s.q.setRunning, ss.id, string(arg)); err != nil {
-			return false, err
-		}
-	}
-	if err := tx.Commit(); err != nil {
-		return false, err
-	}
-	for _, it := range changed {
-		ss.terms[it.Key].running = it.Running
-	}
-	ss.renewals++
-	return true, nil
-}
-
-// sessionTerms reads every term on session id, as put on at renewals.
-func (s *Store) sessionTerms(ctx context.Context, tx *sql.Tx, id int64, renewals uint64) (map[string]*sessionTerm, error) {
-	rows, err := tx.QueryContext(ctx, s.q.sessionTerms, id)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	terms := map[string]*sessionTerm{}
-	for rows.Next() {
-		var key string
-		t := &sessionTerm{since: renewals}
-		if err := rows.Scan(&key, &t.epoch, &t.running); err != nil {
+	for q.Next() {
+		var t sessionbook.Term
+		if err := q.Scan(&t.Key, &t.Epoch, &t.Running); err != nil {
+			q.Close()
 			return nil, err
 		}
-		terms[key] = t
+		terms = append(terms, t)
+		renewed[store.Term{Key: t.Key, Epoch: t.Epoch}] = true
 	}
-	return terms, rows.Err()
+	q.Close()
+	if err := q.Err(); err != nil {
+		return nil, err
+	}
+	var version int64
+	if err := tx.QueryRowContext(ctx, s.q.extendSession, id, ttl.Microseconds()).Scan(&version); err != nil {
+		return nil, err
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, err
+	}
+	s.book.Learned(owner, ttl, id, version, terms)
+	return renewed, nil
 }
 
 // scanTerms hands each (key, epoch) row of a query's result to fn.
 func scanTerms(rows *sql.Rows, err error) func(fn func(store.Term)) error {
 	return func(fn func(store.Term)) error {
-		if err != nil {
-			return err
-		}
-		defer rows.Close()
-		for rows.Next() {
+		return scanRows(rows, err)(func(rows *sql.Rows) error {
 			var t store.Term
 			if err := rows.Scan(&t.Key, &t.Epoch); err != nil {
 				return err
 			}
 			fn(t)
+			return nil
+		})
+	}
+}
+
+// scanRows hands each row of a query's result to scan.
+func scanRows(rows *sql.Rows, err error) func(scan func(*sql.Rows) error) error {
+	return func(scan func(*sql.Rows) error) error {
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			if err := scan(rows); err != nil {
+				return err
+			}
 		}
 		return rows.Err()
 	}

@@ -16,6 +16,7 @@ import (
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 
 	"github.com/tenure-dev/tenure/store"
+	"github.com/tenure-dev/tenure/store/internal/sessionbook"
 )
 
 // Defaults applied to zero Options fields.
@@ -87,9 +88,8 @@ type Store struct {
 	poll  time.Duration // < 0: this Store's watches start no poller
 	// readOnly: see Options.ReadOnly.
 	readOnly bool
-	// sessions are this Store's sessions (session.go), touched only
-	// under gate.
-	sessions map[sessionKey]*session
+	// book is what this Store knows of its sessions (session.go).
+	book sessionbook.Book
 
 	closeOnce sync.Once
 	closeMu   sync.Mutex    // orders Close against Watch's watchers.Add
@@ -380,7 +380,7 @@ func (s *Store) migrate(ctx context.Context) error {
 			return fmt.Errorf("add column %s: %w", col, err)
 		}
 	}
-	for _, q := range []string{s.q.index, s.q.createSessions, s.q.sessionIndex} {
+	for _, q := range []string{s.q.index, s.q.createSessions, s.q.sessionIndex, s.q.revokedTrigger} {
 		if _, err := tx.ExecContext(ctx, q); err != nil {
 			return err
 		}
