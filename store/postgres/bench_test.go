@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tenure-dev/tenure/store"
+	"github.com/tenure-dev/tenure/store/internal/sessionbook"
 	"github.com/tenure-dev/tenure/store/storetest"
 )
 
@@ -103,3 +104,68 @@ func fillHeld(b *testing.B, st store.Store, owner string, n int) []store.RenewIt
 func BenchmarkRenew(b *testing.B)     { storetest.BenchRenew(b, bench) }
 func BenchmarkAcquire(b *testing.B)   { storetest.BenchAcquire(b, bench) }
 func BenchmarkList10000(b *testing.B) { storetest.BenchList(b, bench, 10000) }
+
+// BenchmarkRenewOnASession is a process's steady renewal, its terms on its
+// session, against the statement that renewed each record before sessions
+// (the raw unnest UPDATE above) and against the session's statement alone.
+// The first renewal, which puts Fill's records on the session term by
+// term, is timed apart.
+//
+//	go test -run '^$' -bench RenewOnASession -benchtime 20x ./store/postgres/
+func BenchmarkRenewOnASession(b *testing.B) {
+	for _, n := range []int{10000, 100000} {
+		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
+			s := tables.New(b)
+			items := fillHeld(b, s, storetest.BenchOwner, n)
+			ctx := context.Background()
+			renew := func(b *testing.B) {
+				ok, err := s.Renew(ctx, storetest.BenchOwner, time.Hour, items)
+				if err != nil || !ok[0] || !ok[n-1] {
+					b.Fatalf("Renew: %v %v", ok[:1], err)
+				}
+			}
+			b.Run("first, onto the session", func(b *testing.B) {
+				for b.Loop() {
+					b.StopTimer()
+					if _, err := s.pool.Exec(ctx, `UPDATE `+s.ident+` SET session = 0, expires_at = clock_timestamp() + interval '1 hour' WHERE key <> ''`); err != nil {
+						b.Fatal(err)
+					}
+					s.book = sessionbook.Book{}
+					b.StartTimer()
+					renew(b)
+				}
+			})
+			b.Run("Store.Renew on the session", func(b *testing.B) {
+				renew(b)
+				for b.Loop() {
+					renew(b)
+				}
+			})
+			b.Run("its statement alone", func(b *testing.B) {
+				f, ok := s.book.Check(storetest.BenchOwner, time.Hour, items)
+				if !ok {
+					b.Fatal("the Book does not know the session")
+				}
+				for b.Loop() {
+					var version int64
+					err := s.pool.QueryRow(ctx, s.sess.renewFast, f.ID, storetest.BenchOwner, f.Version,
+						[]string{}, []int64{}, []bool{}, []string{}, []int64{}, []bool{}, time.Hour.Microseconds()).Scan(&version, nil, nil)
+					if err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+			b.Run("per-record statement", func(b *testing.B) {
+				round := bench.Renewals["raw-unnest"](b, s, storetest.BenchOwner, items)
+				if _, err := s.pool.Exec(ctx, `UPDATE `+s.ident+` SET session = 0, expires_at = clock_timestamp() + interval '1 hour' WHERE key <> ''`); err != nil {
+					b.Fatal(err)
+				}
+				for b.Loop() {
+					if err := round(ctx); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		})
+	}
+}

@@ -11,7 +11,9 @@ import (
 func freshStore(t *testing.T) store.Store { return tables.New(t) }
 
 func TestConformance(t *testing.T) {
-	storetest.Run(t, storetest.Harness{New: freshStore, Advance: storetest.Sleep, LockKey: lockKey})
+	storetest.Run(t, storetest.Harness{New: freshStore, Advance: storetest.Sleep, LockKey: lockKey,
+		// Terms share their owner's session (session.go).
+		SharedExpiry: true})
 }
 
 func TestWatch(t *testing.T) {

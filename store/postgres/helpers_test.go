@@ -24,7 +24,7 @@ var tables = testenv.Tables[*Store]{
 }
 
 func dropTable(ctx context.Context, s *Store) error {
-	_, err := s.pool.Exec(ctx, "DROP TABLE IF EXISTS "+s.ident)
+	_, err := s.pool.Exec(ctx, "DROP TABLE IF EXISTS "+s.ident+", "+s.sess.table)
 	return err
 }
 
@@ -48,7 +48,13 @@ func lockKey(t *testing.T, st store.Store, key string) (unlock func()) {
 	if err != nil {
 		t.Fatalf("begin: %v", err)
 	}
+	// A peer's writing statement locks the record's session first (if it
+	// is on one), then the record.
 	var one int
+	if _, err := tx.Exec(ctx, "SELECT 1 FROM "+s.sess.table+" WHERE id = (SELECT session FROM "+s.ident+" WHERE key = $1) FOR UPDATE", key); err != nil {
+		_ = tx.Rollback(ctx)
+		t.Fatalf("lock the session of %q: %v", key, err)
+	}
 	if err := tx.QueryRow(ctx, "SELECT 1 FROM "+s.ident+" WHERE key = $1 FOR UPDATE", key).Scan(&one); err != nil {
 		_ = tx.Rollback(ctx)
 		t.Fatalf("lock %q: %v", key, err)

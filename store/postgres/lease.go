@@ -18,8 +18,8 @@ import (
 // Durations travel as microseconds (bigint) and are turned into intervals on
 // the server, so no client clock is involved.
 type statements struct {
-	create, acquire, holder, renew, release, list, revoke string
-	lock, prune, raiseFloor                               string
+	create, acquire, holder, release, list, listLegacy, revoke string
+	lock, prune, raiseFloor                                    string
 	promotionSQL
 }
 
@@ -28,12 +28,16 @@ type statements struct {
 // payload stays far below PostgreSQL's 8000-byte limit.
 const eventJSON = `json_build_object('e', %s, 'k', l.key, 'o', l.owner, 'n', l.epoch)::text`
 
-// buildStatements writes the statements of table t; identity says whether
-// they name the server they run on (promotion.go).
-func buildStatements(t string, identity bool) statements {
+// buildStatements writes the statements of table t, whose sessions are in
+// table sess (session.go); identity says whether they name the server they
+// run on (promotion.go).
+func buildStatements(t, sess string, identity bool) statements {
 	p := buildPromotionSQL(t, identity)
 	acquired := fmt.Sprintf(eventJSON, `'acquired'`)
 	released := fmt.Sprintf(eventJSON, `'released'`)
+	withSession := `LEFT JOIN ` + sess + ` AS x ON x.id = l.session AND l.session <> 0`
+	pruneExpiry := `CASE WHEN p.session = 0 THEN p.expires_at
+				ELSE COALESCE((SELECT x.expires_at FROM ` + sess + ` AS x WHERE x.id = p.session), 'epoch') END`
 	return statements{
 		create: `CREATE TABLE IF NOT EXISTS ` + t + ` (
 	key        text COLLATE "C" PRIMARY KEY,
@@ -42,7 +46,8 @@ func buildStatements(t string, identity bool) statements {
 	expires_at timestamptz NOT NULL,
 	released   boolean     NOT NULL DEFAULT false,
 	running    boolean     NOT NULL DEFAULT false,
-	updated_at timestamptz NOT NULL DEFAULT clock_timestamp()
+	updated_at timestamptz NOT NULL DEFAULT clock_timestamp(),
+	session    bigint      NOT NULL DEFAULT 0
 )`,
 
 		// Rules 1–2. ON CONFLICT locks the existing row before it evaluates
@@ -56,22 +61,57 @@ func buildStatements(t string, identity bool) statements {
 		// key's epoch also rises past every epoch a lost primary may have
 		// issued; a prune cannot raise the floor meanwhile (its table lock
 		// waits for this statement).
-		acquire: `INSERT INTO ` + t + ` AS l (key, owner, epoch, expires_at, released, running, updated_at)
-SELECT $1::text, $2::text, f.epoch + 1, clock_timestamp() + $3::bigint * interval '1 microsecond', false, $5::boolean, clock_timestamp()
-FROM ` + t + ` AS f
-WHERE f.key = '' AND ` + p.named + `
-	AND ($4::bigint = 0 OR f.updated_at + ($3::bigint + $4::bigint) * interval '1 microsecond' <= clock_timestamp())
-ON CONFLICT (key) DO UPDATE SET
-	owner = excluded.owner,
-	epoch = GREATEST(l.epoch + 1, excluded.epoch),
-	expires_at = clock_timestamp() + $3 * interval '1 microsecond',
-	released = false,
-	running = excluded.running,
-	updated_at = clock_timestamp()
-WHERE l.released
-	OR l.owner = excluded.owner
-	OR l.expires_at + $4 * interval '1 microsecond' <= clock_timestamp()
-RETURNING l.epoch, pg_notify($6, ` + acquired + `)`,
+		// Rules 1–2. The term starts on its own record; the next renewal
+		// that lists it puts it on its owner's session (session.go). When
+		// the key's record is on a session, that session is locked first
+		// and its expiry read, with the clock, once it is held, so a
+		// takeover never reads an expiry a renewal is moving on; the
+		// session the record leaves moves to a new version. ON CONFLICT
+		// locks the existing row before it evaluates the WHERE and SET
+		// clauses, so their clock_timestamp() is read after any wait;
+		// excluded.expires_at is not used for that reason (the inserted
+		// row is computed before the wait). The row comes from the floor
+		// row, and only when the floor row names the server the statement
+		// runs on and no failover quarantine is on (see promotion.go):
+		// otherwise nothing is inserted or updated, and the holder
+		// statement says why. excluded.epoch is the floor + 1, so a key's
+		// epoch also rises past every epoch a lost primary may have
+		// issued; a prune cannot raise the floor meanwhile (its table lock
+		// waits for this statement). A record that moved to another
+		// session since the statement's snapshot is refused, and the
+		// refusal retried (sqlstore.Acquire) if its holder's term is over.
+		acquire: `WITH cur AS (
+	SELECT l.session FROM ` + t + ` AS l WHERE l.key = $1 AND l.session <> 0
+), ls AS (
+	SELECT s.id, s.expires_at FROM ` + sess + ` AS s WHERE s.id = (SELECT session FROM cur) FOR UPDATE
+), ins AS (
+	INSERT INTO ` + t + ` AS l (key, owner, epoch, expires_at, released, running, updated_at, session)
+	SELECT $1::text, $2::text, f.epoch + 1, clock_timestamp() + $3::bigint * interval '1 microsecond',
+		false, $5::boolean, clock_timestamp(), 0
+	FROM ` + t + ` AS f
+	WHERE (SELECT count(*) FROM ls) >= 0 AND f.key = '' AND ` + p.named + `
+		AND ($4::bigint = 0 OR f.updated_at + ($3::bigint + $4::bigint) * interval '1 microsecond' <= clock_timestamp())
+	ON CONFLICT (key) DO UPDATE SET
+		owner = excluded.owner,
+		epoch = GREATEST(l.epoch + 1, excluded.epoch),
+		expires_at = clock_timestamp() + $3 * interval '1 microsecond',
+		released = false,
+		running = excluded.running,
+		updated_at = clock_timestamp(),
+		session = 0
+	WHERE l.session = COALESCE((SELECT session FROM cur), 0)
+		AND (l.released
+			OR l.owner = excluded.owner
+			OR (CASE WHEN l.session = 0 THEN l.expires_at ELSE COALESCE((SELECT ls.expires_at FROM ls), 'epoch') END)
+				+ $4 * interval '1 microsecond' <= clock_timestamp())
+	RETURNING l.epoch, pg_notify($6, ` + acquired + `) AS n
+), departed AS (
+	UPDATE ` + sess + ` AS s SET version = s.version + 1
+	FROM ins WHERE s.id = (SELECT session FROM cur)
+	RETURNING s.id, s.version
+)
+SELECT ins.epoch, COALESCE((SELECT id FROM departed), 0), COALESCE((SELECT version FROM departed), 0), ins.n
+FROM ins`,
 
 		// The state of a key for a refused acquisition, and of the floor
 		// row that may have refused it; sent in the same batch, so it costs
@@ -82,88 +122,98 @@ RETURNING l.epoch, pg_notify($6, ` + acquired + `)`,
 		// the TTL), in the form of a lease's time left.
 		holder: `SELECT l.key IS NOT NULL, COALESCE(l.owner, ''), COALESCE(l.epoch, 0),
 	COALESCE(l.released, false), COALESCE(l.running, false),
-	COALESCE(NOT l.released AND l.owner <> '' AND l.expires_at > c.now, false),
-	COALESCE((extract(epoch FROM l.expires_at - c.now) * 1000000)::bigint, 0),
+	COALESCE(NOT l.released AND l.owner <> '' AND ` + expiry + ` > c.now, false),
+	COALESCE((extract(epoch FROM ` + expiry + ` - c.now) * 1000000)::bigint, 0),
 	COALESCE(` + p.named + `, false),
 	COALESCE((extract(epoch FROM f.updated_at - c.now) * 1000000)::bigint, 0) + $2::bigint
 FROM (SELECT clock_timestamp() AS now) AS c
 	LEFT JOIN ` + t + ` AS l ON l.key = $1
+	` + withSession + `
 	LEFT JOIN ` + t + ` AS f ON f.key = ''`,
 
-		// Rule 3 in one statement. A plain UPDATE computes its new row and
-		// checks its WHERE before waiting for a row lock held by another
-		// transaction, and does not recompute them when that transaction
-		// only locked the row: a renewal queued behind SELECT … FOR UPDATE
-		// would stamp an expiry from before its wait, and could renew a term
-		// that expired during it. So the statement first locks the rows (in
-		// key order, so two batches never deadlock), then reads the clock
-		// once every lock is held (stamp depends on all of locked), and
-		// only then checks liveness and stamps the expiry.
-		renew: `WITH u AS (
-	SELECT * FROM unnest($2::text[], $3::bigint[], $4::boolean[]) AS u(key, epoch, running)
-), locked AS (
-	SELECT l.key, l.epoch, u.running
-	FROM ` + t + ` AS l JOIN u ON l.key = u.key COLLATE "C" AND l.epoch = u.epoch
-	WHERE l.owner = $1 AND NOT l.released
-	ORDER BY l.key
-	FOR UPDATE OF l
-), stamp AS (
-	SELECT clock_timestamp() AS now FROM (SELECT count(*) FROM locked) AS c
-)
-UPDATE ` + t + ` AS l SET
-	expires_at = stamp.now + $5 * interval '1 microsecond',
-	running = locked.running,
-	updated_at = stamp.now
-FROM locked, stamp
-WHERE l.key = locked.key AND l.epoch = locked.epoch
-	AND l.owner = $1 AND NOT l.released AND l.expires_at > stamp.now
-RETURNING l.key, l.epoch`,
-
-		// Rule 4 in one statement, locking in key order like renew. The
-		// new row (and so clock_timestamp()) is computed above the join with
-		// locked, after the lock. NOTIFY is delivered at commit.
+		// Rule 4 in one statement: the sessions of the records first, then
+		// the records in key order. The new row (and so clock_timestamp())
+		// is computed above the join with locked, after the lock. Each
+		// session a term left moves to a new version (session.go). NOTIFY
+		// is delivered at commit.
 		release: `WITH u AS (
 	SELECT * FROM unnest($2::text[], $3::bigint[]) AS u(key, epoch)
+), cur AS (
+	SELECT DISTINCT l.session FROM ` + t + ` AS l JOIN u ON l.key = u.key COLLATE "C" AND l.epoch = u.epoch
+	WHERE l.owner = $1 AND NOT l.released AND l.session <> 0
+), ls AS (
+	SELECT s.id FROM ` + sess + ` AS s WHERE s.id IN (SELECT session FROM cur) ORDER BY s.id FOR UPDATE
 ), locked AS (
-	SELECT l.key, l.epoch
+	SELECT l.key, l.epoch, l.session
 	FROM ` + t + ` AS l JOIN u ON l.key = u.key COLLATE "C" AND l.epoch = u.epoch
-	WHERE l.owner = $1 AND NOT l.released
+	WHERE (SELECT count(*) FROM ls) >= 0 AND l.owner = $1 AND NOT l.released
 	ORDER BY l.key
 	FOR UPDATE OF l
+), rel AS (
+	UPDATE ` + t + ` AS l SET
+		released = true,
+		running = false,
+		expires_at = clock_timestamp(),
+		updated_at = clock_timestamp(),
+		session = 0
+	FROM locked
+	WHERE l.key = locked.key AND l.epoch = locked.epoch AND l.owner = $1 AND NOT l.released
+	RETURNING l.key, l.epoch, locked.session AS was, pg_notify($4, ` + released + `) AS n
+), bump AS (
+	UPDATE ` + sess + ` AS s SET version = s.version + 1
+	WHERE s.id IN (SELECT was FROM rel)
+	RETURNING s.id, s.version
 )
-UPDATE ` + t + ` AS l SET
-	released = true,
-	running = false,
-	expires_at = clock_timestamp(),
-	updated_at = clock_timestamp()
-FROM locked
-WHERE l.key = locked.key AND l.epoch = locked.epoch AND l.owner = $1 AND NOT l.released
-RETURNING pg_notify($4, ` + released + `)`,
+SELECT rel.key, rel.epoch, rel.was, COALESCE(bump.version, 0), rel.n FROM rel LEFT JOIN bump ON bump.id = rel.was`,
 
 		// One clock reading for every row, so TimeLeft values are mutually
 		// consistent. The "C" collation makes both the prefix test and the
 		// order byte-exact.
 		list: `SELECT l.key, l.owner, l.epoch, l.released, l.running,
+	NOT l.released AND l.owner <> '' AND ` + expiry + ` > c.now,
+	(extract(epoch FROM ` + expiry + ` - c.now) * 1000000)::bigint
+FROM ` + t + ` AS l ` + withSession + `, (SELECT clock_timestamp() AS now) AS c
+WHERE l.key >= $1 AND starts_with(l.key, $1) AND l.key <> ''
+ORDER BY l.key`,
+		// list, of a table made before sessions (a read-only Store's).
+		listLegacy: `SELECT l.key, l.owner, l.epoch, l.released, l.running,
 	NOT l.released AND l.owner <> '' AND l.expires_at > c.now,
 	(extract(epoch FROM l.expires_at - c.now) * 1000000)::bigint
 FROM ` + t + ` AS l, (SELECT clock_timestamp() AS now) AS c
 WHERE l.key >= $1 AND starts_with(l.key, $1) AND l.key <> ''
 ORDER BY l.key`,
 
-		// A new epoch owned by nobody; the expiry is kept, since a holder
-		// that never hears of the revocation may run until it: its next
-		// renewal is refused, and peers wait for expiry + grace.
+		// A new epoch owned by nobody; the expiry is kept (a term on a
+		// session leaves it with the session's expiry of now, read under
+		// its lock), since a holder that never hears of the revocation may
+		// run until it: its next renewal is refused, and peers wait for
+		// expiry + grace. The session moves to a new version.
 		// Above the floor too: after a promotion (recordServer runs first,
 		// in the same transaction) the old primary may have issued l.epoch
 		// + 1 already.
-		revoke: `UPDATE ` + t + ` AS l SET
-	owner = '',
-	epoch = GREATEST(l.epoch, (SELECT COALESCE(max(f.epoch), 0) FROM ` + t + ` AS f WHERE f.key = '')) + 1,
-	released = false,
-	running = false,
-	updated_at = clock_timestamp()
-WHERE l.key = $1 AND NOT l.released AND l.owner <> '' AND l.expires_at > clock_timestamp()
-RETURNING l.epoch, pg_notify($2, ` + acquired + `)`,
+		revoke: `WITH cur AS (
+	SELECT l.session FROM ` + t + ` AS l WHERE l.key = $1
+), ls AS (
+	SELECT s.id, s.expires_at FROM ` + sess + ` AS s WHERE s.id = (SELECT session FROM cur) FOR UPDATE
+), c AS (
+	SELECT clock_timestamp() AS now FROM (SELECT count(*) FROM ls) AS n
+), rv AS (
+	UPDATE ` + t + ` AS l SET
+		owner = '',
+		epoch = GREATEST(l.epoch, (SELECT COALESCE(max(f.epoch), 0) FROM ` + t + ` AS f WHERE f.key = '')) + 1,
+		released = false,
+		running = false,
+		updated_at = c.now,
+		expires_at = CASE WHEN l.session = 0 THEN l.expires_at ELSE (SELECT ls.expires_at FROM ls) END,
+		session = 0
+	FROM c
+	WHERE l.key = $1 AND NOT l.released AND l.owner <> '' AND l.session = COALESCE((SELECT session FROM cur), 0)
+		AND (CASE WHEN l.session = 0 THEN l.expires_at ELSE (SELECT ls.expires_at FROM ls) END) > c.now
+	RETURNING l.epoch, pg_notify($2, ` + acquired + `) AS n
+), bump AS (
+	UPDATE ` + sess + ` AS s SET version = s.version + 1 FROM rv WHERE s.id = (SELECT session FROM cur)
+)
+SELECT epoch, n FROM rv`,
 
 		lock: `LOCK TABLE ` + t + ` IN SHARE ROW EXCLUSIVE MODE`,
 		// A batch of records whose term ended at least $2 µs ago, under
@@ -175,7 +225,7 @@ RETURNING l.epoch, pg_notify($2, ` + acquired + `)`,
 		SELECT p.key FROM ` + t + ` AS p
 		WHERE p.key >= $1 AND starts_with(p.key, $1) AND p.key > $5
 			AND substr(convert_to(p.key, 'UTF8'), 1, octet_length($3::bytea)) = $3::bytea
-			AND p.expires_at + $2 * interval '1 microsecond' <= clock_timestamp()
+			AND ` + pruneExpiry + ` + $2 * interval '1 microsecond' <= clock_timestamp()
 		ORDER BY p.key LIMIT $4)
 	RETURNING l.key, l.epoch
 )
@@ -237,6 +287,7 @@ const (
 
 // acquireBatch tries once, and reports what the floor row said.
 func (s *Store) acquireBatch(ctx context.Context, st *statements, req store.AcquireRequest) (store.AcquireResult, floorCheck, error) {
+
 	// READ COMMITTED whatever the connection's default: only then is the
 	// statement's snapshot taken after the table lock a prune holds, so
 	// that a key pruned meanwhile starts above the raised floor (see
@@ -253,9 +304,10 @@ func (s *Store) acquireBatch(ctx context.Context, st *statements, req store.Acqu
 	var (
 		res   store.AcquireResult
 		floor floorCheck
+		moved sessionMove
 	)
 	if err == nil {
-		res, floor, err = readAcquire(br, req.Key, req.Grace)
+		res, moved, floor, err = readAcquire(br, req.Key, req.Grace)
 	}
 	if err == nil {
 		_, err = br.Exec()
@@ -263,17 +315,32 @@ func (s *Store) acquireBatch(ctx context.Context, st *statements, req store.Acqu
 	if cerr := br.Close(); err == nil && cerr != nil {
 		err = cerr
 	}
+	if err == nil && res.Acquired {
+		if moved.left != 0 {
+			s.book.Left(moved.left, moved.version, store.Term{Key: req.Key})
+		}
+		s.book.Acquired(req.Owner, req.TTL, req.Key, res.Epoch, req.Running)
+	}
 	return res, floor, err
 }
 
-func readAcquire(br pgx.BatchResults, key string, grace time.Duration) (store.AcquireResult, floorCheck, error) {
-	var epoch int64
-	err := br.QueryRow().Scan(&epoch, nil)
+// sessionMove is the session an acquisition took the key's record off
+// (session.go), and the version it moved it to.
+type sessionMove struct {
+	left, version int64
+}
+
+func readAcquire(br pgx.BatchResults, key string, grace time.Duration) (store.AcquireResult, sessionMove, floorCheck, error) {
+	var (
+		epoch int64
+		m     sessionMove
+	)
+	err := br.QueryRow().Scan(&epoch, &m.left, &m.version, nil)
 	switch {
 	case err == nil:
-		return store.AcquireResult{Acquired: true, Epoch: epoch}, floorPassed, nil
+		return store.AcquireResult{Acquired: true, Epoch: epoch}, m, floorPassed, nil
 	case !errors.Is(err, pgx.ErrNoRows):
-		return store.AcquireResult{}, floorPassed, err
+		return store.AcquireResult{}, m, floorPassed, err
 	}
 	h := store.Lease{Key: key}
 	var (
@@ -282,12 +349,12 @@ func readAcquire(br pgx.BatchResults, key string, grace time.Duration) (store.Ac
 	)
 	err = br.QueryRow().Scan(&exists, &h.Owner, &h.Epoch, &h.Released, &h.Running, &h.Live, &left, &sameServer, &quarantine)
 	if err != nil {
-		return store.AcquireResult{}, floorPassed, fmt.Errorf("read holder: %w", err)
+		return store.AcquireResult{}, m, floorPassed, fmt.Errorf("read holder: %w", err)
 	}
 	h.TimeLeft = time.Duration(left) * time.Microsecond
 	switch {
 	case !sameServer:
-		return store.AcquireResult{Holder: h}, floorOtherServer, nil
+		return store.AcquireResult{Holder: h}, m, floorOtherServer, nil
 	case grace > 0 && !h.Live && quarantine > -grace.Microseconds() && (!exists || quarantine > left):
 		// The failover quarantine, not the key's own record, keeps the
 		// caller out: report it as a term of nobody's that ends with it,
@@ -296,12 +363,14 @@ func readAcquire(br pgx.BatchResults, key string, grace time.Duration) (store.Ac
 	case !exists:
 		// No record, no quarantine, the server named: the INSERT ran
 		// before another session's first write of the floor row.
-		return store.AcquireResult{Holder: h}, floorChanged, nil
+		return store.AcquireResult{Holder: h}, m, floorChanged, nil
 	}
-	return store.AcquireResult{Holder: h}, floorPassed, nil
+	return store.AcquireResult{Holder: h}, m, floorPassed, nil
 }
 
-// Renew extends every listed term of owner in one statement.
+// Renew extends every listed term of owner in one statement: one that
+// writes the owner's session alone when its terms are the ones listed
+// (session.go).
 func (s *Store) Renew(ctx context.Context, owner string, ttl time.Duration, items []store.RenewItem) (_ []bool, err error) {
 	defer func() { err = denied(err) }()
 	if err := store.ValidateRenew(owner, ttl, items); err != nil {
@@ -314,31 +383,16 @@ func (s *Store) Renew(ctx context.Context, owner string, ttl time.Duration, item
 	if err := s.access.Write(ctx); err != nil {
 		return nil, err
 	}
-	keys := make([]string, len(items))
-	epochs := make([]int64, len(items))
-	running := make([]bool, len(items))
-	for i, it := range items {
-		keys[i], epochs[i], running[i] = it.Key, it.Epoch, it.Running
-	}
 	pool, onLane := s.lane.take(s.pool)
 	if onLane {
 		defer s.lane.put()
 	}
-	rows, err := pool.Query(ctx, s.sql.renew, owner, keys, epochs, running, ttl.Microseconds())
-	if err != nil {
-		return nil, fmt.Errorf("postgres: renew %d leases: %w", len(items), err)
-	}
-	renewed := make(map[store.Term]bool, len(items))
-	var t store.Term
-	_, err = pgx.ForEachRow(rows, []any{&t.Key, &t.Epoch}, func() error {
-		renewed[t] = true
-		return nil
-	})
+	renewed, err := s.renew(ctx, pool, owner, ttl, items)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: renew %d leases: %w", len(items), err)
 	}
 	for i, it := range items {
-		out[i] = renewed[store.Term{Key: it.Key, Epoch: it.Epoch}]
+		out[i] = renewed == nil || renewed[store.Term{Key: it.Key, Epoch: it.Epoch}]
 	}
 	return out, nil
 }
@@ -373,10 +427,54 @@ func (s *Store) Release(ctx context.Context, owner string, terms []store.Term) (
 	b.Queue("SET LOCAL synchronous_commit TO off")
 	b.Queue(s.sql.release, owner, keys, epochs, s.table)
 	b.Queue("COMMIT")
-	if err := s.pool.SendBatch(ctx, b).Close(); err != nil {
+	left, err := s.sendRelease(ctx, b)
+	if err != nil {
 		return fmt.Errorf("postgres: release %d leases: %w", len(terms), err)
 	}
+	for _, l := range left {
+		s.book.Left(l.session, l.version, l.term)
+	}
 	return nil
+}
+
+// leftSession is a term a release ended, the session it took it off (0:
+// none) and the version it moved that session to.
+type leftSession struct {
+	term             store.Term
+	session, version int64
+}
+
+// sendRelease runs a release batch and returns the terms it ended, once
+// the batch has committed.
+func (s *Store) sendRelease(ctx context.Context, b *pgx.Batch) ([]leftSession, error) {
+	br := s.pool.SendBatch(ctx, b)
+	var left []leftSession
+	_, err := br.Exec() // BEGIN
+	if err == nil {
+		_, err = br.Exec() // SET LOCAL
+	}
+	if err == nil {
+		var (
+			rows pgx.Rows
+			l    leftSession
+		)
+		if rows, err = br.Query(); err == nil {
+			_, err = pgx.ForEachRow(rows, []any{&l.term.Key, &l.term.Epoch, &l.session, &l.version, nil}, func() error {
+				left = append(left, l)
+				return nil
+			})
+		}
+	}
+	if err == nil {
+		_, err = br.Exec() // COMMIT
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return nil, err
+	}
+	return left, nil
 }
 
 // List returns every lease whose key starts with prefix, sorted by key.
@@ -392,7 +490,7 @@ func (s *Store) List(ctx context.Context, prefix string) (_ []store.Lease, err e
 		return nil, nil
 	}
 	sent := validPrefix(prefix)
-	rows, err := s.pool.Query(ctx, s.sql.list, sent)
+	rows, err := s.pool.Query(ctx, s.listSQL(), sent)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: list %q: %w", prefix, err)
 	}

@@ -43,6 +43,31 @@
 //	released   boolean
 //	running    boolean     -- the holder's runner state
 //	updated_at timestamptz
+//	session    bigint      -- the session the term is on, 0 for none (indexed)
+//
+// Sessions make a renewal one row written however many keys a process
+// holds: a term starts on its own record, and the first renewal that lists
+// it puts it on a session of its owner and TTL, a row of the table
+// "<table>:sessions" (id, owner, expires_at, renewed_at, version), whose
+// expiry is then the record's. A renewal of exactly the terms the Store
+// knows on its session, at the version it knows, updates that row alone
+// (100,000 keys: about 1 ms, a commit's flush); anything else — a
+// revocation, a release by another handle, a term left out — goes term by
+// term, and takes off the session every term it does not list, with the
+// session's expiry of then, so that a term its holder gave up on ends on
+// its own. Acquisitions never extend a session. session.go has the rules
+// and the order locks are taken in. A table made before sessions gets the
+// column, the session table and a trigger when a Store opens it to write
+// (or at tenure migrate); a read-only Store lists such a table as it is.
+//
+// Mixed versions: a record on a session keeps an expires_at a century
+// ahead, so a version of this package from before sessions, which reads
+// only that column, sees the term live and never takes it over; the
+// trigger turns its revocation (owner set to '') into one that also takes
+// the term off its session, so the holder still finds it lost. To go back
+// to such a version, stop the replicas and let their terms end, then run
+// this version's Prune (tenure prune): a record on a session is otherwise
+// live forever to the older version.
 package postgres
 
 import (
@@ -51,12 +76,14 @@ import (
 	"fmt"
 	"hash/fnv"
 	"net/url"
+	"sync"
 	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tenure-dev/tenure/store"
+	"github.com/tenure-dev/tenure/store/internal/sessionbook"
 	"github.com/tenure-dev/tenure/store/internal/sqlstore"
 	"github.com/tenure-dev/tenure/store/internal/watchset"
 )
@@ -104,6 +131,15 @@ type Store struct {
 	// watches is the closed state and every running Watch, which Close
 	// ends.
 	watches watchset.Set
+
+	// sess holds the statements of sessions (session.go); book is what
+	// this Store knows of its own, and opening serialises opening one.
+	sess    sessionStatements
+	book    sessionbook.Book
+	opening sync.Mutex
+	// legacy says the table predates sessions: a read-only Store lists it
+	// as it is.
+	legacy atomic.Bool
 }
 
 var (
@@ -188,7 +224,11 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	s.pool = pool
 	s.ownsPool = true
 	if opts.ReadOnly {
-		if err := s.access.CheckTable(ctx, "?table=, database or search_path"); err != nil {
+		err := s.access.CheckTable(ctx, "?table=, database or search_path")
+		if err == nil {
+			err = s.checkSessions(ctx)
+		}
+		if err != nil {
 			pool.Close()
 			return nil, err
 		}
@@ -224,9 +264,9 @@ func newStore(pool *pgxpool.Pool, opts Options) (*Store, error) {
 	if err := store.ValidateName("postgres: table", table); err != nil {
 		return nil, err
 	}
-	ident := pgx.Identifier{table}.Sanitize()
-	s := &Store{pool: pool, table: table, ident: ident, sql: buildStatements(ident, true),
-		plain: buildStatements(ident, false)}
+	ident, sess := pgx.Identifier{table}.Sanitize(), sessionTable(table)
+	s := &Store{pool: pool, table: table, ident: ident, sql: buildStatements(ident, sess, true),
+		plain: buildStatements(ident, sess, false), sess: buildSessionStatements(ident, sess)}
 	s.access = sqlstore.Access{
 		Backend: "postgres", Table: table, ReadOnly: opts.ReadOnly, AutoMigrate: !opts.NoAutoMigrate,
 		Closed: s.watches.Closed, Exists: s.tableExists, Create: s.migrate,
@@ -262,35 +302,90 @@ func (s *Store) tableExists(ctx context.Context) (bool, error) {
 	return exists, nil
 }
 
+// hasSessions reports whether the table has its session column, session
+// table and trigger (session.go).
+func (s *Store) hasSessions(ctx context.Context, q querier) (bool, error) {
+	var ok bool
+	err := q.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_attribute
+	WHERE attrelid = to_regclass($1) AND attname = 'session' AND NOT attisdropped)
+	AND to_regclass($2) IS NOT NULL
+	AND EXISTS (SELECT 1 FROM pg_trigger WHERE tgrelid = to_regclass($1) AND tgname = $3)`,
+		s.ident, s.sess.table, revokedTrigger).Scan(&ok)
+	if err != nil {
+		return false, fmt.Errorf("postgres: look up the sessions of table %s: %w", s.table, err)
+	}
+	return ok, nil
+}
+
+// querier is a pool or a transaction.
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// checkSessions makes a read-only Store list a table made before sessions
+// as it is.
+func (s *Store) checkSessions(ctx context.Context) error {
+	ok, err := s.hasSessions(ctx, s.pool)
+	if err == nil && !ok {
+		s.legacy.Store(true)
+	}
+	return err
+}
+
+// listSQL is the list statement for the table's layout.
+func (s *Store) listSQL() string {
+	if s.legacy.Load() {
+		return s.sql.listLegacy
+	}
+	return s.sql.list
+}
+
 func (s *Store) migrate(ctx context.Context) error {
-	// An existing table needs no DDL, and a role without CREATE on the
-	// schema may still use it.
+	// An existing table with sessions needs no DDL, and a role without
+	// CREATE on the schema may still use it.
 	exists, err := s.tableExists(ctx)
-	if err != nil || exists {
+	if err == nil && exists {
+		var ok bool
+		if ok, err = s.hasSessions(ctx, s.pool); err == nil && !ok {
+			err = s.ddl(ctx, false)
+		}
 		return err
 	}
-	// CREATE TABLE IF NOT EXISTS is not safe against itself: two sessions
-	// creating the same table at once can both pass the check and one then
-	// fails with a unique violation on pg_type. A transaction-scoped
-	// advisory lock per table name serialises them across processes.
-	// The floor row names the server from the start (promotion.go), in
-	// the same transaction: a table is never seen without it.
-	create := func() error {
-		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrateLockID(s.table)); err != nil {
-				return err
-			}
-			if _, err := tx.Exec(ctx, s.sql.create); err != nil {
-				return err
-			}
-			_, err := tx.Exec(ctx, s.statements().nameServer)
+	if err == nil {
+		err = s.ddl(ctx, true)
+		if err != nil && s.identityUnsupported(err) {
+			err = s.ddl(ctx, true)
+		}
+	}
+	return err
+}
+
+// ddl creates the table (create), or gives one made before sessions what
+// sessions need. CREATE TABLE IF NOT EXISTS is not safe against itself:
+// two sessions creating the same table at once can both pass the check and
+// one then fails with a unique violation on pg_type. A transaction-scoped
+// advisory lock per table name serialises them across processes; every
+// statement is a no-op where its work is done, and none takes the table's
+// exclusive lock then. The floor row of a new table names the server from
+// the start (promotion.go), in the same transaction: a table is never seen
+// without it.
+func (s *Store) ddl(ctx context.Context, create bool) error {
+	ddl := []string{s.sql.create, s.sess.addColumn, s.sess.createSessions, s.sess.sessionIndex,
+		s.sess.revokedFunction, s.sess.revokedTrigger}
+	if create {
+		ddl = append(ddl, s.statements().nameServer)
+	}
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrateLockID(s.table)); err != nil {
 			return err
-		})
-	}
-	err = create()
-	if err != nil && s.identityUnsupported(err) {
-		err = create()
-	}
+		}
+		for _, q := range ddl {
+			if _, err := tx.Exec(ctx, q); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 	if err != nil {
 		return fmt.Errorf("postgres: create table %s: %w", s.table, err)
 	}

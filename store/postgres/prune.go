@@ -62,6 +62,10 @@ func (s *Store) Prune(ctx context.Context, prefix string, olderThan time.Duratio
 			return total, fmt.Errorf("postgres: prune %q: %w", prefix, err)
 		}
 		if n < pruneBatch {
+			// The sessions dead as long, with no record left on them.
+			if _, err := s.pool.Exec(ctx, s.sess.pruneSessions, olderThan.Microseconds()); err != nil {
+				return total, fmt.Errorf("postgres: prune %q: sessions: %w", prefix, err)
+			}
 			return total, nil
 		}
 		after = last // the next batch scans on from here, not from the prefix
