@@ -63,7 +63,7 @@
 // Mixed versions: a record on a session keeps an expires_at a century
 // ahead, so a version of this package from before sessions, which reads
 // only that column, sees the term live and never takes it over; the
-// trigger turns its revocation (owner set to ”) into one that also takes
+// trigger turns its revocation (its owner emptied) into one that also takes
 // the term off its session, so the holder still finds it lost. To go back
 // to such a version, stop the replicas and let their terms end, then run
 // this version's Prune (tenure prune): a record on a session is otherwise

@@ -56,8 +56,8 @@
 //
 // Mixed versions: a version of this package from before sessions reads
 // only a record's own expires_at, so it sees a term on a session as live
-// and never takes it over; a trigger turns its revocation (owner set to
-// ”) into one that also takes the term off its session, so the holder
+// and never takes it over; a trigger turns its revocation (its owner
+// emptied) into one that also takes the term off its session, so the holder
 // still finds it lost at its next renewal. To go back to such a version,
 // stop the replicas and let their terms end, then run this version's
 // Prune (tenure prune): a record on a session is otherwise live forever to
