@@ -192,7 +192,7 @@ func TestATableFromBeforeSessionsIsReadAndMigrated(t *testing.T) {
 }
 
 // A version of this package from before sessions revokes a term (tenure
-// release) by setting its owner to ” alone; the holder must still find
+// release) by emptying its owner alone; the holder must still find
 // it lost at its next renewal, and peers wait for the expiry it had.
 func TestARevocationByAVersionWithoutSessionsReachesTheHolder(t *testing.T) {
 	s := tables.New(t)
