@@ -140,14 +140,16 @@ RETURNING id, version`,
 		// terms to put on in key order; the clock is read once all are
 		// held. Nothing is written unless the session is live and at $3.
 		// It answers the session's new version and each term put on, or
-		// no row.
+		// no row. The cardinality tests make the planner skip the record
+		// table at once when there is nothing to put on or to mark.
 		renewFast: `WITH ls AS (
 	SELECT s.id FROM ` + sess + ` AS s WHERE s.id = $1 FOR UPDATE
 ), jl AS (
 	SELECT l.key, l.epoch, l.expires_at, u.running
 	FROM ` + t + ` AS l JOIN unnest($7::text[], $8::bigint[], $9::boolean[]) AS u(key, epoch, running)
 		ON l.key = u.key COLLATE "C" AND l.epoch = u.epoch
-	WHERE (SELECT count(*) FROM ls) >= 0 AND l.owner = $2 AND NOT l.released AND l.session = 0
+	WHERE cardinality($7::text[]) > 0 AND (SELECT count(*) FROM ls) >= 0
+		AND l.owner = $2 AND NOT l.released AND l.session = 0
 	ORDER BY l.key
 	FOR UPDATE OF l
 ), c AS (
@@ -161,7 +163,7 @@ RETURNING id, version`,
 ), run AS (
 	UPDATE ` + t + ` AS l SET running = u.running
 	FROM unnest($4::text[], $5::bigint[], $6::boolean[]) AS u(key, epoch, running), ok
-	WHERE l.key = u.key COLLATE "C" AND l.epoch = u.epoch AND l.session = ok.id
+	WHERE cardinality($4::text[]) > 0 AND l.key = u.key COLLATE "C" AND l.epoch = u.epoch AND l.session = ok.id
 ), joined AS (
 	UPDATE ` + t + ` AS l SET session = ok.id, expires_at = ` + onSession + `, running = jl.running
 	FROM jl, ok, c
