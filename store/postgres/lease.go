@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/tenure-dev/tenure/store"
+	"github.com/tenure-dev/tenure/store/internal/sessionbook"
 	"github.com/tenure-dev/tenure/store/internal/sqlstore"
 )
 
@@ -106,11 +107,12 @@ func buildStatements(t, sess string, identity bool) statements {
 				+ $4 * interval '1 microsecond' <= clock_timestamp())
 	RETURNING l.epoch, pg_notify($6, ` + acquired + `) AS n
 ), departed AS (
-	UPDATE ` + sess + ` AS s SET version = s.version + 1
+	UPDATE ` + sess + ` AS s SET version = s.version + 1, tag = ` + newTag + `
 	FROM ins WHERE s.id = (SELECT session FROM cur)
-	RETURNING s.id, s.version
+	RETURNING s.id, s.version, s.tag
 )
-SELECT ins.epoch, COALESCE((SELECT id FROM departed), 0), COALESCE((SELECT version FROM departed), 0), ins.n
+SELECT ins.epoch, COALESCE((SELECT id FROM departed), 0), COALESCE((SELECT version FROM departed), 0),
+	COALESCE((SELECT tag FROM departed), 0), ins.n
 FROM ins`,
 
 		// The state of a key for a refused acquisition, and of the floor
@@ -160,11 +162,12 @@ FROM (SELECT clock_timestamp() AS now) AS c
 	WHERE l.key = locked.key AND l.epoch = locked.epoch AND l.owner = $1 AND NOT l.released
 	RETURNING l.key, l.epoch, locked.session AS was, pg_notify($4, ` + released + `) AS n
 ), bump AS (
-	UPDATE ` + sess + ` AS s SET version = s.version + 1
+	UPDATE ` + sess + ` AS s SET version = s.version + 1, tag = ` + newTag + `
 	WHERE s.id IN (SELECT was FROM rel)
-	RETURNING s.id, s.version
+	RETURNING s.id, s.version, s.tag
 )
-SELECT rel.key, rel.epoch, rel.was, COALESCE(bump.version, 0), rel.n FROM rel LEFT JOIN bump ON bump.id = rel.was`,
+SELECT rel.key, rel.epoch, rel.was, COALESCE(bump.version, 0), COALESCE(bump.tag, 0), rel.n
+FROM rel LEFT JOIN bump ON bump.id = rel.was`,
 
 		// One clock reading for every row, so TimeLeft values are mutually
 		// consistent. The "C" collation makes both the prefix test and the
@@ -211,7 +214,7 @@ ORDER BY l.key`,
 		AND (CASE WHEN l.session = 0 THEN l.expires_at ELSE (SELECT ls.expires_at FROM ls) END) > c.now
 	RETURNING l.epoch, pg_notify($2, ` + acquired + `) AS n
 ), bump AS (
-	UPDATE ` + sess + ` AS s SET version = s.version + 1 FROM rv WHERE s.id = (SELECT session FROM cur)
+	UPDATE ` + sess + ` AS s SET version = s.version + 1, tag = ` + newTag + ` FROM rv WHERE s.id = (SELECT session FROM cur)
 )
 SELECT epoch, n FROM rv`,
 
@@ -327,7 +330,8 @@ func (s *Store) acquireBatch(ctx context.Context, st *statements, req store.Acqu
 // sessionMove is the session an acquisition took the key's record off
 // (session.go), and the version it moved it to.
 type sessionMove struct {
-	left, version int64
+	left    int64
+	version sessionbook.Version
 }
 
 func readAcquire(br pgx.BatchResults, key string, grace time.Duration) (store.AcquireResult, sessionMove, floorCheck, error) {
@@ -335,7 +339,7 @@ func readAcquire(br pgx.BatchResults, key string, grace time.Duration) (store.Ac
 		epoch int64
 		m     sessionMove
 	)
-	err := br.QueryRow().Scan(&epoch, &m.left, &m.version, nil)
+	err := br.QueryRow().Scan(&epoch, &m.left, &m.version.N, &m.version.Tag, nil)
 	switch {
 	case err == nil:
 		return store.AcquireResult{Acquired: true, Epoch: epoch}, m, floorPassed, nil
@@ -431,8 +435,15 @@ func (s *Store) Release(ctx context.Context, owner string, terms []store.Term) (
 	if err != nil {
 		return fmt.Errorf("postgres: release %d leases: %w", len(terms), err)
 	}
+	// One statement moved each session one version, for all its terms.
+	bySession := map[int64][]store.Term{}
+	versions := map[int64]sessionbook.Version{}
 	for _, l := range left {
-		s.book.Left(l.session, l.version, l.term)
+		bySession[l.session] = append(bySession[l.session], l.term)
+		versions[l.session] = l.version
+	}
+	for id, ts := range bySession {
+		s.book.Left(id, versions[id], ts...)
 	}
 	return nil
 }
@@ -440,8 +451,9 @@ func (s *Store) Release(ctx context.Context, owner string, terms []store.Term) (
 // leftSession is a term a release ended, the session it took it off (0:
 // none) and the version it moved that session to.
 type leftSession struct {
-	term             store.Term
-	session, version int64
+	term    store.Term
+	session int64
+	version sessionbook.Version
 }
 
 // sendRelease runs a release batch and returns the terms it ended, once
@@ -459,7 +471,7 @@ func (s *Store) sendRelease(ctx context.Context, b *pgx.Batch) ([]leftSession, e
 			l    leftSession
 		)
 		if rows, err = br.Query(); err == nil {
-			_, err = pgx.ForEachRow(rows, []any{&l.term.Key, &l.term.Epoch, &l.session, &l.version, nil}, func() error {
+			_, err = pgx.ForEachRow(rows, []any{&l.term.Key, &l.term.Epoch, &l.session, &l.version.N, &l.version.Tag, nil}, func() error {
 				left = append(left, l)
 				return nil
 			})
@@ -490,7 +502,11 @@ func (s *Store) List(ctx context.Context, prefix string) (_ []store.Lease, err e
 		return nil, nil
 	}
 	sent := validPrefix(prefix)
-	rows, err := s.pool.Query(ctx, s.listSQL(), sent)
+	query, err := s.listSQL(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: list %q: %w", prefix, err)
+	}
+	rows, err := s.pool.Query(ctx, query, sent)
 	if err != nil {
 		return nil, fmt.Errorf("postgres: list %q: %w", prefix, err)
 	}
@@ -536,22 +552,41 @@ func (s *Store) Revoke(ctx context.Context, key string) (_ bool, err error) {
 	if err := s.access.Write(ctx); err != nil {
 		return false, err
 	}
+	// The statement finds the record's session in its snapshot; a record
+	// that moved onto or off a session since is not revoked, and the
+	// revocation goes again while the key has a live term.
+	for try := 1; ; try++ {
+		revoked, err := s.revokeOnce(ctx, key)
+		if err != nil && s.identityUnsupported(err) {
+			continue
+		}
+		if err != nil {
+			return false, fmt.Errorf("postgres: revoke %q: %w", key, err)
+		}
+		if revoked || try == 3 {
+			return revoked, nil
+		}
+		ls, err := s.List(ctx, key)
+		if err != nil {
+			return false, err
+		}
+		if len(ls) == 0 || ls[0].Key != key || !ls[0].Live {
+			return false, nil
+		}
+	}
+}
+
+func (s *Store) revokeOnce(ctx context.Context, key string) (bool, error) {
 	var epoch int64
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		st := s.statements()
 		if _, err := tx.Exec(ctx, st.recordServer); err != nil {
 			return err
 		}
 		return tx.QueryRow(ctx, st.revoke, key, s.table).Scan(&epoch, nil)
 	})
-	if err != nil && s.identityUnsupported(err) {
-		return s.Revoke(ctx, key)
-	}
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
+	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
-	case err != nil:
-		return false, fmt.Errorf("postgres: revoke %q: %w", key, err)
 	}
-	return true, nil
+	return err == nil, err
 }

@@ -234,6 +234,12 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 		}
 		return s, nil
 	}
+	if opts.NoAutoMigrate {
+		if err := s.checkMigrated(ctx); err != nil {
+			pool.Close()
+			return nil, err
+		}
+	}
 	if s.lane, err = newRenewLane(cfg); err != nil {
 		pool.Close()
 		return nil, fmt.Errorf("postgres: connect to %s: %w", shown, store.RedactError(err, secrets...))
@@ -332,12 +338,31 @@ func (s *Store) checkSessions(ctx context.Context) error {
 	return err
 }
 
-// listSQL is the list statement for the table's layout.
-func (s *Store) listSQL() string {
-	if s.legacy.Load() {
-		return s.sql.listLegacy
+// checkMigrated fails, for a Store that may not migrate its table, when
+// the table exists but predates sessions: every call would fail on it.
+func (s *Store) checkMigrated(ctx context.Context) error {
+	exists, err := s.tableExists(ctx)
+	if err != nil || !exists {
+		return err
 	}
-	return s.sql.list
+	ok, err := s.hasSessions(ctx, s.pool)
+	if err == nil && !ok {
+		err = fmt.Errorf("postgres: table %s predates sessions (one row renews a process's leases) and this Store may not add them: run `tenure migrate` (Store.Migrate) with a role that may alter the table, before starting replicas of this version; older replicas run on with it", s.table)
+	}
+	return err
+}
+
+// listSQL is the list statement for the table's layout. A read-only Store
+// on a table made before sessions looks again each time, so it follows
+// the table when another Store migrates it.
+func (s *Store) listSQL(ctx context.Context) (string, error) {
+	if s.legacy.Load() {
+		if ok, err := s.hasSessions(ctx, s.pool); err != nil || !ok {
+			return s.sql.listLegacy, err
+		}
+		s.legacy.Store(false)
+	}
+	return s.sql.list, nil
 }
 
 func (s *Store) migrate(ctx context.Context) error {

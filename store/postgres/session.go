@@ -23,10 +23,12 @@ import (
 // sessions, which reads only that column, sees the term live and never
 // takes it over.
 //
-// Every change to which terms are on a session moves its version up, in
-// the same statement: putting a term on (an acquisition, a renewal that
-// moves one), taking one off (a release, a revocation, an acquisition of
-// the key by anyone, a renewal that drops one). The Store's
+// Every change to which terms are on a session moves its version up and
+// draws it a new random tag, in the same statement: putting a term on (a
+// renewal that lists a term acquired since), taking one off (a release, a
+// revocation, an acquisition of the key by anyone, a renewal that drops
+// one). The tag tells apart two changes that reached one version, as one
+// a crash or a failover lost and one made after it do. The Store's
 // sessionbook.Book knows the terms it put on and the versions its own
 // changes produced; a renewal of exactly those terms at the version the
 // Book knows updates the session row alone (renewFast). Anything else goes
@@ -37,7 +39,14 @@ import (
 // Locks are taken sessions first, then records in key order, and the clock
 // is read once they are held, as the plain statements do. A peer's
 // takeover locks the session of the record it takes, so it cannot read an
-// expiry that a renewal is moving on.
+// expiry that a renewal is moving on. A term-by-term renewal locks its
+// session in a statement of its own first, so that its snapshot holds
+// every term another renewal put on meanwhile. Three paths take a session
+// after a record, and a deadlock between two statements (PostgreSQL then
+// fails one, which is unconfirmed and retried) is possible there only: an
+// older version's revocation through the trigger; a release of a term
+// put on a session after the release's snapshot; a renewal that moves a
+// term off another live session of its owner (two Stores, one owner).
 //
 // Shared fate is bounded: a slow renewal moves off the session every term
 // it does not list and that was put on before the session's previous
@@ -61,6 +70,9 @@ func sessionTable(table string) string {
 	}
 	return pgx.Identifier{table + suffix}.Sanitize()
 }
+
+// newTag draws a session's tag (sessionbook): 52 random bits.
+const newTag = `(random() * 4503599627370496)::bigint`
 
 // onSession is the expires_at of a record on a session (see above): far
 // enough ahead that an older version of this package, which reads only
@@ -91,7 +103,8 @@ func buildSessionStatements(t, sess string) sessionStatements {
 	owner      text        NOT NULL,
 	expires_at timestamptz NOT NULL,
 	renewed_at timestamptz NOT NULL,
-	version    bigint      NOT NULL DEFAULT 0
+	version    bigint      NOT NULL DEFAULT 0,
+	tag        bigint      NOT NULL DEFAULT 0
 )`,
 		// Only where missing: ALTER TABLE takes the table's exclusive lock
 		// before it looks. (pg_attribute is read afresh: the CREATE TABLE
@@ -113,7 +126,7 @@ END $$`,
 		// write, which the WHEN clause tells apart.
 		revokedFunction: `CREATE OR REPLACE FUNCTION ` + revokedFunction(t) + `() RETURNS trigger LANGUAGE plpgsql AS $f$
 BEGIN
-	UPDATE ` + sess + ` AS s SET version = s.version + 1 WHERE s.id = OLD.session RETURNING s.expires_at INTO NEW.expires_at;
+	UPDATE ` + sess + ` AS s SET version = s.version + 1, tag = ` + newTag + ` WHERE s.id = OLD.session RETURNING s.expires_at INTO NEW.expires_at;
 	NEW.expires_at := COALESCE(NEW.expires_at, 'epoch');
 	NEW.session := 0;
 	RETURN NEW;
@@ -130,10 +143,10 @@ END $$`,
 		// $1 owner, $2 ttl µs.
 		newSession: `INSERT INTO ` + sess + ` (owner, expires_at, renewed_at)
 VALUES ($1, clock_timestamp() + $2 * interval '1 microsecond', clock_timestamp())
-RETURNING id, version`,
+RETURNING id, version, tag`,
 
 		// The renewal of a Store that knows every term on its session at
-		// version $3: the session row, the runner states that changed
+		// version $3 and tag $11: the session row, the runner states that changed
 		// ($4–$6), and the terms acquired since ($7–$9), which go on the
 		// session if they are still owner's, unreleased and live. $1 id,
 		// $2 owner, $10 ttl µs. The session is locked first, then the
@@ -156,10 +169,11 @@ RETURNING id, version`,
 	SELECT clock_timestamp() AS now FROM (SELECT count(*) FROM jl) AS n
 ), ok AS (
 	UPDATE ` + sess + ` AS s SET expires_at = c.now + $10 * interval '1 microsecond', renewed_at = c.now,
-		version = s.version + (CASE WHEN cardinality($7::text[]) > 0 THEN 1 ELSE 0 END)
+		version = s.version + (CASE WHEN cardinality($7::text[]) > 0 THEN 1 ELSE 0 END),
+		tag = CASE WHEN cardinality($7::text[]) > 0 THEN ` + newTag + ` ELSE s.tag END
 	FROM c
-	WHERE s.id = $1 AND s.owner = $2 AND s.version = $3 AND s.expires_at > c.now
-	RETURNING s.id, s.version
+	WHERE s.id = $1 AND s.owner = $2 AND s.version = $3 AND s.tag = $11 AND s.expires_at > c.now
+	RETURNING s.id, s.version, s.tag
 ), run AS (
 	UPDATE ` + t + ` AS l SET running = u.running
 	FROM unnest($4::text[], $5::bigint[], $6::boolean[]) AS u(key, epoch, running), ok
@@ -170,7 +184,7 @@ RETURNING id, version`,
 	WHERE l.key = jl.key AND l.epoch = jl.epoch AND jl.expires_at > c.now
 	RETURNING l.key, l.epoch
 )
-SELECT ok.version, joined.key, joined.epoch FROM ok LEFT JOIN joined ON true`,
+SELECT ok.version, ok.tag, joined.key, joined.epoch FROM ok LEFT JOIN joined ON true`,
 
 		// Rule 3 term by term, onto session $3 (live, or nothing is
 		// written). $1 owner, $2 ttl µs, $4–$6 the items. The session is
@@ -211,17 +225,18 @@ SELECT ok.version, joined.key, joined.epoch FROM ok LEFT JOIN joined ON true`,
 	FROM dec AS k, live
 	WHERE l.key = k.key AND (k.renew OR k.session = live.id)
 ), moved AS (
-	UPDATE ` + sess + ` AS s SET version = s.version + 1
+	UPDATE ` + sess + ` AS s SET version = s.version + 1, tag = ` + newTag + `
 	WHERE s.id IN (SELECT dec.session FROM dec, live WHERE dec.renew AND dec.session NOT IN (0, live.id))
 ), me AS (
 	UPDATE ` + sess + ` AS s SET
-		expires_at = c.now + $2 * interval '1 microsecond', renewed_at = c.now, version = s.version + 1
+		expires_at = c.now + $2 * interval '1 microsecond', renewed_at = c.now,
+		version = s.version + 1, tag = ` + newTag + `
 	FROM live, c WHERE s.id = live.id
-	RETURNING s.version
+	RETURNING s.version, s.tag
 ), ren AS (
 	SELECT dec.key, dec.epoch, dec.running FROM dec WHERE dec.renew
 )
-SELECT me.version, ren.key, ren.epoch, ren.running FROM me LEFT JOIN ren ON true`,
+SELECT me.version, me.tag, ren.key, ren.epoch, ren.running FROM me LEFT JOIN ren ON true`,
 
 		// Sessions dead for $1 µs that no record is on.
 		pruneSessions: `DELETE FROM ` + sess + ` AS s WHERE s.expires_at + $1 * interval '1 microsecond' <= clock_timestamp()
@@ -263,11 +278,14 @@ func (s *Store) session(ctx context.Context, owner string, ttl time.Duration) (i
 	if id := s.book.Session(owner, ttl); id != 0 {
 		return id, nil // opened meanwhile
 	}
-	var id, version int64
-	if err := s.pool.QueryRow(ctx, s.sess.newSession, owner, ttl.Microseconds()).Scan(&id, &version); err != nil {
+	var (
+		id int64
+		v  sessionbook.Version
+	)
+	if err := s.pool.QueryRow(ctx, s.sess.newSession, owner, ttl.Microseconds()).Scan(&id, &v.N, &v.Tag); err != nil {
 		return 0, fmt.Errorf("open a session: %w", err)
 	}
-	s.book.Opened(owner, ttl, id, version)
+	s.book.Opened(owner, ttl, id, v)
 	return id, nil
 }
 
@@ -310,18 +328,18 @@ func (s *Store) renew(ctx context.Context, pool *pgxpool.Pool, owner string, ttl
 func (s *Store) renewFast(ctx context.Context, pool *pgxpool.Pool, owner string, ttl time.Duration, f sessionbook.Fast, items []store.RenewItem) (renewed map[store.Term]bool, done bool, err error) {
 	keys, epochs, running := columns(f.Changed)
 	jkeys, jepochs, jrunning := columns(f.Join)
-	rows, err := pool.Query(ctx, s.sess.renewFast, f.ID, owner, f.Version, keys, epochs, running,
-		jkeys, jepochs, jrunning, ttl.Microseconds())
+	rows, err := pool.Query(ctx, s.sess.renewFast, f.ID, owner, f.Version.N, keys, epochs, running,
+		jkeys, jepochs, jrunning, ttl.Microseconds(), f.Version.Tag)
 	if err != nil {
 		return nil, false, err
 	}
 	var (
-		version int64
+		version sessionbook.Version
 		key     *string
 		epoch   *int64
 	)
 	joined := make(map[store.Term]bool, len(f.Join))
-	_, err = pgx.ForEachRow(rows, []any{&version, &key, &epoch}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&version.N, &version.Tag, &key, &epoch}, func() error {
 		done = true
 		if key != nil {
 			joined[store.Term{Key: *key, Epoch: *epoch}] = true
@@ -348,15 +366,31 @@ func (s *Store) renewFast(ctx context.Context, pool *pgxpool.Pool, owner string,
 }
 
 // renewSlow renews items term by term onto session id; found false means
-// the session was dead or gone, and nothing was written.
+// the session was dead or gone, and nothing was written. The session is
+// locked by a statement of its own first, in the same transaction: the
+// renewal's snapshot, taken when its statement starts, then holds every
+// change made under that lock (a term another renewal put on it).
 func (s *Store) renewSlow(ctx context.Context, pool *pgxpool.Pool, owner string, ttl time.Duration, id int64, items []store.RenewItem) (map[store.Term]bool, bool, error) {
 	keys, epochs, running := columns(items)
-	rows, err := pool.Query(ctx, s.sess.renewSlow, owner, ttl.Microseconds(), id, keys, epochs, running)
+	b := &pgx.Batch{}
+	b.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
+	b.Queue(`SELECT 1 FROM `+s.sess.table+` WHERE id = $1 FOR UPDATE`, id)
+	b.Queue(s.sess.renewSlow, owner, ttl.Microseconds(), id, keys, epochs, running)
+	b.Queue("COMMIT")
+	br := pool.SendBatch(ctx, b)
+	defer br.Close()
+	if _, err := br.Exec(); err != nil {
+		return nil, false, err
+	}
+	if _, err := br.Exec(); err != nil {
+		return nil, false, err
+	}
+	rows, err := br.Query()
 	if err != nil {
 		return nil, false, err
 	}
 	var (
-		version int64
+		version sessionbook.Version
 		found   bool
 		terms   []sessionbook.Term
 		key     *string
@@ -364,7 +398,7 @@ func (s *Store) renewSlow(ctx context.Context, pool *pgxpool.Pool, owner string,
 		run     *bool
 	)
 	renewed := make(map[store.Term]bool, len(items))
-	_, err = pgx.ForEachRow(rows, []any{&version, &key, &epoch, &run}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&version.N, &version.Tag, &key, &epoch, &run}, func() error {
 		found = true
 		if key != nil {
 			terms = append(terms, sessionbook.Term{Key: *key, Epoch: *epoch, Running: *run})
@@ -372,6 +406,9 @@ func (s *Store) renewSlow(ctx context.Context, pool *pgxpool.Pool, owner string,
 		}
 		return nil
 	})
+	if err == nil {
+		_, err = br.Exec() // COMMIT
+	}
 	if err != nil || !found {
 		return nil, false, err
 	}

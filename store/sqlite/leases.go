@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tenure-dev/tenure/store"
+	"github.com/tenure-dev/tenure/store/internal/sessionbook"
 	"github.com/tenure-dev/tenure/store/internal/sqlstore"
 )
 
@@ -62,9 +63,9 @@ func (s *Store) acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 	case err == nil:
 		// The term starts on its own record: the session the key's last
 		// term was on moves to a new version.
-		var version int64
+		var version sessionbook.Version
 		if old != 0 {
-			if err := tx.QueryRowContext(ctx, s.q.bumpSession, old).Scan(&version); err != nil {
+			if err := tx.QueryRowContext(ctx, s.q.bumpSession, old).Scan(&version.N, &version.Tag); err != nil {
 				return store.AcquireResult{}, err
 			}
 		}
@@ -208,11 +209,11 @@ func (s *Store) release(ctx context.Context, owner, pairs string) ([]store.Term,
 	if err != nil {
 		return nil, err
 	}
-	versions := map[int64]int64{}
+	versions := map[int64]sessionbook.Version{}
 	for _, id := range on {
 		if _, done := versions[id]; id != 0 && !done {
-			var v int64
-			if err := tx.QueryRowContext(ctx, s.q.bumpSession, id).Scan(&v); err != nil {
+			var v sessionbook.Version
+			if err := tx.QueryRowContext(ctx, s.q.bumpSession, id).Scan(&v.N, &v.Tag); err != nil {
 				return nil, err
 			}
 			versions[id] = v
@@ -226,8 +227,13 @@ func (s *Store) release(ctx context.Context, owner, pairs string) ([]store.Term,
 	if err != nil {
 		return nil, err
 	}
+	// One transaction moved each session one version, for all its terms.
+	bySession := map[int64][]store.Term{}
 	for _, t := range ended {
-		s.book.Left(on[t], versions[on[t]], t)
+		bySession[on[t]] = append(bySession[on[t]], t)
+	}
+	for id, ts := range bySession {
+		s.book.Left(id, versions[id], ts...)
 	}
 	return ended, nil
 }
@@ -308,9 +314,9 @@ func (s *Store) revoke(ctx context.Context, key string) (bool, error) {
 	case err != nil:
 		return false, err
 	}
-	var version int64
+	var version sessionbook.Version
 	if on != 0 {
-		if err := tx.QueryRowContext(ctx, s.q.bumpSession, on).Scan(&version); err != nil {
+		if err := tx.QueryRowContext(ctx, s.q.bumpSession, on).Scan(&version.N, &version.Tag); err != nil {
 			return false, err
 		}
 	}

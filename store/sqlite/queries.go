@@ -179,7 +179,8 @@ RETURNING epoch`),
 	id         INTEGER PRIMARY KEY AUTOINCREMENT,
 	owner      TEXT    NOT NULL,
 	expires_at INTEGER NOT NULL,
-	version    INTEGER NOT NULL DEFAULT 0
+	version    INTEGER NOT NULL DEFAULT 0,
+	tag        INTEGER NOT NULL DEFAULT 0
 )`),
 		sessionIndex: r.Replace(`CREATE INDEX IF NOT EXISTS "{t}:session" ON {t} (session)`),
 		// A version of this package from before sessions revokes a term by
@@ -195,28 +196,31 @@ BEGIN
 	UPDATE {t} SET session = 0,
 		expires_at = COALESCE((SELECT x.expires_at FROM {s} AS x WHERE x.id = OLD.session), 0)
 	WHERE key = NEW.key;
-	UPDATE {s} SET version = version + 1 WHERE id = OLD.session;
+	UPDATE {s} SET version = version + 1, tag = random() WHERE id = OLD.session;
 END`),
 		// ?1 key: the session its record is on, or no row.
 		sessionOf: r.Replace(`SELECT session FROM {t} WHERE key = ?1 AND session <> 0`),
 		// ?1 id, ?2 owner.
 		sessionLive: r.Replace(`SELECT expires_at > {now} FROM {s} WHERE id = ?1 AND owner = ?2`),
 		// ?1 owner, ?2 ttl µs.
-		newSession: r.Replace(`INSERT INTO {s} (owner, expires_at, version) VALUES (?1, {now} + ?2, 0) RETURNING id, version`),
-		// ?1 id: a term was put on the session or taken off.
-		bumpSession: r.Replace(`UPDATE {s} SET version = version + 1 WHERE id = ?1 RETURNING version`),
+		newSession: r.Replace(`INSERT INTO {s} (owner, expires_at, version, tag) VALUES (?1, {now} + ?2, 0, random())
+RETURNING id, version, tag`),
+		// ?1 id: a term was put on the session or taken off. Every such
+		// change draws a new tag as well (sessionbook).
+		bumpSession: r.Replace(`UPDATE {s} SET version = version + 1, tag = random() WHERE id = ?1 RETURNING version, tag`),
 		// Sessions that listed terms of owner ?1 are on, other than ?2:
 		// those terms leave them (a release, or a renewal that moves them
 		// onto ?2). ?3 a JSON array of [key, epoch, …].
-		bumpSessionsOf: r.Replace(`UPDATE {s} SET version = version + 1
+		bumpSessionsOf: r.Replace(`UPDATE {s} SET version = version + 1, tag = random()
 WHERE id <> ?2 AND id IN (
 	SELECT {t}.session FROM {t} JOIN json_each(?3) AS j ON {t}.key = j.value ->> 0 AND {t}.epoch = j.value ->> 1
 	WHERE {t}.owner = ?1 AND {t}.released = 0 AND {t}.session <> 0)`),
 		// The renewal of a Store that knows every term on its session at
-		// version ?4: the session alone, and one version more when it puts
-		// terms on (?5 is 1 then). ?1 id, ?2 owner, ?3 ttl µs.
-		renewSession: r.Replace(`UPDATE {s} SET expires_at = {now} + ?3, version = version + ?5
-WHERE id = ?1 AND owner = ?2 AND version = ?4 AND expires_at > {now} RETURNING version`),
+		// version ?4 and tag ?6: the session alone, and one version more
+		// when it puts terms on (?5 is 1 then). ?1 id, ?2 owner, ?3 ttl µs.
+		renewSession: r.Replace(`UPDATE {s} SET expires_at = {now} + ?3, version = version + ?5,
+	tag = CASE WHEN ?5 > 0 THEN random() ELSE tag END
+WHERE id = ?1 AND owner = ?2 AND version = ?4 AND tag = ?6 AND expires_at > {now} RETURNING version, tag`),
 		// ?1 session, ?2 a JSON array of [key, epoch, running] triples.
 		setRunning: r.Replace(`UPDATE {t} SET running = j.value ->> 2
 FROM json_each(?2) AS j
@@ -252,7 +256,8 @@ WHERE {t}.key = j.value ->> 0
 	AND {exp} > {now}
 RETURNING {t}.key, {t}.epoch, {t}.running`),
 		// ?1 session, ?2 ttl µs.
-		extendSession: r.Replace(`UPDATE {s} SET expires_at = {now} + ?2, version = version + 1 WHERE id = ?1 RETURNING version`),
+		extendSession: r.Replace(`UPDATE {s} SET expires_at = {now} + ?2, version = version + 1, tag = random()
+WHERE id = ?1 RETURNING version, tag`),
 		// ?1 owner, ?2 a JSON array of [key, epoch] pairs: the session of
 		// each term a release ends.
 		sessionsOf: r.Replace(`SELECT {t}.key, {t}.epoch, {t}.session

@@ -20,8 +20,9 @@ import (
 // session, the session's expiry is the record's (the query fragment
 // expiry), and the record's own expires_at holds a date a century ahead,
 // which a version of this package without sessions reads as live. Every
-// change to which terms are on a session moves its version up in the same
-// transaction: a renewal that puts terms on or takes them off, a release,
+// change to which terms are on a session moves its version up (and draws
+// a new random tag, which tells apart two changes that reached one
+// version, one of them lost to a crash) in the same transaction: a renewal that puts terms on or takes them off, a release,
 // a revocation, an acquisition of a key whose record is on one.
 //
 // The Store's sessionbook.Book knows the terms on its sessions and the
@@ -98,11 +99,11 @@ func (s *Store) liveSession(ctx context.Context, tx *sql.Tx, owner string, ttl t
 	// Should tx roll back, the Book knows a session that does not exist:
 	// the next renewal finds it gone and opens another. One that did
 	// commit and goes unused is pruned in time.
-	var version int64
-	if err := tx.QueryRowContext(ctx, s.q.newSession, owner, ttl.Microseconds()).Scan(&id, &version); err != nil {
+	var v sessionbook.Version
+	if err := tx.QueryRowContext(ctx, s.q.newSession, owner, ttl.Microseconds()).Scan(&id, &v.N, &v.Tag); err != nil {
 		return 0, err
 	}
-	s.book.Opened(owner, ttl, id, version)
+	s.book.Opened(owner, ttl, id, v)
 	return id, nil
 }
 
@@ -114,8 +115,8 @@ func (s *Store) renewFast(ctx context.Context, tx *sql.Tx, owner string, ttl tim
 	if len(f.Join) > 0 {
 		joining = 1
 	}
-	var version int64
-	err = tx.QueryRowContext(ctx, s.q.renewSession, f.ID, owner, ttl.Microseconds(), f.Version, joining).Scan(&version)
+	var version sessionbook.Version
+	err = tx.QueryRowContext(ctx, s.q.renewSession, f.ID, owner, ttl.Microseconds(), f.Version.N, joining, f.Version.Tag).Scan(&version.N, &version.Tag)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return nil, false, nil
@@ -193,8 +194,8 @@ func (s *Store) renewSlow(ctx context.Context, tx *sql.Tx, owner string, ttl tim
 	if err := q.Err(); err != nil {
 		return nil, err
 	}
-	var version int64
-	if err := tx.QueryRowContext(ctx, s.q.extendSession, id, ttl.Microseconds()).Scan(&version); err != nil {
+	var version sessionbook.Version
+	if err := tx.QueryRowContext(ctx, s.q.extendSession, id, ttl.Microseconds()).Scan(&version.N, &version.Tag); err != nil {
 		return nil, err
 	}
 	if err := tx.Commit(); err != nil {

@@ -245,3 +245,23 @@ func TestPruneDeletesDeadEmptySessions(t *testing.T) {
 		t.Fatal("the prune ended b's live term")
 	}
 }
+
+// One release of several terms moves their session one version: none of
+// them may stay in what the Store knows, or a renewal listing one is
+// answered true from the session alone though a peer has taken it.
+func TestAReleaseOfSeveralTermsLeavesNoneOnTheSession(t *testing.T) {
+	for _, listed := range []string{"k1", "k2"} {
+		s := openTemp(t, Options{})
+		const ttl = time.Minute
+		k1, k2, k3 := acquireFor(t, s, "k1", "a", ttl), acquireFor(t, s, "k2", "a", ttl), acquireFor(t, s, "k3", "a", ttl)
+		renewAll(t, s, "a", ttl, k1, k2, k3)
+		if err := s.Release(context.Background(), "a", []store.Term{k1, k2}); err != nil {
+			t.Fatal(err)
+		}
+		acquireFor(t, s, listed, "b", ttl) // a peer takes a released key at once
+		gone := map[string]store.Term{"k1": k1, "k2": k2}[listed]
+		if got, _ := renewAll(t, s, "a", ttl, gone, k3); got[0] || !got[1] {
+			t.Fatalf("renewal of released %s and of k3: %v; want [false true]", listed, got)
+		}
+	}
+}

@@ -2,13 +2,16 @@
 // so that a renewal of a process's terms can be one write however many
 // keys it holds.
 //
-// A session is a row of the store's session table with an expiry and a
-// version; a lease record on a session takes the session's expiry. An
+// A session is a row of the store's session table with an expiry, a
+// version and a tag; a lease record on a session takes the session's
+// expiry. An
 // acquisition starts a term on its own record, as without sessions; the
 // next renewal that lists it puts it on its owner's session for its TTL.
 // Every change to which terms are on a session — a term put on or taken
-// off, by this store or anyone else — moves the session's version up, in
-// the same statement.
+// off, by this store or anyone else — moves the session's version up and
+// draws it a new random tag, in the same statement. The version orders
+// the changes; the tag tells two changes apart that reached one version,
+// as one lost in a crash or a failover and one made after it do.
 //
 // The Book records, per session, the terms on it and the version they are
 // known at, and the terms acquired through the store and not yet on it
@@ -46,13 +49,14 @@ type sessionKey struct {
 
 type session struct {
 	id int64 // 0: none known to be live
-	// version is the session's version as far as the Book knows it whole;
-	// ahead holds versions of changes that came back past a gap.
-	version int64
-	ahead   map[int64]bool
-	on      map[string]*term // the terms on the session
-	pending map[string]*term // acquired, not yet on it
-	pass    uint64           // numbers the renewals checked
+	// version and tag are the session's as far as the Book knows it
+	// whole; ahead holds the tags of versions of changes that came back
+	// past a gap.
+	version, tag int64
+	ahead        map[int64]int64
+	on           map[string]*term // the terms on the session
+	pending      map[string]*term // acquired, not yet on it
+	pass         uint64           // numbers the renewals checked
 }
 
 type term struct {
@@ -88,14 +92,17 @@ func (b *Book) Session(owner string, ttl time.Duration) int64 {
 	return b.get(owner, ttl).id
 }
 
-// Opened records a new, empty session of owner for ttl at version, the
-// one the store uses from now on. Terms on a session the Book had before
-// are forgotten (it died, or is left to die).
-func (b *Book) Opened(owner string, ttl time.Duration, id, version int64) {
+// Version is a session's version and tag.
+type Version struct{ N, Tag int64 }
+
+// Opened records a new, empty session of owner for ttl at v, the one the
+// store uses from now on. Terms on a session the Book had before are
+// forgotten (it died, or is left to die).
+func (b *Book) Opened(owner string, ttl time.Duration, id int64, v Version) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	ss := b.get(owner, ttl)
-	ss.id, ss.version, ss.ahead, ss.on = id, version, nil, map[string]*term{}
+	ss.id, ss.version, ss.tag, ss.ahead, ss.on = id, v.N, v.Tag, nil, map[string]*term{}
 }
 
 // Dead forgets owner's session id for ttl, which a renewal found dead or
@@ -119,7 +126,8 @@ func (b *Book) Acquired(owner string, ttl time.Duration, key string, epoch int64
 
 // Fast is a renewal that may write the session alone.
 type Fast struct {
-	ID, Version int64
+	ID      int64
+	Version Version
 	// Changed are listed terms on the session whose runner state changed;
 	// Join are listed pending terms, to put on the session.
 	Changed, Join []store.RenewItem
@@ -135,7 +143,7 @@ func (b *Book) Check(owner string, ttl time.Duration, items []store.RenewItem) (
 		return Fast{}, false
 	}
 	ss.pass++
-	f := Fast{ID: ss.id, Version: ss.version}
+	f := Fast{ID: ss.id, Version: Version{ss.version, ss.tag}}
 	listed := 0
 	for _, it := range items {
 		t, on := ss.on[it.Key]
@@ -162,9 +170,9 @@ func (b *Book) Check(owner string, ttl time.Duration, items []store.RenewItem) (
 	return f, true
 }
 
-// Renewed records a renewal of f's session alone, which moved it to
-// version and put joined (of f.Join) on it.
-func (b *Book) Renewed(owner string, ttl time.Duration, f Fast, version int64, joined map[store.Term]bool) {
+// Renewed records a renewal of f's session alone, which moved it to v and
+// put joined (of f.Join) on it.
+func (b *Book) Renewed(owner string, ttl time.Duration, f Fast, v Version, joined map[store.Term]bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	ss := b.get(owner, ttl)
@@ -173,11 +181,13 @@ func (b *Book) Renewed(owner string, ttl time.Duration, f Fast, version int64, j
 			delete(ss.pending, it.Key) // on the session now, or lost
 		}
 	}
-	if ss.id != f.ID || ss.version != f.Version || len(ss.ahead) > 0 {
+	if ss.id != f.ID || ss.version != f.Version.N || ss.tag != f.Version.Tag || len(ss.ahead) > 0 {
 		// A change came back meanwhile, made after this renewal: the
 		// Book cannot tell what the session holds; the next renewal
 		// learns it afresh.
-		ss.ahead = map[int64]bool{version: true}
+		if ss.id == f.ID {
+			ss.ahead = map[int64]int64{v.N: v.Tag}
+		}
 		return
 	}
 	for _, it := range f.Changed {
@@ -190,20 +200,20 @@ func (b *Book) Renewed(owner string, ttl time.Duration, f Fast, version int64, j
 			ss.on[it.Key] = &term{epoch: it.Epoch, running: it.Running}
 		}
 	}
-	ss.version = version
+	ss.version, ss.tag = v.N, v.Tag
 }
 
-// Learned records session id whole, as a renewal found it at version.
-func (b *Book) Learned(owner string, ttl time.Duration, id, version int64, terms []Term) {
+// Learned records session id whole, as a renewal found it at v.
+func (b *Book) Learned(owner string, ttl time.Duration, id int64, v Version, terms []Term) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	ss := b.get(owner, ttl)
-	if ss.id == id && version < ss.version {
+	if ss.id == id && v.N < ss.version {
 		return // the Book knows a later version whole
 	}
 	// Changes that came back past a gap were made to the terms this
 	// replaces: forget them too, so that the next renewal learns afresh.
-	ss.id, ss.version, ss.ahead = id, version, nil
+	ss.id, ss.version, ss.tag, ss.ahead = id, v.N, v.Tag, nil
 	ss.on = make(map[string]*term, len(terms))
 	for _, t := range terms {
 		ss.on[t.Key] = &term{epoch: t.Epoch, running: t.Running}
@@ -213,29 +223,38 @@ func (b *Book) Learned(owner string, ttl time.Duration, id, version int64, terms
 	}
 }
 
-// Left records that term left session id (0: its own record) through a
-// call of this store that moved the session to version: a release, a
-// revocation, or an acquisition of its key.
-func (b *Book) Left(id, version int64, tm store.Term) {
+// Left records that terms left session id (0: their own records) through
+// one call of this store that moved the session to v: a release, a
+// revocation, or an acquisition of a key. A term of epoch 0 is the key's
+// term, whatever its epoch.
+func (b *Book) Left(id int64, v Version, terms ...store.Term) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, ss := range b.sessions {
-		if t := ss.pending[tm.Key]; id == 0 && t != nil && (t.epoch == tm.Epoch || tm.Epoch == 0) {
-			delete(ss.pending, tm.Key)
+		for _, tm := range terms {
+			if t := ss.pending[tm.Key]; id == 0 && t != nil && (t.epoch == tm.Epoch || tm.Epoch == 0) {
+				delete(ss.pending, tm.Key)
+			}
 		}
-		if id == 0 || ss.id != id || version <= ss.version {
+		if id == 0 || ss.id != id || v.N <= ss.version {
 			continue
 		}
-		if t := ss.on[tm.Key]; t != nil && (t.epoch == tm.Epoch || tm.Epoch == 0) {
-			delete(ss.on, tm.Key)
+		for _, tm := range terms {
+			if t := ss.on[tm.Key]; t != nil && (t.epoch == tm.Epoch || tm.Epoch == 0) {
+				delete(ss.on, tm.Key)
+			}
 		}
 		if ss.ahead == nil {
-			ss.ahead = map[int64]bool{}
+			ss.ahead = map[int64]int64{}
 		}
-		ss.ahead[version] = true
-		for ss.ahead[ss.version+1] {
+		ss.ahead[v.N] = v.Tag
+		for {
+			tag, ok := ss.ahead[ss.version+1]
+			if !ok {
+				break
+			}
 			delete(ss.ahead, ss.version+1)
-			ss.version++
+			ss.version, ss.tag = ss.version+1, tag
 		}
 	}
 }

@@ -20,12 +20,12 @@ func items(terms ...store.Term) []store.RenewItem {
 // onSession makes a Book whose session 7 holds terms at version 3.
 func onSession(terms ...store.Term) *Book {
 	b := &Book{}
-	b.Opened("a", ttl, 7, 0)
+	b.Opened("a", ttl, 7, Version{})
 	var ts []Term
 	for _, t := range terms {
 		ts = append(ts, Term{Key: t.Key, Epoch: t.Epoch})
 	}
-	b.Learned("a", ttl, 7, 3, ts)
+	b.Learned("a", ttl, 7, Version{3, 33}, ts)
 	return b
 }
 
@@ -51,7 +51,7 @@ func TestARenewalMayGoFastOnlyWithExactlyTheTermsOnTheSession(t *testing.T) {
 		if ok != c.fast {
 			t.Errorf("%s: fast %t, want %t", c.name, ok, c.fast)
 		}
-		if ok && (f.ID != 7 || f.Version != 3) {
+		if ok && (f.ID != 7 || f.Version != Version{3, 33}) {
 			t.Errorf("%s: %+v, want session 7 at version 3", c.name, f)
 		}
 	}
@@ -62,16 +62,16 @@ func TestARenewalMayGoFastOnlyWithExactlyTheTermsOnTheSession(t *testing.T) {
 
 func TestVersionsPastAGapMakeTheRenewalGoTermByTerm(t *testing.T) {
 	b := onSession(k1, k2, k3)
-	b.Left(7, 5, k2) // version 4 has not come back
+	b.Left(7, Version{5, 55}, k2) // version 4 has not come back
 	if _, ok := b.Check("a", ttl, items(k1, k3)); ok {
 		t.Fatal("fast with version 4 missing")
 	}
-	b.Left(7, 4, k3)
+	b.Left(7, Version{4, 44}, k3)
 	f, ok := b.Check("a", ttl, items(k1))
-	if !ok || f.Version != 5 {
+	if !ok || f.Version != (Version{5, 55}) {
 		t.Fatalf("after versions 4 and 5: %+v, fast %t; want fast at version 5", f, ok)
 	}
-	b.Left(7, 5, k1) // a version it knows already changes nothing
+	b.Left(7, Version{5, 55}, k1) // a version it knows already changes nothing
 	if _, ok := b.Check("a", ttl, items(k1)); !ok {
 		t.Fatal("a change replayed at a known version took k1 off")
 	}
@@ -84,12 +84,12 @@ func TestAChangeThatCameBackDuringAFastRenewalForgetsTheSession(t *testing.T) {
 	if !ok {
 		t.Fatal("not fast")
 	}
-	b.Left(7, 5, k2) // a release of k2 after the renewal put it on (version 4)
-	b.Renewed("a", ttl, f, 4, map[store.Term]bool{k2: true})
+	b.Left(7, Version{5, 55}, k2) // a release of k2 after the renewal put it on (version 4)
+	b.Renewed("a", ttl, f, Version{4, 44}, map[store.Term]bool{k2: true})
 	if _, ok := b.Check("a", ttl, items(k1)); ok {
 		t.Fatal("fast although the Book cannot tell whether k2 is on the session")
 	}
-	b.Learned("a", ttl, 7, 5, []Term{{Key: "k1", Epoch: 1}})
+	b.Learned("a", ttl, 7, Version{5, 55}, []Term{{Key: "k1", Epoch: 1}})
 	if _, ok := b.Check("a", ttl, items(k1)); !ok {
 		t.Fatal("not fast once the session was learned again")
 	}
@@ -104,8 +104,21 @@ func TestADeadSessionIsForgotten(t *testing.T) {
 	if _, ok := b.Check("a", ttl, items(k1)); ok {
 		t.Fatal("fast on a dead session")
 	}
-	b.Opened("a", ttl, 8, 0)
+	b.Opened("a", ttl, 8, Version{})
 	if _, ok := b.Check("a", ttl, items(k1)); ok {
 		t.Fatal("a new session claims the old one's term")
+	}
+}
+
+// One release that takes several terms off a session moves it one version:
+// every one of them leaves the Book.
+func TestOneCallTakingSeveralTermsOffLeavesNoneBehind(t *testing.T) {
+	b := onSession(k1, k2, k3)
+	b.Left(7, Version{4, 44}, k1, k2)
+	if _, ok := b.Check("a", ttl, items(k2, k3)); ok {
+		t.Fatal("fast with k2 listed after it left")
+	}
+	if f, ok := b.Check("a", ttl, items(k3)); !ok || f.Version != (Version{4, 44}) {
+		t.Fatalf("%+v, fast %t; want k3 alone, fast at version 4", f, ok)
 	}
 }
