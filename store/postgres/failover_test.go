@@ -75,6 +75,11 @@ func TestAPromotedStandbyGrantsNoLostTermAgain(t *testing.T) {
 	s := openPair(t, pair)
 	kept := testenv.MustAcquire(t, s, "kept", "a", failoverTTL, failoverGrace)
 	testenv.MustAcquire(t, s, "warm", "a", failoverTTL, failoverGrace) // the floor row names the primary
+	// The table, made by the first acquisition, must be on the standby:
+	// only what follows is to be lost.
+	if err := pair.CaughtUp(testenv.Context(t)); err != nil {
+		t.Fatal(err)
+	}
 
 	if err := pair.HoldReplication(); err != nil {
 		t.Fatal(err)

@@ -205,6 +205,46 @@ func (p *PostgresPair) SetReplicationDelay(d time.Duration) {
 	}
 }
 
+// CaughtUp returns once the standby has replayed everything the primary
+// had written when it was called, so that what a test set up before holding
+// replication is on both.
+func (p *PostgresPair) CaughtUp(ctx context.Context) error {
+	p.mu.Lock()
+	prim, standby := p.nodes[p.primary], p.nodes[1-p.primary]
+	p.mu.Unlock()
+	connect := func(port int) (*pgx.Conn, error) {
+		return pgx.Connect(ctx, fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?connect_timeout=2", port))
+	}
+	pc, err := connect(prim.port)
+	if err != nil {
+		return err
+	}
+	defer pc.Close(ctx)
+	var lsn string
+	if err := pc.QueryRow(ctx, `SELECT pg_current_wal_lsn()::text`).Scan(&lsn); err != nil {
+		return err
+	}
+	sc, err := connect(standby.port)
+	if err != nil {
+		return err
+	}
+	defer sc.Close(ctx)
+	for {
+		var done bool
+		if err := sc.QueryRow(ctx, `SELECT pg_last_wal_replay_lsn() >= $1::pg_lsn`, lsn).Scan(&done); err != nil {
+			return err
+		}
+		if done {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("postgres pair: the standby has not replayed %s: %w", lsn, ctx.Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
 // HoldReplication stops the primary's WAL sender (SIGSTOP), so that what
 // the primary commits from now on never leaves it: with Async commits, a
 // Failover then loses it, as a crash under replication lag would. (With
