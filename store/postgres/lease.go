@@ -107,12 +107,12 @@ func buildStatements(t, sess string, identity bool) statements {
 				+ $4 * interval '1 microsecond' <= clock_timestamp())
 	RETURNING l.epoch, pg_notify($6, ` + acquired + `) AS n
 ), departed AS (
-	UPDATE ` + sess + ` AS s SET version = s.version + 1, tag = ` + newTag + `
+	UPDATE ` + sess + ` AS s SET ` + bump + `
 	FROM ins WHERE s.id = (SELECT session FROM cur)
-	RETURNING s.id, s.version, s.tag
+	RETURNING s.id, s.version, s.tag, s.prev_tag
 )
 SELECT ins.epoch, COALESCE((SELECT id FROM departed), 0), COALESCE((SELECT version FROM departed), 0),
-	COALESCE((SELECT tag FROM departed), 0), ins.n
+	COALESCE((SELECT tag FROM departed), 0), COALESCE((SELECT prev_tag FROM departed), 0), ins.n
 FROM ins`,
 
 		// The state of a key for a refused acquisition, and of the floor
@@ -162,11 +162,11 @@ FROM (SELECT clock_timestamp() AS now) AS c
 	WHERE l.key = locked.key AND l.epoch = locked.epoch AND l.owner = $1 AND NOT l.released
 	RETURNING l.key, l.epoch, locked.session AS was, pg_notify($4, ` + released + `) AS n
 ), bump AS (
-	UPDATE ` + sess + ` AS s SET version = s.version + 1, tag = ` + newTag + `
+	UPDATE ` + sess + ` AS s SET ` + bump + `
 	WHERE s.id IN (SELECT was FROM rel)
-	RETURNING s.id, s.version, s.tag
+	RETURNING s.id, s.version, s.tag, s.prev_tag
 )
-SELECT rel.key, rel.epoch, rel.was, COALESCE(bump.version, 0), COALESCE(bump.tag, 0), rel.n
+SELECT rel.key, rel.epoch, rel.was, COALESCE(bump.version, 0), COALESCE(bump.tag, 0), COALESCE(bump.prev_tag, 0), rel.n
 FROM rel LEFT JOIN bump ON bump.id = rel.was`,
 
 		// One clock reading for every row, so TimeLeft values are mutually
@@ -214,7 +214,7 @@ ORDER BY l.key`,
 		AND (CASE WHEN l.session = 0 THEN l.expires_at ELSE (SELECT ls.expires_at FROM ls) END) > c.now
 	RETURNING l.epoch, pg_notify($2, ` + acquired + `) AS n
 ), bump AS (
-	UPDATE ` + sess + ` AS s SET version = s.version + 1, tag = ` + newTag + ` FROM rv WHERE s.id = (SELECT session FROM cur)
+	UPDATE ` + sess + ` AS s SET ` + bump + ` FROM rv WHERE s.id = (SELECT session FROM cur)
 )
 SELECT epoch, n FROM rv`,
 
@@ -290,6 +290,13 @@ const (
 
 // acquireBatch tries once, and reports what the floor row said.
 func (s *Store) acquireBatch(ctx context.Context, st *statements, req store.AcquireRequest) (store.AcquireResult, floorCheck, error) {
+	// The term starts on its own record; the owner's session is opened
+	// now, once, so that the renewal that puts the term on it is one
+	// statement on the renewal's connection, as a renewal was before
+	// sessions (a slow network leaves a call room for little more).
+	if _, err := s.session(ctx, s.pool, req.Owner, req.TTL); err != nil {
+		return store.AcquireResult{}, floorPassed, err
+	}
 
 	// READ COMMITTED whatever the connection's default: only then is the
 	// statement's snapshot taken after the table lock a prune holds, so
@@ -339,7 +346,7 @@ func readAcquire(br pgx.BatchResults, key string, grace time.Duration) (store.Ac
 		epoch int64
 		m     sessionMove
 	)
-	err := br.QueryRow().Scan(&epoch, &m.left, &m.version.N, &m.version.Tag, nil)
+	err := br.QueryRow().Scan(&epoch, &m.left, &m.version.N, &m.version.Tag, &m.version.Prev, nil)
 	switch {
 	case err == nil:
 		return store.AcquireResult{Acquired: true, Epoch: epoch}, m, floorPassed, nil
@@ -471,7 +478,7 @@ func (s *Store) sendRelease(ctx context.Context, b *pgx.Batch) ([]leftSession, e
 			l    leftSession
 		)
 		if rows, err = br.Query(); err == nil {
-			_, err = pgx.ForEachRow(rows, []any{&l.term.Key, &l.term.Epoch, &l.session, &l.version.N, &l.version.Tag, nil}, func() error {
+			_, err = pgx.ForEachRow(rows, []any{&l.term.Key, &l.term.Epoch, &l.session, &l.version.N, &l.version.Tag, &l.version.Prev, nil}, func() error {
 				left = append(left, l)
 				return nil
 			})

@@ -49,9 +49,8 @@ import (
 // term off another live session of its owner (two Stores, one owner).
 //
 // Shared fate is bounded: a slow renewal moves off the session every term
-// it does not list and that was put on before the session's previous
-// renewal, with the session's expiry of then, so a term its holder gave up
-// on without a release ends on its own. A session its Store cannot renew
+// it does not list, with the session's expiry as it stands, so a term its
+// holder gave up on without a release ends on its own. A session its Store cannot renew
 // in time ends with every term on it; the Store opens another.
 
 // slowRenewals counts the renewals that went term by term, for the tests
@@ -71,8 +70,13 @@ func sessionTable(table string) string {
 	return pgx.Identifier{table + suffix}.Sanitize()
 }
 
-// newTag draws a session's tag (sessionbook): 52 random bits.
-const newTag = `(random() * 4503599627370496)::bigint`
+// newTag draws a session's tag (sessionbook): 52 random bits. bump is
+// the change of version every statement that changes a session's terms
+// makes: the next version, a new tag, and the tag it had.
+const (
+	newTag = `(random() * 4503599627370496)::bigint`
+	bump   = `version = s.version + 1, prev_tag = s.tag, tag = ` + newTag
+)
 
 // onSession is the expires_at of a record on a session (see above): far
 // enough ahead that an older version of this package, which reads only
@@ -104,7 +108,8 @@ func buildSessionStatements(t, sess string) sessionStatements {
 	expires_at timestamptz NOT NULL,
 	renewed_at timestamptz NOT NULL,
 	version    bigint      NOT NULL DEFAULT 0,
-	tag        bigint      NOT NULL DEFAULT 0
+	tag        bigint      NOT NULL DEFAULT 0,
+	prev_tag   bigint      NOT NULL DEFAULT 0
 )`,
 		// Only where missing: ALTER TABLE takes the table's exclusive lock
 		// before it looks. (pg_attribute is read afresh: the CREATE TABLE
@@ -126,7 +131,7 @@ END $$`,
 		// write, which the WHEN clause tells apart.
 		revokedFunction: `CREATE OR REPLACE FUNCTION ` + revokedFunction(t) + `() RETURNS trigger LANGUAGE plpgsql AS $f$
 BEGIN
-	UPDATE ` + sess + ` AS s SET version = s.version + 1, tag = ` + newTag + ` WHERE s.id = OLD.session RETURNING s.expires_at INTO NEW.expires_at;
+	UPDATE ` + sess + ` AS s SET ` + bump + ` WHERE s.id = OLD.session RETURNING s.expires_at INTO NEW.expires_at;
 	NEW.expires_at := COALESCE(NEW.expires_at, 'epoch');
 	NEW.session := 0;
 	RETURN NEW;
@@ -141,8 +146,8 @@ END $f$`,
 END $$`,
 
 		// $1 owner, $2 ttl µs.
-		newSession: `INSERT INTO ` + sess + ` (owner, expires_at, renewed_at)
-VALUES ($1, clock_timestamp() + $2 * interval '1 microsecond', clock_timestamp())
+		newSession: `INSERT INTO ` + sess + ` (owner, expires_at, renewed_at, tag)
+VALUES ($1, clock_timestamp() + $2 * interval '1 microsecond', clock_timestamp(), ` + newTag + `)
 RETURNING id, version, tag`,
 
 		// The renewal of a Store that knows every term on its session at
@@ -166,11 +171,12 @@ RETURNING id, version, tag`,
 	ORDER BY l.key
 	FOR UPDATE OF l
 ), c AS (
-	SELECT clock_timestamp() AS now FROM (SELECT count(*) FROM jl) AS n
+	SELECT clock_timestamp() AS now FROM (SELECT count(*) FROM ls) AS s, (SELECT count(*) FROM jl) AS n
 ), ok AS (
 	UPDATE ` + sess + ` AS s SET expires_at = c.now + $10 * interval '1 microsecond', renewed_at = c.now,
 		version = s.version + (CASE WHEN cardinality($7::text[]) > 0 THEN 1 ELSE 0 END),
-		tag = CASE WHEN cardinality($7::text[]) > 0 THEN ` + newTag + ` ELSE s.tag END
+		tag = CASE WHEN cardinality($7::text[]) > 0 THEN ` + newTag + ` ELSE s.tag END,
+		prev_tag = CASE WHEN cardinality($7::text[]) > 0 THEN s.tag ELSE s.prev_tag END
 	FROM c
 	WHERE s.id = $1 AND s.owner = $2 AND s.version = $3 AND s.tag = $11 AND s.expires_at > c.now
 	RETURNING s.id, s.version, s.tag
@@ -191,8 +197,8 @@ SELECT ok.version, ok.tag, joined.key, joined.epoch FROM ok LEFT JOIN joined ON 
 		// locked first, then every listed record and every record on the
 		// session, in key order; the clock is read once all are held.
 		// Listed terms that are owner's, unreleased and live go on the
-		// session; every other term on it comes off with its expiry of
-		// now (no renewal wants it: its holder gave up on it, so it ends
+		// session; every other term on it comes off with the session's
+		// expiry as it stands (no renewal wants it: its holder gave up on it, so it ends
 		// on its own rather than living as long as the session). Other
 		// sessions a term left move to a new version. It answers the
 		// session's new version and each term on it, with whether this
@@ -225,12 +231,11 @@ SELECT ok.version, ok.tag, joined.key, joined.epoch FROM ok LEFT JOIN joined ON 
 	FROM dec AS k, live
 	WHERE l.key = k.key AND (k.renew OR k.session = live.id)
 ), moved AS (
-	UPDATE ` + sess + ` AS s SET version = s.version + 1, tag = ` + newTag + `
+	UPDATE ` + sess + ` AS s SET ` + bump + `
 	WHERE s.id IN (SELECT dec.session FROM dec, live WHERE dec.renew AND dec.session NOT IN (0, live.id))
 ), me AS (
 	UPDATE ` + sess + ` AS s SET
-		expires_at = c.now + $2 * interval '1 microsecond', renewed_at = c.now,
-		version = s.version + 1, tag = ` + newTag + `
+		expires_at = c.now + $2 * interval '1 microsecond', renewed_at = c.now, ` + bump + `
 	FROM live, c WHERE s.id = live.id
 	RETURNING s.version, s.tag
 ), ren AS (
@@ -268,8 +273,8 @@ func unquote(ident string) string {
 }
 
 // session returns owner's live session for ttl as the Book knows it,
-// opening one when it knows none.
-func (s *Store) session(ctx context.Context, owner string, ttl time.Duration) (int64, error) {
+// opening one on pool (the renewal's own connection) when it knows none.
+func (s *Store) session(ctx context.Context, pool *pgxpool.Pool, owner string, ttl time.Duration) (int64, error) {
 	if id := s.book.Session(owner, ttl); id != 0 {
 		return id, nil
 	}
@@ -282,7 +287,7 @@ func (s *Store) session(ctx context.Context, owner string, ttl time.Duration) (i
 		id int64
 		v  sessionbook.Version
 	)
-	if err := s.pool.QueryRow(ctx, s.sess.newSession, owner, ttl.Microseconds()).Scan(&id, &v.N, &v.Tag); err != nil {
+	if err := pool.QueryRow(ctx, s.sess.newSession, owner, ttl.Microseconds()).Scan(&id, &v.N, &v.Tag); err != nil {
 		return 0, fmt.Errorf("open a session: %w", err)
 	}
 	s.book.Opened(owner, ttl, id, v)
@@ -294,7 +299,7 @@ func (s *Store) session(ctx context.Context, owner string, ttl time.Duration) (i
 // else term by term. It returns the terms renewed, or nil when every one
 // was.
 func (s *Store) renew(ctx context.Context, pool *pgxpool.Pool, owner string, ttl time.Duration, items []store.RenewItem) (map[store.Term]bool, error) {
-	if _, err := s.session(ctx, owner, ttl); err != nil {
+	if _, err := s.session(ctx, pool, owner, ttl); err != nil {
 		return nil, err
 	}
 	if f, ok := s.book.Check(owner, ttl, items); ok {
@@ -305,7 +310,7 @@ func (s *Store) renew(ctx context.Context, pool *pgxpool.Pool, owner string, ttl
 	}
 	slowRenewals.Add(1)
 	for try := 1; ; try++ {
-		id, err := s.session(ctx, owner, ttl)
+		id, err := s.session(ctx, pool, owner, ttl)
 		if err != nil {
 			return nil, err
 		}

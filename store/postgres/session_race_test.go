@@ -222,3 +222,39 @@ func TestAStoreThatMayNotMigrateRefusesATableFromBeforeSessions(t *testing.T) {
 }
 
 func itoa64(n int64) string { return strconv.FormatInt(n, 10) }
+
+// A renewal of the session alone that waits behind a transaction holding
+// the session row (a peer's acquisition attempt locks it) reads the clock
+// once it holds it: a session that expired meanwhile stays dead, and its
+// term is lost, not renewed with a stamp from before the wait.
+func TestARenewalThatWaitsForItsSessionReadsTheClockAfterTheWait(t *testing.T) {
+	s := tables.New(t)
+	ctx := context.Background()
+	const ttl = 400 * time.Millisecond
+	k := acquireFor(t, s, "k", "a", ttl)
+	renewAll(t, s, "a", ttl, k) // k goes on the session
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM `+s.sess.table+` WHERE id = $1 FOR UPDATE`, sessionOf(t, s, "k")); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan []bool, 1)
+	go func() {
+		ok, err := s.Renew(ctx, "a", ttl, []store.RenewItem{{Key: "k", Epoch: k.Epoch}})
+		if err != nil {
+			t.Error(err)
+		}
+		got <- ok
+	}()
+	waitForLockWaiters(t, s, 1)
+	time.Sleep(ttl + 100*time.Millisecond) // the session expires on the server's clock
+	_ = tx.Rollback(ctx)
+	if ok := <-got; len(ok) != 1 || ok[0] {
+		t.Fatalf("renewal that waited past the session's expiry = %v; want lost", ok)
+	}
+	if l := leaseOf(t, s, "k"); l.Live {
+		t.Fatalf("k live again after its session expired: %+v", l)
+	}
+}

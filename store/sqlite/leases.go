@@ -65,7 +65,7 @@ func (s *Store) acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 		// term was on moves to a new version.
 		var version sessionbook.Version
 		if old != 0 {
-			if err := tx.QueryRowContext(ctx, s.q.bumpSession, old).Scan(&version.N, &version.Tag); err != nil {
+			if err := tx.QueryRowContext(ctx, s.q.bumpSession, old).Scan(&version.N, &version.Tag, &version.Prev); err != nil {
 				return store.AcquireResult{}, err
 			}
 		}
@@ -213,7 +213,7 @@ func (s *Store) release(ctx context.Context, owner, pairs string) ([]store.Term,
 	for _, id := range on {
 		if _, done := versions[id]; id != 0 && !done {
 			var v sessionbook.Version
-			if err := tx.QueryRowContext(ctx, s.q.bumpSession, id).Scan(&v.N, &v.Tag); err != nil {
+			if err := tx.QueryRowContext(ctx, s.q.bumpSession, id).Scan(&v.N, &v.Tag, &v.Prev); err != nil {
 				return nil, err
 			}
 			versions[id] = v
@@ -244,12 +244,15 @@ func (s *Store) List(ctx context.Context, prefix string) ([]store.Lease, error) 
 	if s.isClosed() {
 		return nil, s.fail("list", store.ErrClosed)
 	}
+	q, err := s.listQueries(ctx)
+	if err != nil {
+		return nil, s.fail(fmt.Sprintf("list %q", prefix), err)
+	}
 	var rows *sql.Rows
-	var err error
 	if end, ok := sqlstore.PrefixEnd(prefix); ok {
-		rows, err = s.db.QueryContext(ctx, s.q.list, prefix, end)
+		rows, err = s.db.QueryContext(ctx, q.list, prefix, end)
 	} else {
-		rows, err = s.db.QueryContext(ctx, s.q.listAll, prefix)
+		rows, err = s.db.QueryContext(ctx, q.listAll, prefix)
 	}
 	if err != nil {
 		return nil, s.fail(fmt.Sprintf("list %q", prefix), err)
@@ -316,7 +319,7 @@ func (s *Store) revoke(ctx context.Context, key string) (bool, error) {
 	}
 	var version sessionbook.Version
 	if on != 0 {
-		if err := tx.QueryRowContext(ctx, s.q.bumpSession, on).Scan(&version.N, &version.Tag); err != nil {
+		if err := tx.QueryRowContext(ctx, s.q.bumpSession, on).Scan(&version.N, &version.Tag, &version.Prev); err != nil {
 			return false, err
 		}
 	}

@@ -78,7 +78,11 @@ func buildQueries(table string, sessions bool) queries {
 	if !sessions {
 		leave = ""
 	}
-	names := strings.NewReplacer("{t}", table, "{s}", sessionTable(table), "{now}", nowUS, "{far}", onSession, "{leave}", leave)
+	// Every change to a session's terms: the next version, a new tag,
+	// and the tag it had (sessionbook).
+	const bump = "version = version + 1, prev_tag = tag, tag = random()"
+	names := strings.NewReplacer("{t}", table, "{s}", sessionTable(table), "{now}", nowUS, "{far}", onSession,
+		"{leave}", leave, "{bump}", bump)
 	r := replacer(func(q string) string { return names.Replace(tmpl.Replace(q)) })
 	return queries{
 		// WITHOUT ROWID stores rows in key order, which is what List and the
@@ -180,7 +184,8 @@ RETURNING epoch`),
 	owner      TEXT    NOT NULL,
 	expires_at INTEGER NOT NULL,
 	version    INTEGER NOT NULL DEFAULT 0,
-	tag        INTEGER NOT NULL DEFAULT 0
+	tag        INTEGER NOT NULL DEFAULT 0,
+	prev_tag   INTEGER NOT NULL DEFAULT 0
 )`),
 		sessionIndex: r.Replace(`CREATE INDEX IF NOT EXISTS "{t}:session" ON {t} (session)`),
 		// A version of this package from before sessions revokes a term by
@@ -196,7 +201,7 @@ BEGIN
 	UPDATE {t} SET session = 0,
 		expires_at = COALESCE((SELECT x.expires_at FROM {s} AS x WHERE x.id = OLD.session), 0)
 	WHERE key = NEW.key;
-	UPDATE {s} SET version = version + 1, tag = random() WHERE id = OLD.session;
+	UPDATE {s} SET {bump} WHERE id = OLD.session;
 END`),
 		// ?1 key: the session its record is on, or no row.
 		sessionOf: r.Replace(`SELECT session FROM {t} WHERE key = ?1 AND session <> 0`),
@@ -207,11 +212,11 @@ END`),
 RETURNING id, version, tag`),
 		// ?1 id: a term was put on the session or taken off. Every such
 		// change draws a new tag as well (sessionbook).
-		bumpSession: r.Replace(`UPDATE {s} SET version = version + 1, tag = random() WHERE id = ?1 RETURNING version, tag`),
+		bumpSession: r.Replace(`UPDATE {s} SET {bump} WHERE id = ?1 RETURNING version, tag, prev_tag`),
 		// Sessions that listed terms of owner ?1 are on, other than ?2:
 		// those terms leave them (a release, or a renewal that moves them
 		// onto ?2). ?3 a JSON array of [key, epoch, …].
-		bumpSessionsOf: r.Replace(`UPDATE {s} SET version = version + 1, tag = random()
+		bumpSessionsOf: r.Replace(`UPDATE {s} SET {bump}
 WHERE id <> ?2 AND id IN (
 	SELECT {t}.session FROM {t} JOIN json_each(?3) AS j ON {t}.key = j.value ->> 0 AND {t}.epoch = j.value ->> 1
 	WHERE {t}.owner = ?1 AND {t}.released = 0 AND {t}.session <> 0)`),
@@ -219,7 +224,8 @@ WHERE id <> ?2 AND id IN (
 		// version ?4 and tag ?6: the session alone, and one version more
 		// when it puts terms on (?5 is 1 then). ?1 id, ?2 owner, ?3 ttl µs.
 		renewSession: r.Replace(`UPDATE {s} SET expires_at = {now} + ?3, version = version + ?5,
-	tag = CASE WHEN ?5 > 0 THEN random() ELSE tag END
+	tag = CASE WHEN ?5 > 0 THEN random() ELSE tag END,
+	prev_tag = CASE WHEN ?5 > 0 THEN tag ELSE prev_tag END
 WHERE id = ?1 AND owner = ?2 AND version = ?4 AND tag = ?6 AND expires_at > {now} RETURNING version, tag`),
 		// ?1 session, ?2 a JSON array of [key, epoch, running] triples.
 		setRunning: r.Replace(`UPDATE {t} SET running = j.value ->> 2
@@ -256,7 +262,7 @@ WHERE {t}.key = j.value ->> 0
 	AND {exp} > {now}
 RETURNING {t}.key, {t}.epoch, {t}.running`),
 		// ?1 session, ?2 ttl µs.
-		extendSession: r.Replace(`UPDATE {s} SET expires_at = {now} + ?2, version = version + 1, tag = random()
+		extendSession: r.Replace(`UPDATE {s} SET expires_at = {now} + ?2, {bump}
 WHERE id = ?1 RETURNING version, tag`),
 		// ?1 owner, ?2 a JSON array of [key, epoch] pairs: the session of
 		// each term a release ends.

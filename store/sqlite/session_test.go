@@ -192,6 +192,11 @@ func TestATableFromBeforeSessionsIsReadAndMigrated(t *testing.T) {
 	if got, slow := renewAll(t, s, "a", time.Minute, store.Term{Key: "k", Epoch: epoch}); !got[0] || !slow {
 		t.Fatalf("renewal of a term from before sessions: %v, slow %t; want renewed, term by term", got, slow)
 	}
+	// The read-only Store follows the migration: k, now on a session,
+	// has about a minute left, not a century.
+	if l := leaseOf(t, ro, "k"); !l.Live || l.TimeLeft > time.Minute {
+		t.Fatalf("read-only List after the migration: %+v", l)
+	}
 	if got, slow := renewAll(t, s, "a", time.Minute, store.Term{Key: "k", Epoch: epoch}); !got[0] || slow {
 		t.Fatalf("its next renewal: %v, slow %t; want renewed on the session alone", got, slow)
 	}

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
@@ -90,6 +91,10 @@ type Store struct {
 	readOnly bool
 	// book is what this Store knows of its sessions (session.go).
 	book sessionbook.Book
+	// legacy says a read-only Store's table predates sessions: it lists
+	// with old (the queries of such a table) until the table is migrated.
+	legacy atomic.Bool
+	old    queries
 
 	closeOnce sync.Once
 	closeMu   sync.Mutex    // orders Close against Watch's watchers.Add
@@ -146,6 +151,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		path:     abs,
 		table:    opts.Table,
 		q:        buildQueries(opts.Table, true),
+		old:      buildQueries(opts.Table, false),
 		hub:      hubFor(canon, opts.Table),
 		gate:     gateFor(canon),
 		busy:     opts.BusyTimeout,
@@ -335,9 +341,23 @@ func (s *Store) checkTable(ctx context.Context) error {
 		return s.fail("open", err)
 	}
 	if !have["session"] {
-		s.q = buildQueries(s.table, false)
+		s.legacy.Store(true)
 	}
 	return nil
+}
+
+// listQueries returns the queries List uses: a read-only Store on a table
+// made before sessions looks again each time, so it follows the table
+// when another Store migrates it.
+func (s *Store) listQueries(ctx context.Context) (*queries, error) {
+	if s.legacy.Load() {
+		have, err := s.columnsOf(ctx, s.db)
+		if err != nil || !have["session"] {
+			return &s.old, err
+		}
+		s.legacy.Store(false)
+	}
+	return &s.q, nil
 }
 
 // Migrate creates the lease table and its session table if they do not

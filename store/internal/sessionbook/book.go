@@ -9,9 +9,10 @@
 // next renewal that lists it puts it on its owner's session for its TTL.
 // Every change to which terms are on a session — a term put on or taken
 // off, by this store or anyone else — moves the session's version up and
-// draws it a new random tag, in the same statement. The version orders
-// the changes; the tag tells two changes apart that reached one version,
-// as one lost in a crash or a failover and one made after it do.
+// draws it a new random tag, in the same statement, which also keeps the
+// tag it had. The version orders the changes; the tags chain them, telling
+// apart two changes that reached one version, as one lost in a crash or a
+// failover and one made after it do.
 //
 // The Book records, per session, the terms on it and the version they are
 // known at, and the terms acquired through the store and not yet on it
@@ -50,10 +51,10 @@ type sessionKey struct {
 type session struct {
 	id int64 // 0: none known to be live
 	// version and tag are the session's as far as the Book knows it
-	// whole; ahead holds the tags of versions of changes that came back
-	// past a gap.
+	// whole; ahead holds changes that came back past a gap, by version
+	// (a change at -1: the chain broke, learn the session afresh).
 	version, tag int64
-	ahead        map[int64]int64
+	ahead        map[int64]Version
 	on           map[string]*term // the terms on the session
 	pending      map[string]*term // acquired, not yet on it
 	pass         uint64           // numbers the renewals checked
@@ -92,8 +93,12 @@ func (b *Book) Session(owner string, ttl time.Duration) int64 {
 	return b.get(owner, ttl).id
 }
 
-// Version is a session's version and tag.
-type Version struct{ N, Tag int64 }
+// Version is a session's version and tag, and Prev the tag it had at the
+// version before (for a change the Book hears of from a call: Left).
+type Version struct{ N, Tag, Prev int64 }
+
+// broken marks a session the Book cannot know until it learns it again.
+var broken = map[int64]Version{-1: {}}
 
 // Opened records a new, empty session of owner for ttl at v, the one the
 // store uses from now on. Terms on a session the Book had before are
@@ -143,7 +148,7 @@ func (b *Book) Check(owner string, ttl time.Duration, items []store.RenewItem) (
 		return Fast{}, false
 	}
 	ss.pass++
-	f := Fast{ID: ss.id, Version: Version{ss.version, ss.tag}}
+	f := Fast{ID: ss.id, Version: Version{N: ss.version, Tag: ss.tag}}
 	listed := 0
 	for _, it := range items {
 		t, on := ss.on[it.Key]
@@ -186,7 +191,7 @@ func (b *Book) Renewed(owner string, ttl time.Duration, f Fast, v Version, joine
 		// Book cannot tell what the session holds; the next renewal
 		// learns it afresh.
 		if ss.id == f.ID {
-			ss.ahead = map[int64]int64{v.N: v.Tag}
+			ss.ahead = broken
 		}
 		return
 	}
@@ -245,16 +250,22 @@ func (b *Book) Left(id int64, v Version, terms ...store.Term) {
 			}
 		}
 		if ss.ahead == nil {
-			ss.ahead = map[int64]int64{}
+			ss.ahead = map[int64]Version{}
 		}
-		ss.ahead[v.N] = v.Tag
+		ss.ahead[v.N] = v
 		for {
-			tag, ok := ss.ahead[ss.version+1]
+			next, ok := ss.ahead[ss.version+1]
 			if !ok {
 				break
 			}
-			delete(ss.ahead, ss.version+1)
-			ss.version, ss.tag = ss.version+1, tag
+			if next.Prev != ss.tag {
+				// Not a change of the session the Book knows: one it never
+				// heard of came between, on a history a crash rewrote.
+				ss.ahead = broken
+				break
+			}
+			delete(ss.ahead, next.N)
+			ss.version, ss.tag = next.N, next.Tag
 		}
 	}
 }

@@ -25,7 +25,7 @@ func onSession(terms ...store.Term) *Book {
 	for _, t := range terms {
 		ts = append(ts, Term{Key: t.Key, Epoch: t.Epoch})
 	}
-	b.Learned("a", ttl, 7, Version{3, 33}, ts)
+	b.Learned("a", ttl, 7, Version{N: 3, Tag: 33}, ts)
 	return b
 }
 
@@ -51,7 +51,7 @@ func TestARenewalMayGoFastOnlyWithExactlyTheTermsOnTheSession(t *testing.T) {
 		if ok != c.fast {
 			t.Errorf("%s: fast %t, want %t", c.name, ok, c.fast)
 		}
-		if ok && (f.ID != 7 || f.Version != Version{3, 33}) {
+		if ok && (f.ID != 7 || f.Version != Version{N: 3, Tag: 33}) {
 			t.Errorf("%s: %+v, want session 7 at version 3", c.name, f)
 		}
 	}
@@ -62,16 +62,16 @@ func TestARenewalMayGoFastOnlyWithExactlyTheTermsOnTheSession(t *testing.T) {
 
 func TestVersionsPastAGapMakeTheRenewalGoTermByTerm(t *testing.T) {
 	b := onSession(k1, k2, k3)
-	b.Left(7, Version{5, 55}, k2) // version 4 has not come back
+	b.Left(7, Version{N: 5, Tag: 55, Prev: 44}, k2) // version 4 has not come back
 	if _, ok := b.Check("a", ttl, items(k1, k3)); ok {
 		t.Fatal("fast with version 4 missing")
 	}
-	b.Left(7, Version{4, 44}, k3)
+	b.Left(7, Version{N: 4, Tag: 44, Prev: 33}, k3)
 	f, ok := b.Check("a", ttl, items(k1))
-	if !ok || f.Version != (Version{5, 55}) {
+	if !ok || f.Version != (Version{N: 5, Tag: 55}) {
 		t.Fatalf("after versions 4 and 5: %+v, fast %t; want fast at version 5", f, ok)
 	}
-	b.Left(7, Version{5, 55}, k1) // a version it knows already changes nothing
+	b.Left(7, Version{N: 5, Tag: 55, Prev: 44}, k1) // a version it knows already changes nothing
 	if _, ok := b.Check("a", ttl, items(k1)); !ok {
 		t.Fatal("a change replayed at a known version took k1 off")
 	}
@@ -84,12 +84,12 @@ func TestAChangeThatCameBackDuringAFastRenewalForgetsTheSession(t *testing.T) {
 	if !ok {
 		t.Fatal("not fast")
 	}
-	b.Left(7, Version{5, 55}, k2) // a release of k2 after the renewal put it on (version 4)
-	b.Renewed("a", ttl, f, Version{4, 44}, map[store.Term]bool{k2: true})
+	b.Left(7, Version{N: 5, Tag: 55, Prev: 44}, k2) // a release of k2 after the renewal put it on (version 4)
+	b.Renewed("a", ttl, f, Version{N: 4, Tag: 44}, map[store.Term]bool{k2: true})
 	if _, ok := b.Check("a", ttl, items(k1)); ok {
 		t.Fatal("fast although the Book cannot tell whether k2 is on the session")
 	}
-	b.Learned("a", ttl, 7, Version{5, 55}, []Term{{Key: "k1", Epoch: 1}})
+	b.Learned("a", ttl, 7, Version{N: 5, Tag: 55}, []Term{{Key: "k1", Epoch: 1}})
 	if _, ok := b.Check("a", ttl, items(k1)); !ok {
 		t.Fatal("not fast once the session was learned again")
 	}
@@ -114,11 +114,26 @@ func TestADeadSessionIsForgotten(t *testing.T) {
 // every one of them leaves the Book.
 func TestOneCallTakingSeveralTermsOffLeavesNoneBehind(t *testing.T) {
 	b := onSession(k1, k2, k3)
-	b.Left(7, Version{4, 44}, k1, k2)
+	b.Left(7, Version{N: 4, Tag: 44, Prev: 33}, k1, k2)
 	if _, ok := b.Check("a", ttl, items(k2, k3)); ok {
 		t.Fatal("fast with k2 listed after it left")
 	}
-	if f, ok := b.Check("a", ttl, items(k3)); !ok || f.Version != (Version{4, 44}) {
+	if f, ok := b.Check("a", ttl, items(k3)); !ok || f.Version != (Version{N: 4, Tag: 44}) {
 		t.Fatalf("%+v, fast %t; want k3 alone, fast at version 4", f, ok)
+	}
+}
+
+// A change whose version follows the Book's but whose tag does not chain
+// to the Book's (the change between was lost to a crash, and another made
+// since) leaves the session unknown until it is learned again.
+func TestAChangeThatDoesNotChainLeavesTheSessionUnknown(t *testing.T) {
+	b := onSession(k1, k2, k3)
+	b.Left(7, Version{N: 4, Tag: 44, Prev: 99}, k1) // version 3 was not tag 33 for the server
+	if _, ok := b.Check("a", ttl, items(k2, k3)); ok {
+		t.Fatal("fast on a session whose history the Book cannot vouch for")
+	}
+	b.Learned("a", ttl, 7, Version{N: 4, Tag: 44}, []Term{{Key: "k2", Epoch: 1}, {Key: "k3", Epoch: 1}})
+	if _, ok := b.Check("a", ttl, items(k2, k3)); !ok {
+		t.Fatal("not fast once the session was learned again")
 	}
 }
