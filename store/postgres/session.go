@@ -355,19 +355,7 @@ func (s *Store) renewFast(ctx context.Context, pool *pgxpool.Pool, owner string,
 		return nil, false, err
 	}
 	s.book.Renewed(owner, ttl, f, version, joined)
-	if len(joined) == len(f.Join) {
-		return nil, true, nil
-	}
-	// Some of the terms acquired since were lost: answer per term.
-	renewed = make(map[store.Term]bool, len(items))
-	for _, it := range items {
-		renewed[store.Term{Key: it.Key, Epoch: it.Epoch}] = true
-	}
-	for _, it := range f.Join {
-		t := store.Term{Key: it.Key, Epoch: it.Epoch}
-		renewed[t] = joined[t]
-	}
-	return renewed, true, nil
+	return f.Answers(items, joined), true, nil
 }
 
 // renewSlow renews items term by term onto session id; found false means

@@ -146,19 +146,7 @@ func (s *Store) renewFast(ctx context.Context, tx *sql.Tx, owner string, ttl tim
 		return nil, false, err
 	}
 	s.book.Renewed(owner, ttl, f, version, joined)
-	if len(joined) == len(f.Join) {
-		return nil, true, nil
-	}
-	// Some of the terms acquired since were lost: answer per term.
-	renewed = make(map[store.Term]bool, len(items))
-	for _, it := range items {
-		renewed[store.Term{Key: it.Key, Epoch: it.Epoch}] = true
-	}
-	for _, it := range f.Join {
-		t := store.Term{Key: it.Key, Epoch: it.Epoch}
-		renewed[t] = joined[t]
-	}
-	return renewed, true, nil
+	return f.Answers(items, joined), true, nil
 }
 
 // renewSlow renews rows, the deduplicated [key, epoch, running] triples of
@@ -177,21 +165,16 @@ func (s *Store) renewSlow(ctx context.Context, tx *sql.Tx, owner string, ttl tim
 	}
 	renewed := make(map[store.Term]bool, len(rows))
 	var terms []sessionbook.Term
-	q, err := tx.QueryContext(ctx, s.q.renewTerms, owner, id, string(arg))
-	if err != nil {
-		return nil, err
-	}
-	for q.Next() {
+	err = scanRows(tx.QueryContext(ctx, s.q.renewTerms, owner, id, string(arg)))(func(q *sql.Rows) error {
 		var t sessionbook.Term
 		if err := q.Scan(&t.Key, &t.Epoch, &t.Running); err != nil {
-			q.Close()
-			return nil, err
+			return err
 		}
 		terms = append(terms, t)
 		renewed[store.Term{Key: t.Key, Epoch: t.Epoch}] = true
-	}
-	q.Close()
-	if err := q.Err(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return nil, err
 	}
 	var version sessionbook.Version

@@ -175,6 +175,24 @@ func (b *Book) Check(owner string, ttl time.Duration, items []store.RenewItem) (
 	return f, true
 }
 
+// Answers is what a renewal of f's session alone answers for items, once
+// the store put joined (of f.Join) on it: nil when every item was renewed,
+// else the terms renewed (a term acquired since may have been lost).
+func (f Fast) Answers(items []store.RenewItem, joined map[store.Term]bool) map[store.Term]bool {
+	if len(joined) == len(f.Join) {
+		return nil
+	}
+	renewed := make(map[store.Term]bool, len(items))
+	for _, it := range items {
+		renewed[store.Term{Key: it.Key, Epoch: it.Epoch}] = true
+	}
+	for _, it := range f.Join {
+		t := store.Term{Key: it.Key, Epoch: it.Epoch}
+		renewed[t] = joined[t]
+	}
+	return renewed
+}
+
 // Renewed records a renewal of f's session alone, which moved it to v and
 // put joined (of f.Join) on it.
 func (b *Book) Renewed(owner string, ttl time.Duration, f Fast, v Version, joined map[store.Term]bool) {
