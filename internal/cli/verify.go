@@ -67,6 +67,11 @@ store calls). The kinds (--faults):
   freeze-wrapper  SIGSTOP a holder for 0.5–4 TTL while a key's work runs as
                   its child (through a guard, as run runs a command): the
                   guard alone must stop the child at the lease's deadline
+  abandon         a holder of several keys stops renewing one of them,
+                  without releasing it, and stops claiming it, for 4–5 TTL
+                  (what an engine does with a term it gave up on): the
+                  store must end that term on its own while the holder's
+                  other terms live on
   store-restart   only with --failover-cmd: run CMD (with sh -c) to fail the
                   store over — kill its leader or primary, promote a
                   standby — with TENURE_FAULT_DOWN set to how long it
@@ -80,7 +85,8 @@ refused, that no epoch was issued twice, that no key was taken before the
 last holder's expiry + grace, that a runner stopped for lack of renewals
 (a frozen replica's child too, which only its guard can stop) stopped at
 least renew-every + grace before a successor, that crashed holders were
-replaced in time, and that a slow store which answered every call never
+replaced in time, that an abandoned term ended and a peer ran its key in
+time, and that a slow store which answered every call never
 made a holder stop at its deadline. It prints a report with
 takeover latencies against their bound.
 

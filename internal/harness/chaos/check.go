@@ -21,7 +21,7 @@ const (
 
 // Invariants lists them in report order.
 var Invariants = []string{InvOverlap, InvEpochUnique, InvEpochOrder, InvFence, InvEarly,
-	InvTakeover, InvResume, InvMargin, InvStarved, InvHealth}
+	InvTakeover, InvAbandoned, InvResume, InvMargin, InvStarved, InvHealth}
 
 // Tolerances of the checks.
 const (
@@ -91,6 +91,7 @@ func Check(h *History) *Report {
 	c.fencedWrites()
 	c.earlyTakeovers()
 	c.crashTakeovers()
+	c.abandons()
 	c.resumes()
 	c.margins()
 	c.slowStores()

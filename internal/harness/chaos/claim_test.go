@@ -53,3 +53,22 @@ func names(ps []*proc) []string {
 	}
 	return out
 }
+
+// An abandon goes to a holder of several keys, whose other terms go on
+// being renewed, rather than to the holder of the step's key alone; with
+// no such holder, to any holder.
+func TestAnAbandonHitsAHolderOfSeveralKeys(t *testing.T) {
+	h := &harness{hist: History{Keys: []string{"k0", "k1", "k2"}}}
+	ps := fakeProcs(h, "a", "b", "c")
+	for pick := range 3 {
+		got := h.tryClaim(Step{Fault: FaultAbandon, Key: 0, Pick: pick}, map[string]string{"k0": "a", "k1": "b", "k2": "b"})
+		if len(got) != 1 || got[0] != ps[1] {
+			t.Fatalf("pick %d: abandon claimed %v, want b (two keys)", pick, names(got))
+		}
+		h.unclaim(got)
+	}
+	got := h.tryClaim(Step{Fault: FaultAbandon, Pick: 0}, map[string]string{"k2": "c"})
+	if len(got) != 1 || got[0] != ps[2] {
+		t.Fatalf("abandon claimed %v, want c, the only holder", names(got))
+	}
+}

@@ -94,6 +94,13 @@
 //     gracefully, so the population returns to its size. An engine whose
 //     store owner id is the configured name lets the two take keys from
 //     each other and run them at once.
+//   - abandon: a holder of two keys or more (of one, when no replica holds
+//     two) leaves one of them out of its renewals, answered lost to its
+//     engine, which stops the runner and never lists the term again, and
+//     refuses to acquire that key, for 4–5×TTL: a term its holder gave up
+//     on without a release, while its other terms are renewed. A store
+//     that keeps a process's terms alive together must end this one on
+//     its own; played in the replica's store recorder, on every backend.
 //   - store-restart: the store itself crashes and comes back, or fails
 //     over to a replica (Options.RestartStore: a Redis restart, an etcd
 //     member's death, a PostgreSQL standby or a Redis replica promoted
@@ -128,7 +135,10 @@
 // processes, even two the store knows by one owner id; no term is granted
 // to another process before its predecessor's expiry + grace (measured
 // from its last confirmed renewal); a crashed holder is replaced within
-// TTL + grace + one renewal interval + slack; a runner stopped for lack of
+// TTL + grace + one renewal interval + slack; a term its holder abandoned
+// (the abandon fault) lets a peer run the key within that bound after the
+// last call naming it (on etcd, which evicts it a TTL later, TTL + a
+// renewal interval + 1s more); a runner stopped for lack of
 // renewals (a child its guard stopped while its wrapper was frozen too)
 // stops at least RenewEvery + Grace before a peer starts, unless its term
 // was released before the peer started; and,

@@ -18,6 +18,7 @@ const (
 	evRelease = "release"      // a store Release call, logged before it is sent
 	evRelDone = "release.done" // the outcome of that Release call
 	evList    = "list"         // a store List call and its outcome
+	evAbandon = "abandon"      // a term left out of a renewal and answered lost (the abandon fault)
 	evLogGate = "loggate"      // the replica's log sink stalled (out "closed") or resumed ("open")
 	evStart   = "start"        // a runner started its work
 	evBeat    = "beat"         // a runner is still working

@@ -26,6 +26,8 @@ func (h *harness) apply(ctx context.Context, s Step, targets []*proc) {
 		h.logStall(ctx, p, s)
 	case FaultSameOwner:
 		h.sameOwner(ctx, p, s)
+	case FaultAbandon:
+		h.abandon(ctx, p, s)
 	case FaultStoreRestart:
 		h.hl.add(Event{Ev: evFaultBegin, Fault: s.Fault, Target: "*", Dur: int64(s.Dur)})
 		if err := h.opts.RestartStore(ctx, s.Dur); err != nil {

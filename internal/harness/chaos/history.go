@@ -52,6 +52,7 @@ type term struct {
 	replica       string // the process granted it
 	granted       int64  // reply time of the Acquire that started it (0: unseen)
 	lastConfirmed int64  // send time of the last confirmed grant or renewal
+	lastListed    int64  // send time of the last grant or renewal call that named it, answered or not
 	released      bool   // a Release of it was attempted (it may have committed)
 	releaseSent   int64  // when the first was sent
 }
@@ -61,6 +62,7 @@ type term struct {
 type faultWindow struct {
 	kind, target string
 	peer         string // same-owner: the extra replica
+	key          string // abandon: the key left out
 	from, to     int64
 	latency      int64 // slow-store: added round trip (ns)
 }
@@ -83,6 +85,7 @@ type model struct {
 	faults    []faultWindow
 	writes    map[string][]Event // fenced writes by key
 	acquires  map[string][]Event // granted acquisitions by key
+	abandons  []Event            // terms the abandon fault left out of a renewal
 	crashes   []Event            // unexpected exits and diagnostics
 	counts    map[string]int     // events by kind
 	children  map[childID]*interval
@@ -180,7 +183,7 @@ func buildModel(h *History) *model {
 				replica(e.Target).killed = true
 			}
 			openFault[e.Fault+"/"+e.Target] = len(m.faults)
-			m.faults = append(m.faults, faultWindow{kind: e.Fault, target: e.Target, peer: e.Peer, from: e.T, to: -1,
+			m.faults = append(m.faults, faultWindow{kind: e.Fault, target: e.Target, peer: e.Peer, key: e.Key, from: e.T, to: -1,
 				latency: e.Latency})
 		case evFaultEnd:
 			if i, ok := openFault[e.Fault+"/"+e.Target]; ok {
@@ -213,6 +216,7 @@ func buildModel(h *History) *model {
 			if e.Epoch > 0 && (e.Outcome == outOK || e.Outcome == outCommit) {
 				t := getTerm(e.Key, e.Epoch)
 				t.owner, t.replica = replica(e.Replica).owner, e.Replica
+				t.lastListed = max(t.lastListed, e.Sent)
 				if e.Outcome == outOK {
 					t.granted = e.T
 					t.lastConfirmed = max(t.lastConfirmed, e.Sent)
@@ -224,11 +228,14 @@ func buildModel(h *History) *model {
 		case evRenew:
 			replica(e.Replica).calls = append(replica(e.Replica).calls, e)
 			for _, it := range e.Items {
+				t := getTerm(it.Key, it.Epoch)
+				t.lastListed = max(t.lastListed, e.Sent)
 				if it.OK {
-					t := getTerm(it.Key, it.Epoch)
 					t.lastConfirmed = max(t.lastConfirmed, e.Sent)
 				}
 			}
+		case evAbandon:
+			m.abandons = append(m.abandons, e)
 		case evRelease:
 			for _, it := range e.Items {
 				if t := getTerm(it.Key, it.Epoch); !t.released {

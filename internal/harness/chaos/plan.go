@@ -37,6 +37,14 @@ const (
 	// child (through a guard, as `tenure run` runs a command), and SIGCONTs
 	// it later: the wrapper is frozen, the guard and the child are not.
 	FaultFreezeWrapper = "freeze-wrapper"
+	// FaultAbandon makes a holder of two keys or more stop renewing one of
+	// them, without releasing it, while it goes on renewing the others —
+	// what an engine does with a term it gave up on a deadline or left a
+	// runner that would not stop to expire — and stop claiming that key
+	// for a while (it was removed from its configuration). The store
+	// must end the term on its own, however long the holder's other
+	// terms, or a session they share, live on.
+	FaultAbandon = "abandon"
 	// FaultStoreRestart crashes and restarts the store itself, through
 	// Options.RestartStore; drawn only when that is set.
 	FaultStoreRestart = "store-restart"
@@ -44,13 +52,13 @@ const (
 
 // FaultKinds lists every fault kind, in report order.
 var FaultKinds = []string{FaultKill, FaultPause, FaultPartition, FaultHold, FaultLoseReplies, FaultLatency, FaultRestart,
-	FaultLogStall, FaultSlowStore, FaultSameOwner, FaultFreezeWrapper, FaultStoreRestart}
+	FaultLogStall, FaultSlowStore, FaultSameOwner, FaultFreezeWrapper, FaultAbandon, FaultStoreRestart}
 
 // faultWeights are the kinds' relative frequencies once every enabled
 // kind has been drawn once.
 var faultWeights = map[string]int{
 	FaultKill: 22, FaultPause: 22, FaultPartition: 16, FaultHold: 10, FaultLoseReplies: 10, FaultLatency: 10, FaultRestart: 20,
-	FaultLogStall: 14, FaultSlowStore: 14, FaultSameOwner: 12, FaultFreezeWrapper: 16, FaultStoreRestart: 10,
+	FaultLogStall: 14, FaultSlowStore: 14, FaultSameOwner: 12, FaultFreezeWrapper: 16, FaultAbandon: 12, FaultStoreRestart: 10,
 }
 
 // Step is one fault of a schedule. Its target is resolved when it runs:
@@ -161,6 +169,11 @@ func (p *planner) next() Step {
 	case FaultSameOwner:
 		// The extra replica needs a moment to start before it competes.
 		s.Dur = between(1.5, 3)
+	case FaultAbandon:
+		// Past the longest time the term may outlive its last renewal on
+		// any store (etcd's eviction: 2·TTL + grace + a renewal period,
+		// whole seconds), so that only a peer can end the wait.
+		s.Dur = between(4, 5)
 	}
 	s.Gap = between(0.25, 1.5)
 	return s

@@ -28,7 +28,7 @@ type proc struct {
 	pid        int
 	log        string         // its event log
 	proxies    netproxy.Group // networked stores: one per store endpoint
-	control    string         // SQLite: the fault control file
+	control    string         // the fault control file: abandon, and SQLite's network faults
 	expected   atomic.Bool
 	exited     chan struct{}
 	busy       bool // a fault is using it; guarded by harness.mu
@@ -112,11 +112,10 @@ func (h *harness) spawnAs(owner string, busy bool) (p *proc, err error) {
 		if sb, err = sb.via(addrs); err != nil {
 			return nil, err
 		}
-	} else {
-		p.control = filepath.Join(h.dir, p.name+".ctl")
-		if err := setControl(p.control, ""); err != nil {
-			return nil, err
-		}
+	}
+	p.control = filepath.Join(h.dir, p.name+".ctl")
+	if err := setControl(p.control, ""); err != nil {
+		return nil, err
 	}
 	spec := replicaSpec{
 		Name: p.name, Owner: p.configured, Store: sb, Keys: h.hist.Keys, Prefix: "chaos-" + h.runID + "/",
@@ -339,9 +338,18 @@ func (h *harness) tryClaim(s Step, held map[string]string) []*proc {
 			if pick = h.holderAmong(s, free, ids, held, func(int) bool { return true }); pick == nil {
 				return nil
 			}
+		case FaultAbandon:
+			// Best aimed at a holder of several keys (abandon.go); with
+			// more replicas than keys there may be none, and a holder of
+			// one still shows its term end.
+			if pick = h.holderOfSeveral(s, free, ids, held); pick == nil {
+				if pick = h.holderAmong(s, free, ids, held, func(int) bool { return true }); pick == nil {
+					return nil
+				}
+			}
 		}
 		for _, p := range free {
-			if ids[p] != "" && ids[p] == held[h.hist.Keys[s.Key]] {
+			if s.Fault != FaultAbandon && ids[p] != "" && ids[p] == held[h.hist.Keys[s.Key]] {
 				pick = p
 			}
 		}

@@ -44,10 +44,46 @@ var (
 	// errReplyLost is a reply dropped at once; it wraps errHeldBack, since
 	// for the checker both are calls that committed unanswered.
 	errReplyLost = fmt.Errorf("chaos: reply lost (injected): %w", errHeldBack)
+	// errAbandoned refuses, without a store call, an acquisition of the key
+	// the replica abandons.
+	errAbandoned = errors.New("chaos: key abandoned (injected)")
 )
+
+// renewAbandoning renews items but key's terms, which it leaves out of
+// the store call and answers lost: the engine stops their runners at once
+// and never lists them again, so each is a term its holder left on the
+// store unreleased, logged as evAbandon with the call's send time. The
+// rest are renewed and logged as usual, the call skipped if none is left.
+func (r *recorder) renewAbandoning(ctx context.Context, owner string, ttl time.Duration, items []store.RenewItem, key string, sent int64) ([]bool, error) {
+	var kept []store.RenewItem
+	var at []int
+	for i, it := range items {
+		if it.Key == key {
+			r.log.add(Event{Ev: evAbandon, Key: it.Key, Epoch: it.Epoch, Sent: sent})
+			continue
+		}
+		kept, at = append(kept, it), append(at, i)
+	}
+	out := make([]bool, len(items))
+	if len(kept) == 0 {
+		return out, nil
+	}
+	ok, err := r.renew(ctx, owner, ttl, kept, sent)
+	if err != nil {
+		return nil, err
+	}
+	for j, i := range at {
+		out[i] = j < len(ok) && ok[j]
+	}
+	return out, nil
+}
 
 func (r *recorder) Acquire(ctx context.Context, req store.AcquireRequest) (store.AcquireResult, error) {
 	sent := Now()
+	if r.ctl.mode().abandon == req.Key {
+		r.log.add(Event{Ev: evAcquire, Key: req.Key, Sent: sent, Outcome: outError, Err: errAbandoned.Error()})
+		return store.AcquireResult{}, errAbandoned
+	}
 	if err := r.ctl.before(ctx); err != nil {
 		r.log.add(Event{Ev: evAcquire, Key: req.Key, Sent: sent, Outcome: outError, Err: err.Error()})
 		return store.AcquireResult{}, err
@@ -77,6 +113,13 @@ func (r *recorder) Acquire(ctx context.Context, req store.AcquireRequest) (store
 
 func (r *recorder) Renew(ctx context.Context, owner string, ttl time.Duration, items []store.RenewItem) ([]bool, error) {
 	sent := Now()
+	if key := r.ctl.mode().abandon; key != "" {
+		return r.renewAbandoning(ctx, owner, ttl, items, key, sent)
+	}
+	return r.renew(ctx, owner, ttl, items, sent)
+}
+
+func (r *recorder) renew(ctx context.Context, owner string, ttl time.Duration, items []store.RenewItem, sent int64) ([]bool, error) {
 	logged := make([]Item, len(items))
 	for i, it := range items {
 		logged[i] = Item{Key: it.Key, Epoch: it.Epoch}
@@ -168,13 +211,15 @@ func (r watchingRecorder) Watch(ctx context.Context, prefix string) (<-chan stor
 // (calls run, and fail at once as if the answer was lost), "delay <duration>"
 // (that much before each call), "slow <duration>" (each call takes that
 // much longer, half before and half after it: a store that answers
-// slowly), or empty. An empty path disables it.
+// slowly), "abandon <key>" (the replica's store calls leave that key out:
+// see abandoned), or empty. An empty path disables it.
 type control string
 
 type ctlMode struct {
 	down, hold  bool
 	lose        bool
 	delay, slow time.Duration
+	abandon     string // a key
 }
 
 func (c control) mode() ctlMode {
@@ -199,6 +244,8 @@ func (c control) mode() ctlMode {
 	case "slow":
 		d, _ := time.ParseDuration(arg)
 		return ctlMode{slow: d}
+	case "abandon":
+		return ctlMode{abandon: arg}
 	}
 	return ctlMode{}
 }

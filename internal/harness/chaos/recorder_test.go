@@ -147,3 +147,47 @@ func TestARecorderWatchesExactlyWhenItsStoreCan(t *testing.T) {
 		t.Error("the recorder of a store without a push channel claims one")
 	}
 }
+
+// The abandon fault: the key's term is left out of the store call and
+// answered lost, the other terms are renewed, and the key cannot be
+// acquired meanwhile; the term stays on the store, unreleased.
+func TestAnAbandonedKeyIsLeftOutOfRenewalsAndAcquisitions(t *testing.T) {
+	rec, mem, dir := newRecorder(t)
+	a, _ := acquire(rec, "a")
+	b, _ := acquire(rec, "b")
+	_ = setControl(string(rec.ctl), "abandon a")
+	ok, err := rec.Renew(context.Background(), "o1", time.Second,
+		[]store.RenewItem{{Key: "a", Epoch: a.Epoch}, {Key: "b", Epoch: b.Epoch}})
+	if err != nil || !slices.Equal(ok, []bool{false, true}) {
+		t.Fatalf("Renew while a is abandoned: %v, %v; want [false true]", ok, err)
+	}
+	if _, err := acquire(rec, "a"); !errors.Is(err, errAbandoned) {
+		t.Fatalf("Acquire of the abandoned key: %v, want errAbandoned", err)
+	}
+	ls, _ := mem.List(context.Background(), "")
+	for _, l := range ls {
+		if l.Key == "a" && (l.Epoch != a.Epoch || l.Released) {
+			t.Fatalf("the abandoned term changed in the store: %+v", l)
+		}
+	}
+	evs, err := readLog(filepath.Join(dir, "r1.jsonl"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var abandoned, renewed []Item
+	for _, e := range evs {
+		switch e.Ev {
+		case evAbandon:
+			abandoned = append(abandoned, Item{Key: e.Key, Epoch: e.Epoch})
+		case evRenew:
+			renewed = append(renewed, e.Items...)
+		}
+	}
+	if !slices.Equal(abandoned, []Item{{Key: "a", Epoch: a.Epoch}}) || !slices.Equal(renewed, []Item{{Key: "b", Epoch: b.Epoch, OK: true}}) {
+		t.Fatalf("logged abandoned %+v, renewed %+v; want a's term abandoned and b's alone sent", abandoned, renewed)
+	}
+	// Alone in a renewal, the abandoned term costs no store call.
+	if ok, err := rec.Renew(context.Background(), "o1", time.Second, []store.RenewItem{{Key: "a", Epoch: a.Epoch}}); err != nil || !slices.Equal(ok, []bool{false}) {
+		t.Fatalf("Renew of the abandoned term alone: %v, %v", ok, err)
+	}
+}

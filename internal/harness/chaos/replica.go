@@ -36,7 +36,7 @@ type replicaSpec struct {
 	Prefix   string       `json:"prefix"`
 	Timing   Timing       `json:"timing"`
 	Log      string       `json:"log"`
-	Control  string       `json:"control,omitempty"` // SQLite: the fault control file
+	Control  string       `json:"control,omitempty"` // the fault control file (recorder.go)
 	Resource resourceSpec `json:"resource"`
 	Seed     uint64       `json:"seed"`
 	// LateStop breaks the runner on purpose (tests only): it keeps working

@@ -1,0 +1,77 @@
+package chaos
+
+import (
+	"testing"
+	"time"
+)
+
+// abandoned is a story in which r1 renews the key until 2400 ms, then an
+// abandon fault on r1 (from 2900 ms) leaves the term out of its renewal
+// sent at 3000 ms and answers it lost, and r2 starts the key at peerAt
+// (never when negative).
+func abandoned(kind string, peerAt int) *story {
+	s := newStory("r1", "r2")
+	s.h.Kind = kind
+	s.run("r1", 1, 0, 3000, causeLost) // renewals every 600 ms, the last sent at 2400
+	s.fault(FaultAbandon, "r1", 2900, 12_900)
+	s.add(Event{T: s.at(3000), Replica: "r1", Ev: evAbandon, Key: storyKey, Epoch: 1, Sent: s.at(3000)})
+	if peerAt >= 0 {
+		s.run("r2", 2, peerAt, 20_000, causeStopping)
+	}
+	return s
+}
+
+func TestAnAbandonedTermRunByAPeerWithinTheBoundPasses(t *testing.T) {
+	rep := abandoned(kindPostgres, 2400+4000).check(t)
+	if !rep.OK() {
+		t.Fatalf("a peer ran the key 4 s after the last renewal of the abandoned term:\n%s", text(rep))
+	}
+	if rep.Abandoned.N != 1 || rep.Abandoned.Max != 4*time.Second {
+		t.Errorf("abandoned %+v, want one at 4s", rep.Abandoned)
+	}
+}
+
+// A store that kept the abandoned term alive with its holder's others (a
+// session renewed for them all) lets no peer in until long past the bound.
+func TestAnAbandonedTermThatOutlivesTheBoundIsCaught(t *testing.T) {
+	v := requireOnly(t, abandoned(kindPostgres, 2400+6000).check(t), InvAbandoned)
+	if v.Replica != "r2" || v.Amount != 6*time.Second-abandonedBound(kindPostgres) {
+		t.Errorf("violation %+v, want r2's, late by %v", v, 6*time.Second-abandonedBound(kindPostgres))
+	}
+}
+
+func TestAnAbandonedTermNobodyRunsIsCaught(t *testing.T) {
+	requireOnly(t, abandoned(kindSQLite, -1).check(t), InvAbandoned)
+}
+
+// etcd takes an unlisted term off its session only a TTL after its last
+// renewal, and keeps peers out for TTL + grace more.
+func TestEtcdsAbandonBoundAllowsItsEviction(t *testing.T) {
+	if rep := abandoned(kindEtcd, 2400+6000).check(t); !rep.OK() {
+		t.Errorf("etcd: a peer 6 s after an abandoned term's last renewal fails:\n%s", text(rep))
+	}
+	if rep := abandoned(kindEtcd, 2400+9000).check(t); rep.OK() {
+		t.Errorf("etcd: a peer 9 s after an abandoned term's last renewal passes (bound %v)", rep.Abandoned.Bound)
+	}
+}
+
+// Another fault (here a partition of every replica) may stretch the wait,
+// and a released term ends at once: neither is checked.
+func TestAnAbandonedTermIsExcusedByAnotherFaultOrARelease(t *testing.T) {
+	s := abandoned(kindPostgres, -1)
+	s.fault(FaultPartition, "*", 4000, 5000)
+	if rep := s.check(t); len(violations(rep, InvAbandoned)) != 0 {
+		t.Errorf("a partition during the wait is not excused:\n%s", text(rep))
+	}
+	s = abandoned(kindPostgres, -1)
+	s.add(Event{T: s.at(3100), Replica: "r1", Ev: evRelease, Sent: s.at(3100), Items: []Item{{Key: storyKey, Epoch: 1}}})
+	if rep := s.check(t); len(violations(rep, InvAbandoned)) != 0 {
+		t.Errorf("a released term is checked as abandoned:\n%s", text(rep))
+	}
+}
+
+// abandonedBound is the bound the checker applies to a history of kind.
+func abandonedBound(kind string) time.Duration {
+	c := &checker{t: DefaultTiming(), rep: &Report{History: &History{Kind: kind}}}
+	return c.abandonBound()
+}
