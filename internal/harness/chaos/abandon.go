@@ -63,7 +63,11 @@ func (h *harness) abandon(ctx context.Context, p *proc, s Step) {
 		key = want
 	}
 	h.hl.add(Event{Ev: evFaultBegin, Fault: FaultAbandon, Target: p.name, Key: key, Dur: int64(s.Dur)})
-	if err := setControl(p.control, "abandon "+key); err != nil {
+	cmd := "abandon "
+	if h.opts.abandonedLivesOn {
+		cmd = "abandon-renewing "
+	}
+	if err := setControl(p.control, cmd+key); err != nil {
 		h.log.Warn("could not write a control file", "replica", p.name, "err", err)
 	}
 	_ = sleepCtx(ctx, s.Dur)

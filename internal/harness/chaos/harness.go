@@ -92,6 +92,10 @@ type Options struct {
 	// childNoDeadline starts child work without a deadline for its guard:
 	// the test that proves a frozen wrapper's child is caught.
 	childNoDeadline bool
+	// abandonedLivesOn makes the abandon fault go on renewing the term it
+	// says it left out: a store that keeps an unlisted term alive with its
+	// holder's others, for the test that proves a run catches one.
+	abandonedLivesOn bool
 }
 
 func (o Options) withDefaults() (Options, error) {

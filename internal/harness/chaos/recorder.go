@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/tenure-dev/tenure/store"
@@ -19,6 +21,9 @@ type recorder struct {
 	inner store.Store
 	log   *eventLog
 	ctl   control
+
+	mu      sync.Mutex
+	livesOn []store.RenewItem // "abandon-renewing": the terms sent all the same
 }
 
 var (
@@ -54,15 +59,31 @@ var (
 // and never lists them again, so each is a term its holder left on the
 // store unreleased, logged as evAbandon with the call's send time. The
 // rest are renewed and logged as usual, the call skipped if none is left.
-func (r *recorder) renewAbandoning(ctx context.Context, owner string, ttl time.Duration, items []store.RenewItem, key string, sent int64) ([]bool, error) {
+// With m.stillRenew (tests only) the store is sent every item, and the
+// log says what it would without: a store that kept the term alive.
+func (r *recorder) renewAbandoning(ctx context.Context, owner string, ttl time.Duration, items []store.RenewItem, m ctlMode, sent int64) ([]bool, error) {
 	var kept []store.RenewItem
 	var at []int
 	for i, it := range items {
-		if it.Key == key {
+		if it.Key == m.abandon {
 			r.log.add(Event{Ev: evAbandon, Key: it.Key, Epoch: it.Epoch, Sent: sent})
+			if m.stillRenew {
+				r.mu.Lock()
+				r.livesOn = append(r.livesOn, it)
+				r.mu.Unlock()
+			}
 			continue
 		}
 		kept, at = append(kept, it), append(at, i)
+	}
+	if m.stillRenew {
+		r.mu.Lock()
+		hidden := slices.Clone(r.livesOn)
+		r.mu.Unlock()
+		if len(kept) > 0 {
+			// With the others, as a store that kept it on their session.
+			_, _ = r.inner.Renew(ctx, owner, ttl, append(hidden, kept...))
+		}
 	}
 	out := make([]bool, len(items))
 	if len(kept) == 0 {
@@ -113,8 +134,8 @@ func (r *recorder) Acquire(ctx context.Context, req store.AcquireRequest) (store
 
 func (r *recorder) Renew(ctx context.Context, owner string, ttl time.Duration, items []store.RenewItem) ([]bool, error) {
 	sent := Now()
-	if key := r.ctl.mode().abandon; key != "" {
-		return r.renewAbandoning(ctx, owner, ttl, items, key, sent)
+	if m := r.ctl.mode(); m.abandon != "" {
+		return r.renewAbandoning(ctx, owner, ttl, items, m, sent)
 	}
 	return r.renew(ctx, owner, ttl, items, sent)
 }
@@ -220,6 +241,9 @@ type ctlMode struct {
 	lose        bool
 	delay, slow time.Duration
 	abandon     string // a key
+	// stillRenew: "abandon-renewing", tests only: the abandoned term goes
+	// on being sent to the store, though logged as left out.
+	stillRenew bool
 }
 
 func (c control) mode() ctlMode {
@@ -246,6 +270,8 @@ func (c control) mode() ctlMode {
 		return ctlMode{slow: d}
 	case "abandon":
 		return ctlMode{abandon: arg}
+	case "abandon-renewing":
+		return ctlMode{abandon: arg, stillRenew: true}
 	}
 	return ctlMode{}
 }

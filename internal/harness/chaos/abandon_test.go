@@ -1,0 +1,64 @@
+package chaos
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// The abandon fault on a real store (SQLite, which keeps one session per
+// process): two replicas, three keys, so one of them holds two; one step.
+
+func abandonRun(t *testing.T, adjust func(*Options)) *Report {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("runs replicas under a fault for seconds")
+	}
+	opts := Options{
+		Store:    "sqlite:" + filepath.Join(t.TempDir(), "leases.db"),
+		Duration: time.Second, // one step: it runs to its end once begun
+		Replicas: 2,
+		Keys:     3,
+		Faults:   []string{FaultAbandon},
+	}
+	if adjust != nil {
+		adjust(&opts)
+	}
+	if dir := os.Getenv("TENURE_CHAOS_HISTORY"); dir != "" {
+		opts.HistoryDir = filepath.Join(dir, t.Name())
+	}
+	rep, err := Run(context.Background(), opts)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if rep.HistoryDir != "" && opts.HistoryDir == "" {
+		t.Cleanup(func() { os.RemoveAll(rep.HistoryDir) })
+	}
+	return rep
+}
+
+func TestAnAbandonedTermEndsAndAPeerRunsItsKey(t *testing.T) {
+	rep := abandonRun(t, nil)
+	if !rep.OK() {
+		t.Fatalf("violations:\n%s", text(rep))
+	}
+	if rep.Abandoned.N != 1 {
+		t.Fatalf("%d abandoned terms checked; want one:\n%s", rep.Abandoned.N, text(rep))
+	}
+	t.Logf("as expected:\n%s", text(rep))
+}
+
+// A store that kept the abandoned term alive with its holder's others —
+// here the recorder goes on renewing it behind the engine's back — keeps
+// the peer out, and the run says so.
+func TestARunCatchesAStoreThatKeepsAnAbandonedTermAlive(t *testing.T) {
+	rep := abandonRun(t, func(o *Options) { o.abandonedLivesOn = true })
+	if len(violations(rep, InvAbandoned)) == 0 {
+		t.Fatalf("an abandoned term kept alive went unnoticed:\n%s", text(rep))
+	}
+	if len(violations(rep, InvAbandoned)) != len(rep.Violations) {
+		t.Errorf("other violations besides %q:\n%s", InvAbandoned, text(rep))
+	}
+}
