@@ -9,6 +9,7 @@ import (
 
 	"github.com/tenure-dev/tenure/internal/harness/testenv"
 	"github.com/tenure-dev/tenure/store"
+	"github.com/tenure-dev/tenure/store/internal/sessiontest"
 )
 
 // Races and losses a reviewer found in the first version of sessions; each
@@ -50,26 +51,6 @@ WHERE datname = current_database() AND wait_event_type = 'Lock' AND strpos(query
 	}
 }
 
-// One release of several terms moves their session one version: none of
-// them may stay in what the Store knows, or a renewal listing one is
-// answered true from the session alone though a peer has taken it.
-func TestAReleaseOfSeveralTermsLeavesNoneOnTheSession(t *testing.T) {
-	s := tables.New(t)
-	const ttl = time.Minute
-	k1, k2, k3 := acquireFor(t, s, "k1", "a", ttl), acquireFor(t, s, "k2", "a", ttl), acquireFor(t, s, "k3", "a", ttl)
-	renewAll(t, s, "a", ttl, k1, k2, k3)
-	if err := s.Release(context.Background(), "a", []store.Term{k1, k2}); err != nil {
-		t.Fatal(err)
-	}
-	acquireFor(t, s, "k2", "b", ttl) // a peer takes a released key at once
-	if got, _ := renewAll(t, s, "a", ttl, k2, k3); got[0] || !got[1] {
-		t.Fatalf("renewal of released k2 and of k3: %v; want [false true] (k2 is b's: %+v)", got, leaseOf(t, s, "k2"))
-	}
-	if got, slow := renewAll(t, s, "a", ttl, k3); !got[0] || slow {
-		t.Fatalf("renewal of k3 alone: %v, slow %t; want renewed on the session alone", got, slow)
-	}
-}
-
 // A renewal that goes term by term while another puts a term on the
 // session must see that term (its snapshot is taken once it holds the
 // session), or the term would live as long as the session with nobody
@@ -78,9 +59,9 @@ func TestATermPutOnDuringATermByTermRenewalIsSeenByIt(t *testing.T) {
 	s := tables.New(t)
 	ctx := context.Background()
 	const ttl = time.Second
-	a := acquireFor(t, s, "a", "o", ttl)
-	renewAll(t, s, "o", ttl, a)
-	j := acquireFor(t, s, "j", "o", ttl) // on its own record until a renewal lists it
+	a := sessiontest.Acquire(t, s, "a", "o", ttl)
+	sessions.Renew(t, s, "o", ttl, a)
+	j := sessiontest.Acquire(t, s, "j", "o", ttl) // on its own record until a renewal lists it
 
 	release := holdRecord(t, s, "j")
 	fast := make(chan error, 1)
@@ -104,13 +85,13 @@ func TestATermPutOnDuringATermByTermRenewalIsSeenByIt(t *testing.T) {
 	}
 	// j's holder never lists it again; a is renewed on.
 	deadline := time.Now().Add(4 * ttl)
-	for time.Now().Before(deadline) && leaseOf(t, s, "j").Live {
-		if got, _ := renewAll(t, s, "o", ttl, a); !got[0] {
+	for time.Now().Before(deadline) && sessiontest.LeaseOf(t, s, "j").Live {
+		if got, _ := sessions.Renew(t, s, "o", ttl, a); !got[0] {
 			t.Fatal("a lost")
 		}
 		time.Sleep(ttl / 5)
 	}
-	if l := leaseOf(t, s, "j"); l.Live {
+	if l := sessiontest.LeaseOf(t, s, "j"); l.Live {
 		t.Fatalf("j still live %v after its last listing: %+v", 4*ttl, l)
 	}
 }
@@ -121,9 +102,9 @@ func TestARevocationRacingARenewalThatMovesTheTermRevokesIt(t *testing.T) {
 	s := tables.New(t)
 	ctx := context.Background()
 	const ttl = time.Minute
-	a := acquireFor(t, s, "a", "o", ttl)
-	renewAll(t, s, "o", ttl, a)
-	j := acquireFor(t, s, "j", "o", ttl)
+	a := sessiontest.Acquire(t, s, "a", "o", ttl)
+	sessions.Renew(t, s, "o", ttl, a)
+	j := sessiontest.Acquire(t, s, "j", "o", ttl)
 	release := holdRecord(t, s, "j")
 	renewed := make(chan error, 1)
 	go func() {
@@ -146,9 +127,9 @@ func TestARevocationRacingARenewalThatMovesTheTermRevokesIt(t *testing.T) {
 		t.Fatal(err)
 	}
 	if r := <-revoked; r.err != nil || !r.ok {
-		t.Fatalf("Revoke of live j = %t, %v; want revoked (j: %+v)", r.ok, r.err, leaseOf(t, s, "j"))
+		t.Fatalf("Revoke of live j = %t, %v; want revoked (j: %+v)", r.ok, r.err, sessiontest.LeaseOf(t, s, "j"))
 	}
-	if l := leaseOf(t, s, "j"); l.Owner != "" || l.Live {
+	if l := sessiontest.LeaseOf(t, s, "j"); l.Owner != "" || l.Live {
 		t.Fatalf("j after the revocation: %+v", l)
 	}
 }
@@ -162,9 +143,9 @@ func TestAVersionReachedAgainAfterALostChangeIsToldApart(t *testing.T) {
 	s := tables.New(t)
 	ctx := context.Background()
 	const ttl = time.Minute
-	x, y, z := acquireFor(t, s, "x", "a", ttl), acquireFor(t, s, "y", "a", ttl), acquireFor(t, s, "z", "a", ttl)
-	renewAll(t, s, "a", ttl, x, y, z)
-	id := sessionOf(t, s, "x")
+	x, y, z := sessiontest.Acquire(t, s, "x", "a", ttl), sessiontest.Acquire(t, s, "y", "a", ttl), sessiontest.Acquire(t, s, "z", "a", ttl)
+	sessions.Renew(t, s, "a", ttl, x, y, z)
+	id := sessions.SessionOf(t, s, "x")
 	var tag int64
 	if err := s.pool.QueryRow(ctx, `SELECT tag FROM `+s.sess.table+` WHERE id = $1`, id).Scan(&tag); err != nil {
 		t.Fatal(err)
@@ -185,8 +166,8 @@ func TestAVersionReachedAgainAfterALostChangeIsToldApart(t *testing.T) {
 	if ok, err := other.Revoke(ctx, "y"); err != nil || !ok {
 		t.Fatalf("revoke: %t %v", ok, err)
 	}
-	if got, slow := renewAll(t, s, "a", ttl, y, z); got[0] || !got[1] || !slow {
-		t.Fatalf("renewal after y was revoked: %v, slow %t; want [false true], term by term (y: %+v)", got, slow, leaseOf(t, s, "y"))
+	if got, slow := sessions.Renew(t, s, "a", ttl, y, z); got[0] || !got[1] || !slow {
+		t.Fatalf("renewal after y was revoked: %v, slow %t; want [false true], term by term (y: %+v)", got, slow, sessiontest.LeaseOf(t, s, "y"))
 	}
 }
 
@@ -231,13 +212,13 @@ func TestARenewalThatWaitsForItsSessionReadsTheClockAfterTheWait(t *testing.T) {
 	s := tables.New(t)
 	ctx := context.Background()
 	const ttl = 400 * time.Millisecond
-	k := acquireFor(t, s, "k", "a", ttl)
-	renewAll(t, s, "a", ttl, k) // k goes on the session
+	k := sessiontest.Acquire(t, s, "k", "a", ttl)
+	sessions.Renew(t, s, "a", ttl, k) // k goes on the session
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tx.Exec(ctx, `SELECT 1 FROM `+s.sess.table+` WHERE id = $1 FOR UPDATE`, sessionOf(t, s, "k")); err != nil {
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM `+s.sess.table+` WHERE id = $1 FOR UPDATE`, sessions.SessionOf(t, s, "k")); err != nil {
 		t.Fatal(err)
 	}
 	got := make(chan []bool, 1)
@@ -254,7 +235,7 @@ func TestARenewalThatWaitsForItsSessionReadsTheClockAfterTheWait(t *testing.T) {
 	if ok := <-got; len(ok) != 1 || ok[0] {
 		t.Fatalf("renewal that waited past the session's expiry = %v; want lost", ok)
 	}
-	if l := leaseOf(t, s, "k"); l.Live {
+	if l := sessiontest.LeaseOf(t, s, "k"); l.Live {
 		t.Fatalf("k live again after its session expired: %+v", l)
 	}
 }
