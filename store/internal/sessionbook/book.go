@@ -64,6 +64,7 @@ type term struct {
 	epoch   int64
 	running bool
 	pass    uint64 // the last check that found it listed
+	missed  int    // pending: checks in a row that did not list it
 }
 
 // Term is a term on a session, as a store reads it.
@@ -167,6 +168,17 @@ func (b *Book) Check(owner string, ttl time.Duration, items []store.RenewItem) (
 		}
 		if on {
 			listed++
+		}
+	}
+	// A pending term two renewals in a row did not list was given up
+	// before it joined (lost, or left to expire): forget it, or the Book
+	// would keep every such term of a long-lived process. One forgotten
+	// while still held only sends its next renewal term by term.
+	for key, t := range ss.pending {
+		if t.pass == ss.pass {
+			t.missed = 0
+		} else if t.missed++; t.missed >= 2 {
+			delete(ss.pending, key)
 		}
 	}
 	if listed < len(ss.on) {

@@ -137,3 +137,26 @@ func TestAChangeThatDoesNotChainLeavesTheSessionUnknown(t *testing.T) {
 		t.Fatal("not fast once the session was learned again")
 	}
 }
+
+// A term acquired and then given up before any renewal listed it (lost,
+// or left to expire) leaves the Book after two renewals without it; one
+// that a renewal lists in time joins as usual.
+func TestAPendingTermNoRenewalListsIsForgotten(t *testing.T) {
+	b := onSession(k1)
+	b.Acquired("a", ttl, "k2", 1, false)
+	b.Acquired("a", ttl, "k3", 1, false)
+	if _, ok := b.Check("a", ttl, items(k1, k3)); !ok {
+		t.Fatal("a renewal of k1 and k3 may not go fast")
+	}
+	if f, ok := b.Check("a", ttl, items(k1, k2)); !ok || len(f.Join) != 1 || f.Join[0].Key != "k2" {
+		t.Fatalf("k2, missed once, does not join: %+v %t", f, ok)
+	}
+	b.Check("a", ttl, items(k1))
+	b.Check("a", ttl, items(k1))
+	if _, ok := b.Check("a", ttl, items(k1, k2)); ok {
+		t.Fatal("k2, missed twice in a row, is still known: a renewal listing it may go fast")
+	}
+	if n := len(b.sessions[sessionKey{"a", ttl}].pending); n != 0 {
+		t.Fatalf("%d terms still pending; want none", n)
+	}
+}
