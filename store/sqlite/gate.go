@@ -2,6 +2,7 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
 	"sync"
 )
 
@@ -42,3 +43,23 @@ func (g gate) enter(ctx context.Context) error {
 }
 
 func (g gate) leave() { <-g }
+
+// beginWrite enters this process's gate for the file and begins a write
+// transaction: the DSN's _txlock=immediate makes it BEGIN IMMEDIATE, so
+// SQLite's write lock is held from the start and everything the
+// transaction reads and writes is one state. done rolls the transaction
+// back (a no-op after Commit) and leaves the gate.
+func (s *Store) beginWrite(ctx context.Context) (tx *sql.Tx, done func(), err error) {
+	if err := s.gate.enter(ctx); err != nil {
+		return nil, nil, err
+	}
+	tx, err = s.db.BeginTx(ctx, nil)
+	if err != nil {
+		s.gate.leave()
+		return nil, nil, err
+	}
+	return tx, func() {
+		_ = tx.Rollback()
+		s.gate.leave()
+	}, nil
+}

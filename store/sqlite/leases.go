@@ -37,18 +37,13 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 }
 
 func (s *Store) acquire(ctx context.Context, req store.AcquireRequest) (store.AcquireResult, error) {
-	if err := s.gate.enter(ctx); err != nil {
-		return store.AcquireResult{}, err
-	}
-	defer s.gate.leave()
-	// The DSN's _txlock=immediate makes this BEGIN IMMEDIATE: the write
-	// lock is held from the start, so the refusal and the holder we report
-	// come from one state.
-	tx, err := s.db.BeginTx(ctx, nil)
+	// The write lock is held from the start (beginWrite), so the refusal
+	// and the holder we report come from one state.
+	tx, done, err := s.beginWrite(ctx)
 	if err != nil {
 		return store.AcquireResult{}, err
 	}
-	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	defer done()
 
 	// The session the key's last term was on, which it leaves.
 	var old int64
@@ -189,15 +184,11 @@ func (s *Store) Release(ctx context.Context, owner string, terms []store.Term) e
 // moves the sessions they were on to a new version, in one transaction,
 // and returns the terms it ended.
 func (s *Store) release(ctx context.Context, owner, pairs string) ([]store.Term, error) {
-	if err := s.gate.enter(ctx); err != nil {
-		return nil, err
-	}
-	defer s.gate.leave()
-	tx, err := s.db.BeginTx(ctx, nil) // BEGIN IMMEDIATE, see acquire
+	tx, done, err := s.beginWrite(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer tx.Rollback()          //nolint:errcheck // a no-op after Commit
+	defer done()
 	on := map[store.Term]int64{} // the session each term was on
 	err = scanRows(tx.QueryContext(ctx, s.q.sessionsOf, owner, pairs))(func(rows *sql.Rows) error {
 		var t store.Term
@@ -286,10 +277,6 @@ func (s *Store) Revoke(ctx context.Context, key string) (bool, error) {
 	if err := s.writable("revoke"); err != nil {
 		return false, err
 	}
-	if err := s.gate.enter(ctx); err != nil {
-		return false, s.fail(fmt.Sprintf("revoke %q", key), err)
-	}
-	defer s.gate.leave()
 	revoked, err := s.revoke(ctx, key)
 	if err != nil {
 		return false, s.fail(fmt.Sprintf("revoke %q", key), err)
@@ -300,11 +287,11 @@ func (s *Store) Revoke(ctx context.Context, key string) (bool, error) {
 // revoke fences key's live term and counts it off its session, in one
 // transaction.
 func (s *Store) revoke(ctx context.Context, key string) (bool, error) {
-	tx, err := s.db.BeginTx(ctx, nil) // BEGIN IMMEDIATE, see acquire
+	tx, done, err := s.beginWrite(ctx)
 	if err != nil {
 		return false, err
 	}
-	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	defer done()
 	var on int64
 	var t store.Term
 	if err := tx.QueryRowContext(ctx, s.q.sessionOf, key).Scan(&on); err != nil && !errors.Is(err, sql.ErrNoRows) {

@@ -59,15 +59,11 @@ func (s *Store) pruneSessions(ctx context.Context, olderThan time.Duration) erro
 // pruneBatch deletes up to pruneBatch records past key after and returns
 // how many and the last.
 func (s *Store) pruneBatch(ctx context.Context, prefix, after string, olderThan time.Duration) (int, string, error) {
-	if err := s.gate.enter(ctx); err != nil {
-		return 0, "", err
-	}
-	defer s.gate.leave()
-	tx, err := s.db.BeginTx(ctx, nil) // BEGIN IMMEDIATE, see acquire
+	tx, done, err := s.beginWrite(ctx)
 	if err != nil {
 		return 0, "", err
 	}
-	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	defer done()
 
 	query, end := s.q.pruneBatchAll, ""
 	if e, ok := sqlstore.PrefixEnd(prefix); ok {

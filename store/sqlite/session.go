@@ -52,15 +52,11 @@ func sessionTable(table string) string { return `"` + table + `:sessions"` }
 // renewTerms renews owner's terms in items in one transaction under the
 // gate, and returns the terms renewed: nil when every one was.
 func (s *Store) renewTerms(ctx context.Context, owner string, ttl time.Duration, items []store.RenewItem) (map[store.Term]bool, error) {
-	if err := s.gate.enter(ctx); err != nil {
-		return nil, err
-	}
-	defer s.gate.leave()
-	tx, err := s.db.BeginTx(ctx, nil) // BEGIN IMMEDIATE, see acquire
+	tx, done, err := s.beginWrite(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	defer done()
 	id, err := s.liveSession(ctx, tx, owner, ttl, false)
 	if err != nil {
 		return nil, err

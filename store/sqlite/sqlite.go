@@ -375,15 +375,11 @@ func (s *Store) Migrate(ctx context.Context) error {
 }
 
 func (s *Store) migrate(ctx context.Context) error {
-	if err := s.gate.enter(ctx); err != nil {
-		return err
-	}
-	defer s.gate.leave()
-	tx, err := s.db.BeginTx(ctx, nil) // BEGIN IMMEDIATE, from the DSN
+	tx, done, err := s.beginWrite(ctx)
 	if err != nil {
 		return err
 	}
-	defer tx.Rollback() //nolint:errcheck // a no-op after Commit
+	defer done()
 	if _, err := tx.ExecContext(ctx, s.q.create); err != nil {
 		return err
 	}
