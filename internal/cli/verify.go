@@ -67,11 +67,11 @@ store calls). The kinds (--faults):
   freeze-wrapper  SIGSTOP a holder for 0.5–4 TTL while a key's work runs as
                   its child (through a guard, as run runs a command): the
                   guard alone must stop the child at the lease's deadline
-  abandon         a holder of several keys stops renewing one of them,
-                  without releasing it, and stops claiming it, for 4–5 TTL
-                  (what an engine does with a term it gave up on): the
-                  store must end that term on its own while the holder's
-                  other terms live on
+  abandon         a holder of several keys (of one, if none holds more)
+                  stops renewing one of them, without releasing it, and
+                  stops claiming it, for 5–6 TTL (what an engine does with
+                  a term it gave up on): the store must end that term on
+                  its own while the holder's other terms live on
   store-restart   only with --failover-cmd: run CMD (with sh -c) to fail the
                   store over — kill its leader or primary, promote a
                   standby — with TENURE_FAULT_DOWN set to how long it

@@ -46,8 +46,15 @@ func heldBy(keys []string, held map[string]string, owner string) []string {
 
 // abandon makes p leave one of its keys (the step's, if p holds it) out of
 // its renewals and acquisitions for the step's duration, through its
-// control file (recorder.go).
+// control file (recorder.go). It first lets two renewal periods pass, so
+// that the term has been renewed and, on a store with sessions, put on
+// its holder's session: a term abandoned before its first renewal is on
+// its own record and tests nothing a session could break (the first step
+// of a run comes right after the warm-up, with terms a moment old).
 func (h *harness) abandon(ctx context.Context, p *proc, s Step) {
+	if sleepCtx(ctx, 2*h.opts.Timing.RenewEvery) != nil {
+		return
+	}
 	held, err := h.holders(ctx)
 	if err != nil {
 		h.log.Warn("abandon: could not read the holders; skipped", "replica", p.name, "err", err)

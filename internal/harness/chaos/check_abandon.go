@@ -13,6 +13,20 @@ import (
 // session per process) and does not take an unlisted one off fails here.
 const InvAbandoned = "an abandoned term ends"
 
+// Abandoned is what the abandon faults showed: how soon after the last
+// call naming an abandoned term a peer ran its key.
+type Abandoned struct {
+	Latency
+	// Renewed counts the terms checked that had been renewed before they
+	// were abandoned: on a store with sessions, terms that were on their
+	// holder's session. A term abandoned before its first renewal is on
+	// its own record and shows less.
+	Renewed int `json:"renewed"`
+	// Excused counts the abandoned terms not checked: another fault may
+	// have kept the peers from the key, or the run ended first.
+	Excused int `json:"excused"`
+}
+
 // abandonBound is how soon after the last call naming an abandoned term
 // a peer must run its key: the takeover bound of a crash. On etcd a
 // renewal evicts a term from its session only once no renewal listed it
@@ -32,7 +46,8 @@ func (c *checker) abandonBound() time.Duration {
 // store restart) are not checked.
 func (c *checker) abandons() {
 	bound := c.abandonBound()
-	c.rep.Abandoned.Bound = bound
+	a := &c.rep.Abandoned
+	a.Bound = bound
 	var lat []time.Duration
 	seen := map[termID]bool{}
 	for _, e := range c.m.abandons {
@@ -45,7 +60,8 @@ func (c *checker) abandons() {
 		seen[id] = true
 		last := t.lastListed
 		due := last + int64(bound)
-		if c.stretched(e.Key, r, last, due) {
+		if due >= c.m.end || c.stretched(e.Key, r, last, due) {
+			a.Excused++
 			continue
 		}
 		ivs := c.m.intervals[e.Key]
@@ -53,15 +69,15 @@ func (c *checker) abandons() {
 		if next >= 0 && ivs[next].start <= e.Sent {
 			continue // a peer ran the key already: the term had ended
 		}
+		c.checked(InvAbandoned, 1)
+		if t.renewed {
+			a.Renewed++
+		}
 		if next < 0 {
-			if due < c.m.end {
-				c.checked(InvAbandoned, 1)
-				c.violate(InvAbandoned, due, e.Key, r.name, 0,
-					"nobody ran the key after %s abandoned epoch %d (bound %v)", r.name, e.Epoch, bound)
-			}
+			c.violate(InvAbandoned, due, e.Key, r.name, 0,
+				"nobody ran the key after %s abandoned epoch %d (bound %v)", r.name, e.Epoch, bound)
 			continue
 		}
-		c.checked(InvAbandoned, 1)
 		d := time.Duration(ivs[next].start - last)
 		lat = append(lat, d)
 		if d > bound {
@@ -70,7 +86,7 @@ func (c *checker) abandons() {
 				ivs[next].r.name, d, r.name, e.Epoch, bound)
 		}
 	}
-	c.rep.Abandoned.set(lat)
+	a.set(lat)
 }
 
 // termID names one term.
@@ -88,15 +104,48 @@ func (m *model) term(key string, epoch int64) *term {
 	return m.terms[key][i]
 }
 
-// stretched reports whether a fault may have stretched the wait for a peer
-// to run key, abandoned by r, at any moment of [from, to]: any fault but
-// r's own abandon and the abandons of other keys (another replica leaving
-// key out claims it no more, and may be the only peer left).
+// stretched reports whether a fault during [from, to] may have kept the
+// peers from key, abandoned by r: one aimed at every replica or at the
+// store; another replica's abandon of the same key (it claims the key no
+// more, and may be the only peer left); a fault on a replica that
+// acquired key meanwhile (killed or frozen holding it before its runner
+// started); or faults on every peer that lived through the window. A
+// fault on a bystander, while a peer is free to take the key, excuses
+// nothing.
 func (c *checker) stretched(key string, r *replicaInfo, from, to int64) bool {
-	return slices.ContainsFunc(c.m.faults, func(f faultWindow) bool {
-		if f.kind == FaultAbandon && (f.target == r.name || f.key != key) {
-			return false
+	hit := map[string]bool{} // replicas a fault was aimed at meanwhile
+	for _, f := range c.m.faults {
+		switch {
+		case f.from > to || f.to < from:
+			continue
+		case f.kind == FaultAbandon && (f.target == r.name || f.key != key):
+			continue // r's own, or another key's: its target may still take key
+		case f.kind == FaultAbandon, f.target == "*", f.kind == FaultStoreRestart:
+			return true
 		}
-		return f.from <= to && f.to >= from
+		hit[f.target] = true
+		if f.peer != "" {
+			hit[f.peer] = true
+		}
+	}
+	free := false
+	for name, p := range c.m.replicas {
+		switch {
+		case p == r:
+		case hit[name] && c.acquired(p, key, from, to):
+			return true
+		case !hit[name] && p.spawned <= from && (p.exit == 0 || p.exit >= to):
+			free = true
+		}
+	}
+	return !free
+}
+
+// acquired reports whether p was granted key (or may have been: the reply
+// was lost) by an Acquire sent during [from, to].
+func (c *checker) acquired(p *replicaInfo, key string, from, to int64) bool {
+	return slices.ContainsFunc(p.calls, func(e Event) bool {
+		return e.Ev == evAcquire && e.Key == key && e.Sent >= from && e.Sent <= to &&
+			(e.Outcome == outOK || e.Outcome == outCommit)
 	})
 }

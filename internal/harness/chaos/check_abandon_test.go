@@ -26,8 +26,8 @@ func TestAnAbandonedTermRunByAPeerWithinTheBoundPasses(t *testing.T) {
 	if !rep.OK() {
 		t.Fatalf("a peer ran the key 4 s after the last renewal of the abandoned term:\n%s", text(rep))
 	}
-	if rep.Abandoned.N != 1 || rep.Abandoned.Max != 4*time.Second {
-		t.Errorf("abandoned %+v, want one at 4s", rep.Abandoned)
+	if a := rep.Abandoned; a.N != 1 || a.Max != 4*time.Second || a.Renewed != 1 || a.Excused != 0 {
+		t.Errorf("abandoned %+v, want one at 4s, renewed before", a)
 	}
 }
 
@@ -67,6 +67,30 @@ func TestAnAbandonedTermIsExcusedByAnotherFaultOrARelease(t *testing.T) {
 	s.add(Event{T: s.at(3100), Replica: "r1", Ev: evRelease, Sent: s.at(3100), Items: []Item{{Key: storyKey, Epoch: 1}}})
 	if rep := s.check(t); len(violations(rep, InvAbandoned)) != 0 {
 		t.Errorf("a released term is checked as abandoned:\n%s", text(rep))
+	}
+}
+
+// A fault on a bystander excuses nothing while a peer is free to take the
+// key; faults on every peer do, and so does one on a peer that acquired
+// the key meanwhile (it may have been frozen or killed holding it).
+func TestOnlyAFaultThatCouldKeepThePeersOutExcusesAnAbandonedTerm(t *testing.T) {
+	s := abandoned(kindPostgres, -1)
+	s.add(Event{T: s.at(-100), Ev: evSpawn, Target: "r3"})
+	s.fault(FaultPause, "r3", 4000, 5000)
+	if v := violations(s.check(t), InvAbandoned); len(v) != 1 {
+		t.Errorf("a pause of a bystander, r2 free, excused nobody running the key: %+v", v)
+	}
+	s = abandoned(kindPostgres, -1)
+	s.fault(FaultPause, "r2", 4000, 5000)
+	if rep := s.check(t); len(violations(rep, InvAbandoned)) != 0 || rep.Abandoned.Excused != 1 {
+		t.Errorf("a pause of the only peer is not excused:\n%s", text(rep))
+	}
+	s = abandoned(kindPostgres, -1)
+	s.add(Event{T: s.at(-100), Ev: evSpawn, Target: "r3"})
+	s.add(Event{T: s.at(5501), Replica: "r3", Ev: evAcquire, Key: storyKey, Epoch: 2, Sent: s.at(5500), Outcome: outOK})
+	s.fault(FaultKill, "r3", 5600, 5610)
+	if rep := s.check(t); len(violations(rep, InvAbandoned)) != 0 {
+		t.Errorf("a peer killed holding the key, before its runner started, is not excused:\n%s", text(rep))
 	}
 }
 

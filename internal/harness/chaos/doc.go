@@ -94,10 +94,12 @@
 //     gracefully, so the population returns to its size. An engine whose
 //     store owner id is the configured name lets the two take keys from
 //     each other and run them at once.
-//   - abandon: a holder of two keys or more (of one, when no replica holds
-//     two) leaves one of them out of its renewals, answered lost to its
-//     engine, which stops the runner and never lists the term again, and
-//     refuses to acquire that key, for 4–5×TTL: a term its holder gave up
+//   - abandon: two renewal periods after it is drawn (so the term has
+//     been renewed, and is on its holder's session where the store has
+//     sessions), a holder of two keys or more (of one, when no replica
+//     holds two) leaves one of them out of its renewals, answered lost to
+//     its engine, which stops the runner and lists the term no more, and
+//     refuses to acquire that key, for 5–6×TTL: a term its holder gave up
 //     on without a release, while its other terms are renewed. A store
 //     that keeps a process's terms alive together must end this one on
 //     its own; played in the replica's store recorder, on every backend.

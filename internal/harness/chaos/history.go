@@ -18,6 +18,7 @@ type replicaInfo struct {
 	name       string
 	owner      string // the owner id the store saw (Supervisor.Owner)
 	configured string // its Config.Owner
+	spawned    int64  // when the harness started it
 	exit       int64  // when the harness reaped it; 0 while alive
 	killed     bool
 	pauses     []span  // recorded inside the real pauses
@@ -53,6 +54,7 @@ type term struct {
 	granted       int64  // reply time of the Acquire that started it (0: unseen)
 	lastConfirmed int64  // send time of the last confirmed grant or renewal
 	lastListed    int64  // send time of the last grant or renewal call that named it, answered or not
+	renewed       bool   // a renewal of it was confirmed
 	released      bool   // a Release of it was attempted (it may have committed)
 	releaseSent   int64  // when the first was sent
 }
@@ -143,6 +145,7 @@ func buildModel(h *History) *model {
 			}
 		case evSpawn:
 			r := replica(e.Target)
+			r.spawned = e.T
 			r.configured = e.Configured
 			if e.Owner != "" && r.owner == "" { // a history from before proc records carried the id
 				r.owner = e.Owner
@@ -232,6 +235,7 @@ func buildModel(h *History) *model {
 				t.lastListed = max(t.lastListed, e.Sent)
 				if it.OK {
 					t.lastConfirmed = max(t.lastConfirmed, e.Sent)
+					t.renewed = true
 				}
 			}
 		case evAbandon:

@@ -170,10 +170,10 @@ func (p *planner) next() Step {
 		// The extra replica needs a moment to start before it competes.
 		s.Dur = between(1.5, 3)
 	case FaultAbandon:
-		// Past the longest time the term may outlive its last renewal on
-		// any store (etcd's eviction: 2·TTL + grace + a renewal period,
-		// whole seconds), so that only a peer can end the wait.
-		s.Dur = between(4, 5)
+		// Past the bound of the check on every store (etcd's, about
+		// 4.2 TTL with the harness's timing) by a second or more, so that
+		// only a peer can end the wait.
+		s.Dur = between(5, 6)
 	}
 	s.Gap = between(0.25, 1.5)
 	return s

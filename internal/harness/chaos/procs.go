@@ -28,7 +28,7 @@ type proc struct {
 	pid        int
 	log        string         // its event log
 	proxies    netproxy.Group // networked stores: one per store endpoint
-	control    string         // the fault control file: abandon, and SQLite's network faults
+	control    string         // the fault control file (recorder.go)
 	expected   atomic.Bool
 	exited     chan struct{}
 	busy       bool // a fault is using it; guarded by harness.mu

@@ -15,8 +15,9 @@ import (
 
 // recorder is the store a replica's supervisor uses: it logs the send
 // time and outcome of every Acquire, Renew and Release, which the checker
-// needs to bound when a peer may take over. With a control file it also
-// plays the network faults for a store that has no network (SQLite).
+// needs to bound when a peer may take over. Its control file plays the
+// abandon fault on every store, and the network faults where no proxy
+// can (SQLite, which has no network; a Redis Sentinel URL).
 type recorder struct {
 	inner store.Store
 	log   *eventLog
@@ -69,7 +70,9 @@ func (r *recorder) renewAbandoning(ctx context.Context, owner string, ttl time.D
 			r.log.add(Event{Ev: evAbandon, Key: it.Key, Epoch: it.Epoch, Sent: sent})
 			if m.stillRenew {
 				r.mu.Lock()
-				r.livesOn = append(r.livesOn, it)
+				if !slices.Contains(r.livesOn, it) {
+					r.livesOn = append(r.livesOn, it)
+				}
 				r.mu.Unlock()
 			}
 			continue
@@ -90,11 +93,11 @@ func (r *recorder) renewAbandoning(ctx context.Context, owner string, ttl time.D
 		return out, nil
 	}
 	ok, err := r.renew(ctx, owner, ttl, kept, sent)
-	if err != nil {
-		return nil, err
+	if err != nil || len(ok) != len(kept) {
+		return ok, err // a wrong answer stays wrong, for the engine to refuse
 	}
 	for j, i := range at {
-		out[i] = j < len(ok) && ok[j]
+		out[i] = ok[j]
 	}
 	return out, nil
 }
@@ -102,8 +105,7 @@ func (r *recorder) renewAbandoning(ctx context.Context, owner string, ttl time.D
 func (r *recorder) Acquire(ctx context.Context, req store.AcquireRequest) (store.AcquireResult, error) {
 	sent := Now()
 	if r.ctl.mode().abandon == req.Key {
-		r.log.add(Event{Ev: evAcquire, Key: req.Key, Sent: sent, Outcome: outError, Err: errAbandoned.Error()})
-		return store.AcquireResult{}, errAbandoned
+		return store.AcquireResult{}, errAbandoned // not a store call: not logged
 	}
 	if err := r.ctl.before(ctx); err != nil {
 		r.log.add(Event{Ev: evAcquire, Key: req.Key, Sent: sent, Outcome: outError, Err: err.Error()})
@@ -137,6 +139,9 @@ func (r *recorder) Renew(ctx context.Context, owner string, ttl time.Duration, i
 	if m := r.ctl.mode(); m.abandon != "" {
 		return r.renewAbandoning(ctx, owner, ttl, items, m, sent)
 	}
+	r.mu.Lock()
+	r.livesOn = nil // the fault is over
+	r.mu.Unlock()
 	return r.renew(ctx, owner, ttl, items, sent)
 }
 
@@ -226,14 +231,16 @@ func (r watchingRecorder) Watch(ctx context.Context, prefix string) (<-chan stor
 	return r.w.Watch(ctx, prefix)
 }
 
-// control is a file the harness writes to play a network fault inside a
-// replica: "down" (calls hang until their deadline, nothing reaches the
-// store), "hold" (calls run, their replies wait until the fault ends), "lose"
-// (calls run, and fail at once as if the answer was lost), "delay <duration>"
-// (that much before each call), "slow <duration>" (each call takes that
-// much longer, half before and half after it: a store that answers
-// slowly), "abandon <key>" (the replica's store calls leave that key out:
-// see abandoned), or empty. An empty path disables it.
+// control is a file the harness writes to play a fault inside a replica:
+// "down" (calls hang until their deadline, nothing reaches the store),
+// "hold" (calls run, their replies wait until the fault ends), "lose"
+// (calls run, and fail at once as if the answer was lost), "delay
+// <duration>" (that much before each call), "slow <duration>" (each call
+// takes that much longer, half before and half after it: a store that
+// answers slowly), "abandon <key>" (the replica's store calls leave that
+// key out: see renewAbandoning), "abandon-renewing <key>" (tests only: the
+// same, but the term goes on being renewed behind the engine's back), or
+// empty. An empty path disables it.
 type control string
 
 type ctlMode struct {

@@ -36,10 +36,8 @@ type Report struct {
 	// Takeover is the time from a holder's kill to its key running on
 	// another replica.
 	Takeover Latency `json:"takeover"`
-	// Abandoned is the time from the last call that named a term its
-	// holder then abandoned (the abandon fault) to its key running on
-	// another replica.
-	Abandoned Latency `json:"abandoned"`
+	// Abandoned is what the abandon faults showed (check_abandon.go).
+	Abandoned Abandoned `json:"abandoned"`
 	// Handoff is the time from a graceful restart's SIGTERM to the key
 	// running on another replica (the runner winds down first).
 	Handoff Latency `json:"handoff"`
@@ -281,7 +279,8 @@ func (r *Report) WriteText(w io.Writer) error {
 	}
 	fmt.Fprintf(&b, "takeover after kill   %s\n", r.Takeover)
 	fmt.Fprintf(&b, "handoff on restart    %s\n", r.Handoff)
-	fmt.Fprintf(&b, "run after abandon     %s\n", r.Abandoned)
+	fmt.Fprintf(&b, "run after abandon     %s; %d renewed before, %d not checked\n",
+		r.Abandoned.Latency, r.Abandoned.Renewed, r.Abandoned.Excused)
 	fmt.Fprintf(&b, "stop after SIGCONT    %s\n", r.ResumeStop)
 	fmt.Fprintf(&b, "frozen-holder overlaps %d, worst %v (the limit of timing alone; fencing orders their writes)\n",
 		r.PauseOverlaps, r.WorstPauseOverlap.Round(time.Millisecond))

@@ -24,7 +24,7 @@ var tlPalette = []string{"#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2", 
 var tlFaultColor = map[string]string{
 	FaultKill: "#d62728", FaultPause: "#7f7f7f", FaultPartition: "#9467bd",
 	FaultHold: "#8c564b", FaultLoseReplies: "#c49c94", FaultLatency: "#17becf", FaultRestart: "#2ca02c", FaultStoreRestart: "#e377c2",
-	FaultLogStall: "#bcbd22", FaultSlowStore: "#1f77b4", FaultSameOwner: "#ff7f0e", FaultFreezeWrapper: "#393b79",
+	FaultLogStall: "#bcbd22", FaultSlowStore: "#1f77b4", FaultSameOwner: "#ff7f0e", FaultFreezeWrapper: "#393b79", FaultAbandon: "#98df8a",
 }
 
 // faultLabel names a fault in the timeline: its kind and target, the
