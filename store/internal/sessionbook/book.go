@@ -65,6 +65,10 @@ type term struct {
 	running bool
 	pass    uint64 // the last check that found it listed
 	missed  int    // pending: checks in a row that did not list it
+	// unsure: a renewal set to write its runner state has not been
+	// confirmed; the store may hold either state, so the next renewal
+	// writes it whatever it is.
+	unsure bool
 }
 
 // Term is a term on a session, as a store reads it.
@@ -163,8 +167,9 @@ func (b *Book) Check(owner string, ttl time.Duration, items []store.RenewItem) (
 		switch {
 		case !on:
 			f.Join = append(f.Join, it)
-		case t.running != it.Running:
+		case t.running != it.Running || t.unsure:
 			f.Changed = append(f.Changed, it)
+			t.unsure = true // until Renewed hears the write went through
 		}
 		if on {
 			listed++
@@ -227,7 +232,7 @@ func (b *Book) Renewed(owner string, ttl time.Duration, f Fast, v Version, joine
 	}
 	for _, it := range f.Changed {
 		if t := ss.on[it.Key]; t != nil && t.epoch == it.Epoch {
-			t.running = it.Running
+			t.running, t.unsure = it.Running, false
 		}
 	}
 	for _, it := range f.Join {

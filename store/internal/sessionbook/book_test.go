@@ -160,3 +160,24 @@ func TestAPendingTermNoRenewalListsIsForgotten(t *testing.T) {
 		t.Fatalf("%d terms still pending; want none", n)
 	}
 }
+
+// A renewal that writes a runner state and is never confirmed (its reply
+// lost) may or may not have written it: the next renewal writes the state
+// it lists, even one equal to what the Book last knew, or a runner that
+// stopped meanwhile would show running until the session is learned anew.
+func TestAnUnconfirmedRunnerStateIsWrittenAgain(t *testing.T) {
+	b := onSession(k1)
+	running := []store.RenewItem{{Key: "k1", Epoch: 1, Running: true}}
+	if f, ok := b.Check("a", ttl, running); !ok || len(f.Changed) != 1 {
+		t.Fatalf("a changed runner state is not written: %+v %t", f, ok)
+	}
+	// No Renewed: the reply was lost.
+	if f, ok := b.Check("a", ttl, items(k1)); !ok || len(f.Changed) != 1 || f.Changed[0].Running {
+		t.Fatalf("the runner state back to the Book's is not written after an unconfirmed change: %+v %t", f, ok)
+	}
+	f, _ := b.Check("a", ttl, items(k1))
+	b.Renewed("a", ttl, f, Version{N: 3, Tag: 33}, nil)
+	if f, ok := b.Check("a", ttl, items(k1)); !ok || len(f.Changed) != 0 {
+		t.Fatalf("a confirmed state is written again: %+v %t", f, ok)
+	}
+}
