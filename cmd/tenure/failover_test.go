@@ -10,12 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/tenure-dev/tenure"
 	"github.com/tenure-dev/tenure/internal/cli/storeurl"
 	"github.com/tenure-dev/tenure/internal/harness/testenv"
 	"github.com/tenure-dev/tenure/store"
+	"github.com/tenure-dev/tenure/store/postgres"
 )
 
 // Short timing keeps the suite quick: renewals every ttl/3 ≈ 667ms.
@@ -289,13 +288,13 @@ func postgresTable(t *testing.T, prefix string) string {
 func dropTable(t *testing.T, url, table string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, url)
+	s, err := postgres.Open(ctx, url, postgres.Options{Table: table})
 	if err != nil {
 		t.Logf("drop %s: %v", table, err)
 		return
 	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{table}.Sanitize()); err != nil {
+	defer s.Close()
+	if err := s.Drop(ctx); err != nil { // with its session table
 		t.Logf("drop %s: %v", table, err)
 	}
 }

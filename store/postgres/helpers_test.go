@@ -20,12 +20,7 @@ var tables = testenv.Tables[*Store]{
 	Open: func(ctx context.Context, url, table string, migrate bool) (*Store, error) {
 		return Open(ctx, url, Options{Table: table, NoAutoMigrate: !migrate})
 	},
-	Drop: dropTable,
-}
-
-func dropTable(ctx context.Context, s *Store) error {
-	_, err := s.pool.Exec(ctx, "DROP TABLE IF EXISTS "+s.ident+", "+s.sess.table)
-	return err
+	Drop: func(ctx context.Context, s *Store) error { return s.Drop(ctx) },
 }
 
 // openURL opens and closes a store on rawURL, for the tests of Open's

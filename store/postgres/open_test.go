@@ -149,7 +149,7 @@ func TestOpenUsesTheURLsTable(t *testing.T) {
 	}
 	defer s.Close()
 	defer func() {
-		if err := dropTable(testenv.Context(t), s); err != nil {
+		if err := s.Drop(testenv.Context(t)); err != nil {
 			t.Error(err)
 		}
 	}()
@@ -208,8 +208,12 @@ func TestNewUsesTheCallersPoolAndLeavesItOpen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() {
-		if err := dropTable(ctx, s); err != nil {
+	defer func() { // s is closed by then; the pool is not
+		d, err := New(pool, Options{Table: s.table})
+		if err == nil {
+			err = d.Drop(ctx)
+		}
+		if err != nil {
 			t.Error(err)
 		}
 	}()

@@ -423,3 +423,24 @@ func migrateLockID(table string) int64 {
 	h.Write([]byte("tenure/postgres/migrate:" + table))
 	return int64(h.Sum64())
 }
+
+// Drop deletes the lease table and what this package keeps beside it (the
+// session table, the function of the trigger that older versions'
+// revocations fire), for a table made for a while: `tenure verify`'s
+// scratch table, a test's. Every lease in it is gone, so no replica may
+// be using it. The Store is only good for Close afterwards.
+func (s *Store) Drop(ctx context.Context) error {
+	if err := s.access.Write(ctx); err != nil {
+		return denied(err)
+	}
+	for _, q := range []string{
+		`DROP TABLE IF EXISTS ` + s.ident, // and its trigger
+		`DROP FUNCTION IF EXISTS ` + revokedFunction(s.ident) + `()`,
+		`DROP TABLE IF EXISTS ` + s.sess.table,
+	} {
+		if _, err := s.pool.Exec(ctx, q); err != nil {
+			return denied(fmt.Errorf("postgres: drop table %s: %w", s.table, err))
+		}
+	}
+	return nil
+}

@@ -30,7 +30,7 @@ func openWith(t *testing.T, table, settings string) *Store {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = dropTable(context.Background(), s); s.Close() })
+	t.Cleanup(func() { _ = s.Drop(context.Background()); s.Close() })
 	return s
 }
 

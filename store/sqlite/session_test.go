@@ -120,3 +120,19 @@ WHERE key = ?1 AND owner <> '' AND released = 0 AND expires_at > ` + nowUS + ` R
 		t.Fatalf("k1 after the old revocation: %+v; want owned by nobody, blocking for what was left of its term", l)
 	}
 }
+
+// Drop leaves nothing of a table behind in the file: not its session
+// table (tenure verify drops its scratch table so, in a file of the
+// user's).
+func TestDropLeavesNothingOfTheTableBehind(t *testing.T) {
+	s := openTemp(t, Options{})
+	k := sessiontest.Acquire(t, s, "k", "a", time.Minute)
+	sessions.Renew(t, s, "a", time.Minute, k)
+	if err := s.Drop(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := s.db.QueryRow(`SELECT count(*) FROM sqlite_master WHERE name LIKE ? || '%'`, s.table).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("%d objects named after the table left behind (%v)", n, err)
+	}
+}

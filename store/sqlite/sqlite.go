@@ -484,3 +484,27 @@ func denied(err error) error {
 	}
 	return err
 }
+
+// Drop deletes the lease table and the session table beside it, for a
+// table made for a while: `tenure verify`'s scratch table in a file of the
+// user's, a test's. Every lease in it is gone, so no replica may be using
+// it. The Store is only good for Close afterwards.
+func (s *Store) Drop(ctx context.Context) error {
+	if err := s.writable("drop"); err != nil {
+		return err
+	}
+	tx, done, err := s.beginWrite(ctx)
+	if err != nil {
+		return s.fail("drop table "+s.table, err)
+	}
+	defer done()
+	for _, q := range []string{`DROP TABLE IF EXISTS ` + s.table, `DROP TABLE IF EXISTS ` + sessionTable(s.table)} {
+		if _, err := tx.ExecContext(ctx, q); err != nil {
+			return s.fail("drop table "+s.table, err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return s.fail("drop table "+s.table, err)
+	}
+	return nil
+}

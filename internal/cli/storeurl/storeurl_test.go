@@ -14,7 +14,6 @@ import (
 	"time"
 
 	mysqldrv "github.com/go-sql-driver/mysql"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/tenure-dev/tenure/internal/harness/testenv"
 	"github.com/tenure-dev/tenure/store"
@@ -396,13 +395,13 @@ func dropMySQLTable(t *testing.T, raw, table string) {
 func dropTable(t *testing.T, url, table string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	conn, err := pgx.Connect(ctx, url)
+	s, err := postgres.Open(ctx, url, postgres.Options{Table: table})
 	if err != nil {
 		t.Logf("drop %s: %v", table, err)
 		return
 	}
-	defer conn.Close(ctx)
-	if _, err := conn.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{table}.Sanitize()); err != nil {
+	defer s.Close()
+	if err := s.Drop(ctx); err != nil { // with its session table
 		t.Logf("drop %s: %v", table, err)
 	}
 }

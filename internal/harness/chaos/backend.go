@@ -381,14 +381,9 @@ func (b backend) redisOptions() (*goredis.Options, error) {
 func (b backend) cleanup(ctx context.Context) error {
 	var err error
 	switch b.Kind {
-	case kindSQLite:
-		var db *sql.DB
-		if db, err = sql.Open("sqlite", "file:"+b.Path+"?_pragma=busy_timeout(5000)"); err == nil {
-			_, err = db.ExecContext(ctx, "DROP TABLE IF EXISTS "+b.Scratch)
-			db.Close()
-		}
-	case kindPostgres:
-		err = b.dropPostgres(ctx, b.Scratch)
+	case kindSQLite, kindPostgres:
+		// The store drops what it keeps beside its table (sessions).
+		err = b.dropStore(ctx)
 	case kindMySQL:
 		err = b.dropMySQL(ctx, b.Scratch)
 	case kindRedis:
@@ -397,6 +392,20 @@ func (b backend) cleanup(ctx context.Context) error {
 		err = b.deleteEtcdPrefix(ctx, "/"+b.Scratch+"/")
 	}
 	return b.redact(err)
+}
+
+// dropStore opens the run's scratch store and drops it whole.
+func (b backend) dropStore(ctx context.Context) error {
+	st, err := b.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	d, ok := st.(interface{ Drop(context.Context) error })
+	if !ok {
+		return fmt.Errorf("chaos: a %s store cannot drop its table", b.Kind)
+	}
+	return d.Drop(ctx)
 }
 
 func (b backend) dropPostgres(ctx context.Context, tables ...string) error {

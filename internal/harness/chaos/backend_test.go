@@ -360,10 +360,14 @@ func leftovers(t *testing.T, b backend, rs resourceSpec) []string {
 			t.Fatal(err)
 		}
 		defer pool.Close()
+		// Anything named after the scratch table: its session table, the
+		// function of its trigger.
 		for _, name := range []string{b.Scratch, rs.Fence, rs.Table} {
 			var n int
-			if err := pool.QueryRow(ctx, "SELECT count(*) FROM pg_tables WHERE tablename = $1", name).Scan(&n); err != nil || n > 0 {
-				left = append(left, fmt.Sprintf("table %s (%v)", name, err))
+			err := pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM pg_tables WHERE starts_with(tablename, $1))
+	+ (SELECT count(*) FROM pg_proc WHERE starts_with(proname, $1))`, name).Scan(&n)
+			if err != nil || n > 0 {
+				left = append(left, fmt.Sprintf("%d objects named %s… (%v)", n, name, err))
 			}
 		}
 	case kindMySQL:
