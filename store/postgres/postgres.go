@@ -59,6 +59,10 @@
 // and the order locks are taken in. A table made before sessions gets the
 // column, the session table and a trigger when a Store opens it to write
 // (or at tenure migrate); a read-only Store lists such a table as it is.
+// Adding the column needs the table's exclusive lock: the migration waits
+// for it 200 ms at a time, letting the older replicas' statements through
+// in between, so a long transaction on the table (a pg_dump) delays the
+// migration, never their renewals.
 //
 // Mixed versions: a record on a session keeps an expires_at a century
 // ahead, so a version of this package from before sessions, which reads
@@ -78,8 +82,10 @@ import (
 	"net/url"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/tenure-dev/tenure/store"
@@ -394,28 +400,54 @@ func (s *Store) migrate(ctx context.Context) error {
 // exclusive lock then. The floor row of a new table names the server from
 // the start (promotion.go), in the same transaction: a table is never seen
 // without it.
+//
+// Adding the session column takes the table's exclusive lock, and a lock
+// request waits behind every open transaction on the table (a long
+// query, a pg_dump) while every statement after it waits behind it: the
+// renewals of every replica still running, which would lose their keys.
+// So each attempt waits ddlLockWait at most, and the DDL goes again after
+// ddlRetryPause, in which those statements run, until ctx ends.
 func (s *Store) ddl(ctx context.Context, create bool) error {
 	ddl := []string{s.sql.create, s.sess.addColumn, s.sess.createSessions, s.sess.sessionIndex,
 		s.sess.revokedFunction, s.sess.revokedTrigger}
 	if create {
 		ddl = append(ddl, s.statements().nameServer)
 	}
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrateLockID(s.table)); err != nil {
-			return err
-		}
-		for _, q := range ddl {
-			if _, err := tx.Exec(ctx, q); err != nil {
+	for {
+		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrateLockID(s.table)); err != nil {
 				return err
 			}
+			if _, err := tx.Exec(ctx, fmt.Sprintf("SET LOCAL lock_timeout = %d", ddlLockWait.Milliseconds())); err != nil {
+				return err
+			}
+			for _, q := range ddl {
+				if _, err := tx.Exec(ctx, q); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == "55P03" { // lock_not_available
+			select {
+			case <-time.After(ddlRetryPause):
+				continue
+			case <-ctx.Done():
+				err = fmt.Errorf("another transaction holds a lock on the table (a long query, a dump): %w", err)
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("postgres: create table %s: %w", s.table, err)
 		}
 		return nil
-	})
-	if err != nil {
-		return fmt.Errorf("postgres: create table %s: %w", s.table, err)
 	}
-	return nil
 }
+
+// ddlLockWait bounds how long one attempt of ddl waits for a table lock,
+// and so how long it can hold up the statements queued behind it;
+// ddlRetryPause is the pause between attempts. Variables for the tests.
+var ddlLockWait, ddlRetryPause = 200 * time.Millisecond, 300 * time.Millisecond
 
 // migrateLockID is the advisory lock key guarding the creation of table.
 func migrateLockID(table string) int64 {

@@ -239,3 +239,57 @@ func TestARenewalThatWaitsForItsSessionReadsTheClockAfterTheWait(t *testing.T) {
 		t.Fatalf("k live again after its session expired: %+v", l)
 	}
 }
+
+// Adding the session column to a table from before sessions takes the
+// table's exclusive lock, which waits behind any open transaction (a long
+// query, a pg_dump) while every later statement waits behind it: the
+// renewals of the replicas still running the older version. The
+// migration must let them through while it waits, and finish once the
+// transaction ends.
+func TestAMigrationBehindALongTransactionHoldsUpNoRenewal(t *testing.T) {
+	s := tables.New(t)
+	ctx := context.Background()
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{`ALTER TABLE ` + s.ident + ` DROP COLUMN session CASCADE`, `DROP TABLE ` + s.sess.table,
+		`INSERT INTO ` + s.ident + ` (key, owner, epoch, expires_at, released, running, updated_at)
+		VALUES ('k', 'a', 7, clock_timestamp() + interval '1 minute', false, true, clock_timestamp())`} {
+		if _, err := s.pool.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	long, err := s.pool.Begin(ctx) // a long read of the table
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer long.Rollback(ctx) //nolint:errcheck // ended below
+	if _, err := long.Exec(ctx, `SELECT 1 FROM `+s.ident+` LIMIT 1`); err != nil {
+		t.Fatal(err)
+	}
+	w := tables.OpenTable(t, s.table, false)
+	migrated := make(chan error, 1)
+	go func() {
+		mctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		migrated <- w.Migrate(mctx)
+	}()
+	waitForLockWaiters(t, s, 1) // the migration waits for the long read
+	// An older replica's renewal of its term, sent while the migration waits.
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := s.pool.Exec(rctx, `UPDATE `+s.ident+` SET expires_at = clock_timestamp() + interval '1 minute' WHERE key = 'k'`); err != nil {
+		t.Fatalf("an older replica's renewal while the migration waits: %v", err)
+	}
+	select {
+	case err := <-migrated:
+		t.Fatalf("the migration ended (%v) before the renewal it held up got through", err)
+	default:
+	}
+	if err := long.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-migrated; err != nil {
+		t.Fatalf("the migration once the long read ended: %v", err)
+	}
+}
