@@ -73,7 +73,10 @@ func renewEventually(t *testing.T, s *Store, owner string, items ...store.RenewI
 func TestAPromotedStandbyGrantsNoLostTermAgain(t *testing.T) {
 	pair := testenv.StartPostgresPair(t, testenv.Async)
 	s := openPair(t, pair)
-	kept := testenv.MustAcquire(t, s, "kept", "a", failoverTTL, failoverGrace)
+	// Nothing renews "kept" until the promoted standby answers, which on a
+	// loaded machine takes longer than failoverTTL (a CI run saw it expire
+	// first): its term is long enough to outlive the failover.
+	kept := testenv.MustAcquire(t, s, "kept", "a", time.Minute, failoverGrace)
 	testenv.MustAcquire(t, s, "warm", "a", failoverTTL, failoverGrace) // the floor row names the primary
 	// The table, made by the first acquisition, must be on the standby:
 	// only what follows is to be lost.
