@@ -247,18 +247,8 @@ func TestARenewalThatWaitsForItsSessionReadsTheClockAfterTheWait(t *testing.T) {
 // migration must let them through while it waits, and finish once the
 // transaction ends.
 func TestAMigrationBehindALongTransactionHoldsUpNoRenewal(t *testing.T) {
-	s := tables.New(t)
+	s := tableFromBeforeSessions(t)
 	ctx := context.Background()
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	for _, q := range []string{`ALTER TABLE ` + s.ident + ` DROP COLUMN session CASCADE`, `DROP TABLE ` + s.sess.table,
-		`INSERT INTO ` + s.ident + ` (key, owner, epoch, expires_at, released, running, updated_at)
-		VALUES ('k', 'a', 7, clock_timestamp() + interval '1 minute', false, true, clock_timestamp())`} {
-		if _, err := s.pool.Exec(ctx, q); err != nil {
-			t.Fatal(err)
-		}
-	}
 	long, err := s.pool.Begin(ctx) // a long read of the table
 	if err != nil {
 		t.Fatal(err)

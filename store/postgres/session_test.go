@@ -55,18 +55,8 @@ func TestATermOnASessionIsLiveToAVersionWithoutSessions(t *testing.T) {
 // Store that opens it to write adds the column and the session table and
 // moves its terms, which renew, onto a session.
 func TestATableFromBeforeSessionsIsReadAndMigrated(t *testing.T) {
-	s := tables.New(t)
+	s := tableFromBeforeSessions(t)
 	ctx := context.Background()
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	for _, q := range []string{`ALTER TABLE ` + s.ident + ` DROP COLUMN session CASCADE`, `DROP TABLE ` + s.sess.table,
-		`INSERT INTO ` + s.ident + ` (key, owner, epoch, expires_at, released, running, updated_at)
-		VALUES ('k', 'a', 7, clock_timestamp() + interval '1 minute', false, true, clock_timestamp())`} {
-		if _, err := s.pool.Exec(ctx, q); err != nil {
-			t.Fatal(err)
-		}
-	}
 	ro, err := Open(ctx, testenv.Postgres.URL(t), Options{Table: s.table, ReadOnly: true})
 	if err != nil {
 		t.Fatal(err)
@@ -105,4 +95,24 @@ WHERE l.key = $1 AND NOT l.released AND l.owner <> '' AND l.expires_at > clock_t
 	if l := sessiontest.LeaseOf(t, s, "k1"); l.Live || l.Owner != "" || l.TimeLeft <= 0 || l.TimeLeft > ttl {
 		t.Fatalf("k1 after the old revocation: %+v; want owned by nobody, blocking for what was left of its term", l)
 	}
+}
+
+// tableFromBeforeSessions opens a Store on a table as a version from
+// before sessions made it (no session column, no session table, no
+// trigger), holding a's live term on "k" at epoch 7.
+func tableFromBeforeSessions(t *testing.T) *Store {
+	t.Helper()
+	s := tables.New(t)
+	ctx := context.Background()
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{`ALTER TABLE ` + s.ident + ` DROP COLUMN session CASCADE`, `DROP TABLE ` + s.sess.table,
+		`INSERT INTO ` + s.ident + ` (key, owner, epoch, expires_at, released, running, updated_at)
+		VALUES ('k', 'a', 7, clock_timestamp() + interval '1 minute', false, true, clock_timestamp())`} {
+		if _, err := s.pool.Exec(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return s
 }

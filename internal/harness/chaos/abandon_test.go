@@ -1,8 +1,6 @@
 package chaos
 
 import (
-	"context"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -25,20 +23,7 @@ func abandonRun(t *testing.T, url string, adjust func(*Options)) *Report {
 		Keys:     3,
 		Faults:   []string{FaultAbandon},
 	}
-	if adjust != nil {
-		adjust(&opts)
-	}
-	if dir := os.Getenv("TENURE_CHAOS_HISTORY"); dir != "" {
-		opts.HistoryDir = filepath.Join(dir, t.Name())
-	}
-	rep, err := Run(context.Background(), opts)
-	if err != nil {
-		t.Fatalf("Run: %v", err)
-	}
-	if rep.HistoryDir != "" && opts.HistoryDir == "" {
-		t.Cleanup(func() { os.RemoveAll(rep.HistoryDir) })
-	}
-	return rep
+	return oneStepRun(t, opts, adjust)
 }
 
 // The term was on its holder's session when it was abandoned (renewed

@@ -27,6 +27,13 @@ func freezeRun(t *testing.T, adjust func(*Options)) *Report {
 		Faults:   kinds,
 		Seed:     longFreezeSeed(t, kinds, 3),
 	}
+	return oneStepRun(t, opts, adjust)
+}
+
+// oneStepRun runs opts, changed by adjust, keeping its history under
+// TENURE_CHAOS_HISTORY when set (else a failed run's until the test ends).
+func oneStepRun(t *testing.T, opts Options, adjust func(*Options)) *Report {
+	t.Helper()
 	if adjust != nil {
 		adjust(&opts)
 	}
