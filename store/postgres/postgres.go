@@ -460,16 +460,19 @@ func migrateLockID(table string) int64 {
 // session table, the function of the trigger that older versions'
 // revocations fire), for a table made for a while: `tenure verify`'s
 // scratch table, a test's. Every lease in it is gone, so no replica may
-// be using it. The Store is only good for Close afterwards.
+// be using it. The Store is only good for Close afterwards. A session
+// table and a function whose names were cut short (a table name of over
+// 54 bytes) may be another table's too (see sessionTable): they stay, or
+// that table's live terms would end at once.
 func (s *Store) Drop(ctx context.Context) error {
 	if err := s.access.Write(ctx); err != nil {
 		return denied(err)
 	}
-	for _, q := range []string{
-		`DROP TABLE IF EXISTS ` + s.ident, // and its trigger
-		`DROP FUNCTION IF EXISTS ` + revokedFunction(s.ident) + `()`,
-		`DROP TABLE IF EXISTS ` + s.sess.table,
-	} {
+	drop := []string{`DROP TABLE IF EXISTS ` + s.ident} // and its trigger
+	if len(s.table) <= 63-len(":sessions") {
+		drop = append(drop, `DROP FUNCTION IF EXISTS `+revokedFunction(s.ident)+`()`, `DROP TABLE IF EXISTS `+s.sess.table)
+	}
+	for _, q := range drop {
 		if _, err := s.pool.Exec(ctx, q); err != nil {
 			return denied(fmt.Errorf("postgres: drop table %s: %w", s.table, err))
 		}

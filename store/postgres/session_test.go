@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -115,4 +116,61 @@ func tableFromBeforeSessions(t *testing.T) *Store {
 		}
 	}
 	return s
+}
+
+// Two tables whose names share their first 54 bytes share a session table
+// and a trigger function (their names are cut short): dropping one table
+// must leave them, or the other table's live terms would end at once.
+func TestDroppingATableLeavesASessionTableItShares(t *testing.T) {
+	ctx := context.Background()
+	long := testenv.UniqueName("tenure_test_")
+	long += strings.Repeat("x", 55-len(long))
+	a, b := tables.OpenTable(t, long+"_a", true), tables.OpenTable(t, long+"_b", true)
+	t.Cleanup(func() {
+		_, _ = b.pool.Exec(ctx, `DROP TABLE IF EXISTS `+b.sess.table)
+		_, _ = b.pool.Exec(ctx, `DROP FUNCTION IF EXISTS `+revokedFunction(b.ident)+`() CASCADE`)
+	})
+	if a.sess.table != b.sess.table {
+		t.Fatalf("session tables %s and %s: the names were meant to share one", a.sess.table, b.sess.table)
+	}
+	sessiontest.Acquire(t, a, "k", "a", time.Minute)
+	k := sessiontest.Acquire(t, b, "k", "b", time.Minute)
+	sessions.Renew(t, b, "b", time.Minute, k)
+	if err := a.Drop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if l := sessiontest.LeaseOf(t, b, "k"); !l.Live {
+		t.Fatalf("b's term after the other table was dropped: %+v", l)
+	}
+	if got, _ := sessions.Renew(t, b, "b", time.Minute, k); !got[0] {
+		t.Fatal("b's term was not renewed after the other table was dropped")
+	}
+}
+
+// Drop leaves nothing of a table behind: not its session table, not the
+// function of its trigger (tenure verify drops its scratch table so).
+func TestDropLeavesNothingOfTheTableBehind(t *testing.T) {
+	s := tables.New(t)
+	ctx := context.Background()
+	k := sessiontest.Acquire(t, s, "k", "a", time.Minute)
+	sessions.Renew(t, s, "a", time.Minute, k)
+	if err := s.Drop(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	rows, err := s.pool.Query(ctx, `SELECT tablename::text FROM pg_tables WHERE starts_with(tablename, $1)
+UNION ALL SELECT proname::text FROM pg_proc WHERE starts_with(proname, $1)`, s.table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			t.Fatal(err)
+		}
+		left = append(left, name)
+	}
+	if err := rows.Err(); err != nil || len(left) > 0 {
+		t.Fatalf("left behind: %v (%v)", left, err)
+	}
 }
