@@ -238,8 +238,12 @@ func (c Config) withDefaults() (Config, error) {
 	switch {
 	case c.TTL < 3*time.Millisecond:
 		return c, configErr("TTL", "%v is too short (at least 3ms)", c.TTL)
+	case c.TTL > store.MaxTTL:
+		return c, configErr("TTL", "%v is too long (at most %v, ten years)", c.TTL, store.MaxTTL)
 	case c.Grace < 0:
 		return c, configErr("Grace", "%v is negative", c.Grace)
+	case c.Grace > store.MaxTTL:
+		return c, configErr("Grace", "%v is too long (at most %v, ten years)", c.Grace, store.MaxTTL)
 	case c.RenewEvery <= 0:
 		return c, configErr("RenewEvery", "%v must be positive", c.RenewEvery)
 	case c.RenewEvery*2 >= c.TTL:

@@ -74,7 +74,9 @@ func TestImpossibleTimingIsRefusedNamingTheField(t *testing.T) {
 	}{
 		{tenure.Config{TTL: -time.Second}, "TTL"},
 		{tenure.Config{TTL: time.Nanosecond}, "TTL"},
+		{tenure.Config{TTL: store.MaxTTL + time.Second}, "TTL"},
 		{tenure.Config{Grace: -time.Second}, "Grace"},
+		{tenure.Config{Grace: store.MaxTTL + time.Second}, "Grace"},
 		{tenure.Config{TTL: 10 * time.Second, RenewEvery: 5 * time.Second}, "RenewEvery"},
 		{tenure.Config{RenewEvery: 20 * time.Second}, "RenewEvery"},
 		{tenure.Config{CallTimeout: 4 * time.Second}, "CallTimeout"},

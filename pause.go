@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/tenure-dev/tenure/internal/engine/poolkey"
 	"github.com/tenure-dev/tenure/store"
@@ -20,7 +19,7 @@ const (
 	PauseOwner  = "tenure-pause"
 	// pauseTTL is long enough to mean "until resumed"; it still ends, so
 	// a forgotten pause cannot outlive the system by decades.
-	pauseTTL = 10 * 365 * 24 * time.Hour
+	pauseTTL = store.MaxTTL
 )
 
 // Pause pauses key cluster-wide: within one round (RenewEvery) of every

@@ -100,17 +100,29 @@ func ValidateAcquire(req AcquireRequest) error {
 	if err := ValidateTTL(req.TTL); err != nil {
 		return err
 	}
-	if req.Grace < 0 {
+	switch {
+	case req.Grace < 0:
 		return fmt.Errorf("grace %v is negative: %w", req.Grace, ErrInvalidDuration)
+	case req.Grace > MaxTTL:
+		return fmt.Errorf("grace %v is longer than %v (ten years): %w", req.Grace, MaxTTL, ErrInvalidDuration)
 	}
 	return nil
 }
 
+// MaxTTL is the longest TTL, and the longest grace, a store takes: ten
+// years, long enough to mean "until told otherwise" (a pause is held that
+// long). Stores mark terms with dates a century ahead (store/redis keeps a
+// session's id in an expiry from 2126 on), which no term may reach.
+const MaxTTL = 10 * 365 * 24 * time.Hour
+
 // ValidateTTL reports whether ttl is at least a millisecond (the resolution
-// every backend keeps).
+// every backend keeps) and at most MaxTTL.
 func ValidateTTL(ttl time.Duration) error {
-	if ttl < time.Millisecond {
+	switch {
+	case ttl < time.Millisecond:
 		return fmt.Errorf("ttl %v is shorter than 1ms: %w", ttl, ErrInvalidDuration)
+	case ttl > MaxTTL:
+		return fmt.Errorf("ttl %v is longer than %v (ten years): %w", ttl, MaxTTL, ErrInvalidDuration)
 	}
 	return nil
 }

@@ -243,7 +243,7 @@ func (c *suite) testInvalidInputIsRejected(t *testing.T) {
 		err = s.Release(ctx, v, []store.Term{{Key: "k", Epoch: 1}})
 		wantErr(t, "Release with owner "+name, err, store.ErrInvalidOwner)
 	}
-	for _, ttl := range []time.Duration{0, -time.Second, time.Millisecond - 1} {
+	for _, ttl := range []time.Duration{0, -time.Second, time.Millisecond - 1, store.MaxTTL + 1} {
 		req := good
 		req.TTL = ttl
 		_, err := s.Acquire(ctx, req)
@@ -251,15 +251,18 @@ func (c *suite) testInvalidInputIsRejected(t *testing.T) {
 		_, err = s.Renew(ctx, "a", ttl, []store.RenewItem{{Key: "k", Epoch: 1}})
 		wantErr(t, fmt.Sprintf("Renew with ttl %v", ttl), err, store.ErrInvalidDuration)
 	}
-	req := good
-	req.Grace = -time.Millisecond
-	_, err := s.Acquire(ctx, req)
-	wantErr(t, "Acquire with grace -1ms", err, store.ErrInvalidDuration)
+	for _, grace := range []time.Duration{-time.Millisecond, store.MaxTTL + 1} {
+		req := good
+		req.Grace = grace
+		_, err := s.Acquire(ctx, req)
+		wantErr(t, fmt.Sprintf("Acquire with grace %v", grace), err, store.ErrInvalidDuration)
+	}
 
 	if ls := c.list(t, s, ""); len(ls) != 0 {
 		t.Errorf("rejected calls left records behind: %v", leaseKeys(ls))
 	}
 	// Zero grace is valid: an expired key is free at once.
+	req := good
 	req.Grace = 0
 	if res := c.acquire(t, s, req); !res.Acquired {
 		t.Errorf("Acquire with grace 0 on a free key was refused, holder %s", fmtLease(res.Holder))
