@@ -135,7 +135,7 @@ func redisSite(t testing.TB) func(testing.TB) store.Store {
 		defer cancel()
 		// The namespace's layout, from store/redis's documentation.
 		tag := "{" + ns + "}"
-		if err := c.Del(ctx, tag+":leases", tag+":keys").Err(); err != nil {
+		if err := c.Del(ctx, tag+":leases", tag+":keys", tag+":sessions").Err(); err != nil {
 			t.Errorf("drop namespace %s: %v", ns, err)
 		}
 	})

@@ -13,7 +13,7 @@ import (
 func freshStore(t *testing.T) store.Store { return newTestStore(t) }
 
 func TestConformance(t *testing.T) {
-	storetest.Run(t, storetest.Harness{New: freshStore, Advance: storetest.Sleep})
+	storetest.Run(t, storetest.Harness{New: freshStore, Advance: storetest.Sleep, SharedExpiry: true})
 }
 
 func TestWatch(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/tenure-dev/tenure/store"
+	"github.com/tenure-dev/tenure/store/internal/sessionbook"
 )
 
 // maxBatch is the most terms one script call renews or releases. Larger
@@ -32,16 +33,36 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 	if s.isClosed() {
 		return store.AcquireResult{}, store.ErrClosed
 	}
+	// The term starts on its own record; the owner's session is opened
+	// now if the Store knows none, so that the renewal that puts the term
+	// on it is one script call (a slow network leaves a call room for
+	// little more).
+	if _, err := s.session(ctx, req.Owner, req.TTL); err != nil {
+		return store.AcquireResult{}, s.wrap("acquire", err)
+	}
 	reply, err := acquireScript.Run(ctx, s.client, s.keys,
-		req.Key, req.Owner, micros(req.TTL), micros(req.Grace), flag(req.Running), s.channel, flag(s.seen.Load()),
+		req.Key, req.Owner, micros(req.TTL), micros(req.Grace), flag(req.Running), s.channel, flag(s.seen.Load()), newTag(),
 	).Slice()
 	if err != nil {
 		return store.AcquireResult{}, s.wrap("acquire", err)
 	}
 	s.seen.Store(true)
 	res, err := parseAcquire(req.Key, reply)
+	if err == nil && res.Acquired && len(reply) == 6 {
+		// The record left the session it was on.
+		var (
+			id int64
+			v  sessionbook.Version
+		)
+		if id, v, err = readMove(reply[2:]); err == nil {
+			s.book.Left(id, v, store.Term{Key: req.Key})
+		}
+	}
 	if err != nil {
 		return store.AcquireResult{}, fmt.Errorf("redis: acquire %q: %w", req.Key, err)
+	}
+	if res.Acquired {
+		s.book.Acquired(req.Owner, req.TTL, req.Key, res.Epoch, req.Running)
 	}
 	return res, nil
 }
@@ -55,6 +76,9 @@ func parseAcquire(key string, reply []any) (store.AcquireResult, error) {
 		return store.AcquireResult{}, err
 	}
 	if acquired, _ := reply[0].(int64); acquired == 1 {
+		if len(reply) != 2 && len(reply) != 6 {
+			return store.AcquireResult{}, fmt.Errorf("unexpected reply %v", reply)
+		}
 		return store.AcquireResult{Acquired: true, Epoch: epoch}, nil
 	}
 	if len(reply) != 6 {
@@ -74,7 +98,9 @@ func parseAcquire(key string, reply []any) (store.AcquireResult, error) {
 	}}, nil
 }
 
-// Renew extends every listed term of owner in one round trip.
+// Renew extends every listed term of owner in one script call: on the
+// owner's session alone when the Store knows it holds exactly those terms,
+// else term by term (session.go).
 func (s *Store) Renew(ctx context.Context, owner string, ttl time.Duration, items []store.RenewItem) ([]bool, error) {
 	if err := store.ValidateRenew(owner, ttl, items); err != nil {
 		return nil, err
@@ -82,38 +108,18 @@ func (s *Store) Renew(ctx context.Context, owner string, ttl time.Duration, item
 	if s.isClosed() {
 		return nil, store.ErrClosed
 	}
-	renewed := make([]bool, 0, len(items))
+	out := make([]bool, len(items))
 	if len(items) == 0 {
-		return renewed, nil
+		return out, nil
 	}
-	var calls [][]any
-	for start := 0; start < len(items); start += maxBatch {
-		chunk := items[start:min(start+maxBatch, len(items))]
-		args := make([]any, 0, 2+3*len(chunk))
-		args = append(args, owner, micros(ttl))
-		for _, it := range chunk {
-			args = append(args, it.Key, strconv.FormatInt(it.Epoch, 10), flag(it.Running))
-		}
-		calls = append(calls, args)
-	}
-	replies, err := s.runBatches(ctx, renewScript, calls)
+	renewed, err := s.renew(ctx, owner, ttl, items)
 	if err != nil {
 		return nil, s.wrap("renew", err)
 	}
-	for _, r := range replies {
-		oks, ok := r.([]any)
-		if !ok {
-			return nil, fmt.Errorf("redis: renew: unexpected reply %v", r)
-		}
-		for _, v := range oks {
-			n, _ := v.(int64)
-			renewed = append(renewed, n == 1)
-		}
+	for i, it := range items {
+		out[i] = renewed == nil || renewed[store.Term{Key: it.Key, Epoch: it.Epoch}]
 	}
-	if len(renewed) != len(items) {
-		return nil, fmt.Errorf("redis: renew: %d answers for %d items", len(renewed), len(items))
-	}
-	return renewed, nil
+	return out, nil
 }
 
 // Release ends every listed current term of owner now, in one round trip,
@@ -131,23 +137,42 @@ func (s *Store) Release(ctx context.Context, owner string, terms []store.Term) e
 	var calls [][]any
 	for start := 0; start < len(terms); start += maxBatch {
 		chunk := terms[start:min(start+maxBatch, len(terms))]
-		args := make([]any, 0, 2+2*len(chunk))
-		args = append(args, owner, s.channel)
+		args := make([]any, 0, 3+2*len(chunk))
+		args = append(args, owner, s.channel, newTag())
 		for _, t := range chunk {
 			args = append(args, t.Key, strconv.FormatInt(t.Epoch, 10))
 		}
 		calls = append(calls, args)
 	}
-	if _, err := s.runBatches(ctx, releaseScript, calls); err != nil {
+	replies, err := s.runBatches(ctx, releaseScript, calls)
+	if err != nil {
 		return s.wrap("release", err)
+	}
+	s.book.Left(0, sessionbook.Version{}, terms...) // acquired, never on a session
+	for i, r := range replies {
+		// Each call moved each session it took terms off one version.
+		chunk := terms[i*maxBatch : min((i+1)*maxBatch, len(terms))]
+		moves, ok := r.([]any)
+		if !ok || len(moves) == 0 || (len(moves)-1)%4 != 0 {
+			return fmt.Errorf("redis: release: unexpected reply %v", r)
+		}
+		for j := 1; j < len(moves); j += 4 {
+			id, v, err := readMove(moves[j : j+4])
+			if err != nil {
+				return fmt.Errorf("redis: release: %w", err)
+			}
+			s.book.Left(id, v, chunk...)
+		}
 	}
 	return nil
 }
 
 // runBatches runs script once per argument list. One list is one EVALSHA
 // (EVAL when the server lost its script cache); several go in one pipeline,
-// which is reloaded and sent again when the server answers NOSCRIPT. Both
-// callers' scripts are idempotent, so a second send is harmless.
+// which is reloaded and sent again when the server answers NOSCRIPT. A
+// second send is harmless: a release already made changes nothing, and a
+// renewal's calls run again put nothing on twice, though they move the
+// session's version further, so the Book does not learn it (session.go).
 func (s *Store) runBatches(ctx context.Context, script *goredis.Script, calls [][]any) ([]any, error) {
 	if len(calls) == 1 {
 		v, err := script.Run(ctx, s.client, s.keys, calls[0]...).Result()
@@ -204,20 +229,28 @@ func (s *Store) List(ctx context.Context, prefix string) ([]store.Lease, error) 
 		if err != nil {
 			return nil, s.wrap("list", err)
 		}
-		if len(reply) < 2 || len(reply)%2 != 0 {
+		if len(reply) < 3 || len(reply)%2 != 1 {
 			return nil, fmt.Errorf("redis: list: unexpected reply of %d elements", len(reply))
 		}
-		now, err := toInt(reply[0])
+		head, err := ints([]any{reply[0], reply[2]}) // now, number of sessions
+		if err == nil && (head[1] < 0 || 3+2*int(head[1]) > len(reply)) {
+			err = fmt.Errorf("%d sessions in a reply of %d elements", head[1], len(reply))
+		}
+		var ends map[int64]int64
+		if err == nil {
+			ends, err = sessionEnds(reply[len(reply)-2*int(head[1]):])
+		}
 		if err != nil {
 			return nil, fmt.Errorf("redis: list: %w", err)
 		}
+		records := reply[3 : len(reply)-2*int(head[1])]
 		if leases == nil {
-			leases = make([]store.Lease, 0, len(reply)/2-1)
+			leases = make([]store.Lease, 0, len(records)/2)
 		}
-		for i := 2; i < len(reply); i += 2 {
-			key, _ := reply[i].(string)
-			rec, _ := reply[i+1].(string)
-			l, err := decodeRecord(key, rec, now)
+		for i := 0; i < len(records); i += 2 {
+			key, _ := records[i].(string)
+			rec, _ := records[i+1].(string)
+			l, err := decodeRecord(key, rec, head[0], ends)
 			if err != nil {
 				return nil, fmt.Errorf("redis: list: %w", err)
 			}
@@ -249,9 +282,32 @@ func lexRange(prefix string) (lo, hi string) {
 	return "[" + prefix, "(" + string(succ)
 }
 
+// sessionEnds reads the (id, expiry) pairs of listScript's reply: the end
+// of each session a record is on. A session that is gone is left out, so
+// its records read as they stand: live for a century, an end unknown.
+func sessionEnds(pairs []any) (map[int64]int64, error) {
+	ends := make(map[int64]int64, len(pairs)/2)
+	for i := 0; i < len(pairs); i += 2 {
+		id, err := toInt(pairs[i])
+		if err != nil {
+			return nil, err
+		}
+		if pairs[i+1] == "" {
+			continue
+		}
+		if ends[id], err = toInt(pairs[i+1]); err != nil {
+			return nil, err
+		}
+	}
+	return ends, nil
+}
+
 // decodeRecord parses a packed record (see scripts.go) into a Lease with
-// time left computed from the server's now, in microseconds.
-func decodeRecord(key, rec string, now int64) (store.Lease, error) {
+// time left computed from the server's now, in microseconds. A record on
+// a session (session.go) takes its session's end from ends, when it is
+// there; a nil ends reads every record as it stands, as a version without
+// sessions does.
+func decodeRecord(key, rec string, now int64, ends map[int64]int64) (store.Lease, error) {
 	f := strings.SplitN(rec, ",", 5)
 	if len(f) != 5 {
 		return store.Lease{}, fmt.Errorf("corrupt record for key %q", key)
@@ -260,6 +316,9 @@ func decodeRecord(key, rec string, now int64) (store.Lease, error) {
 	expiry, err2 := strconv.ParseInt(f[1], 10, 64)
 	if err := errors.Join(err1, err2); err != nil {
 		return store.Lease{}, fmt.Errorf("corrupt record for key %q: %w", key, err)
+	}
+	if end, ok := ends[expiry-onSession]; ok && expiry >= onSession {
+		expiry = end
 	}
 	released := f[2] == "1"
 	return store.Lease{
@@ -284,11 +343,18 @@ func (s *Store) Revoke(ctx context.Context, key string) (bool, error) {
 	if s.isClosed() {
 		return false, store.ErrClosed
 	}
-	n, err := revokeScript.Run(ctx, s.client, s.keys, key).Int64()
+	reply, err := revokeScript.Run(ctx, s.client, s.keys, key, newTag()).Slice()
 	if err != nil {
 		return false, s.wrap("revoke", err)
 	}
-	return n == 1, nil
+	if len(reply) == 5 {
+		id, v, err := readMove(reply[1:])
+		if err != nil {
+			return false, fmt.Errorf("redis: revoke %q: %w", key, err)
+		}
+		s.book.Left(id, v, store.Term{Key: key})
+	}
+	return len(reply) > 0 && reply[0] == int64(1), nil
 }
 
 func (s *Store) wrap(op string, err error) error {

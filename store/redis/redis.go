@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"net/url"
 	"strings"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/tenure-dev/tenure/store"
+	"github.com/tenure-dev/tenure/store/internal/sessionbook"
 	"github.com/tenure-dev/tenure/store/internal/watchset"
 )
 
@@ -32,7 +35,7 @@ type Store struct {
 	ownsClient bool
 
 	namespace string
-	keys      []string // {ns}:leases, {ns}:keys — passed to every script
+	keys      []string // {ns}:leases, :keys, :sessions — passed to every script
 	channel   string   // {ns}:events
 	listPage  int      // records per List script call; tests lower it
 
@@ -40,6 +43,14 @@ type Store struct {
 	// existed then, so finding it empty later means it lost its data
 	// (acquireScript).
 	seen atomic.Bool
+
+	// book is what the Store knows of its owners' sessions (session.go),
+	// and opening serialises opening one. fullAt is when each session was
+	// last opened or learned whole (fullRenewalEvery).
+	book    sessionbook.Book
+	opening sync.Mutex
+	fullMu  sync.Mutex
+	fullAt  map[sessionKey]time.Time
 
 	// watches is the closed state and every running Watch, which Close
 	// ends.
@@ -219,7 +230,7 @@ func newStore(client goredis.UniversalClient, opts Options, owns bool) (*Store, 
 		client:     client,
 		ownsClient: owns,
 		namespace:  ns,
-		keys:       []string{tag + ":leases", tag + ":keys"},
+		keys:       []string{tag + ":leases", tag + ":keys", tag + ":sessions"},
 		channel:    tag + ":events",
 		listPage:   defaultListPage,
 	}, nil

@@ -32,6 +32,7 @@ func TestAnAbandonedTermEndsAndAPeerRunsItsKey(t *testing.T) {
 	for name, url := range map[string]func(t testing.TB) string{
 		"sqlite":   func(t testing.TB) string { return "sqlite:" + filepath.Join(t.TempDir(), "leases.db") },
 		"postgres": testenv.Postgres.URL,
+		"redis":    testenv.Redis.URL,
 	} {
 		t.Run(name, func(t *testing.T) {
 			rep := abandonRun(t, url(t), nil)

@@ -1,11 +1,10 @@
-// Package sessionbook keeps what a SQL lease store knows of its sessions,
+// Package sessionbook keeps what a lease store knows of its sessions,
 // so that a renewal of a process's terms can be one write however many
 // keys it holds.
 //
-// A session is a row of the store's session table with an expiry, a
-// version and a tag; a lease record on a session takes the session's
-// expiry. An
-// acquisition starts a term on its own record, as without sessions; the
+// A session is a row of the store's session table (a field of a hash on
+// Redis) with an expiry, a version and a tag; a lease record on a session
+// takes the session's expiry. An acquisition starts a term on its own record, as without sessions; the
 // next renewal that lists it puts it on its owner's session for its TTL.
 // Every change to which terms are on a session — a term put on or taken
 // off, by this store or anyone else — moves the session's version up and
