@@ -282,21 +282,21 @@ func lexRange(prefix string) (lo, hi string) {
 	return "[" + prefix, "(" + string(succ)
 }
 
-// sessionEnds reads the (id, expiry) pairs of listScript's reply: the end
-// of each session a record is on. A session that is gone is left out, so
-// its records read as they stand: live for a century, an end unknown.
+// sessionEnds reads the (id, packed session) pairs of listScript's
+// reply: the end of each session a record may be on. A session that is
+// gone is not there, so its records read as they stand: live for a
+// century, an end unknown.
 func sessionEnds(pairs []any) (map[int64]int64, error) {
 	ends := make(map[int64]int64, len(pairs)/2)
 	for i := 0; i < len(pairs); i += 2 {
 		id, err := toInt(pairs[i])
+		packed, _ := pairs[i+1].(string)
+		expiry, _, _ := strings.Cut(packed, ",")
+		if err == nil {
+			ends[id], err = toInt(expiry)
+		}
 		if err != nil {
-			return nil, err
-		}
-		if pairs[i+1] == "" {
-			continue
-		}
-		if ends[id], err = toInt(pairs[i+1]); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("session %v %q: %w", pairs[i], packed, err)
 		}
 	}
 	return ends, nil

@@ -319,14 +319,15 @@ return {1}
 `)
 
 // listScript reads one page of records in a lexicographic key range
-// together with the server's clock, atomically, and the expiry of each
-// session a record of the page is on (as a record stands, List reads it
-// as its session's: session.go). A session that is gone has an empty
-// expiry.
+// together with the server's clock and the sessions (session.go),
+// atomically: a record on a session reads as its session's end. With a
+// thousand sessions or fewer (a few per live process), they all come with
+// the page, which costs the script nothing per record; with more, the
+// sessions the page's records are on.
 //
 //	ARGV: ZRANGEBYLEX min, max, page size
 //	→ {now µs, first key of the next page or '', number of sessions,
-//	   key1, record1, …, then id, expiry of each session}
+//	   key1, record1, …, then id, packed session of each session}
 var listScript = goredis.NewScript(prelude + `
 local now = now_us()
 local limit = tonumber(ARGV[3])
@@ -337,7 +338,8 @@ if #keys > limit then
   keys[limit + 1] = nil
 end
 local out = {int(now), next_key, 0}
-local ends = {}
+local all = redis.call('HLEN', KEYS[3]) <= 1000
+local on = {}
 -- HMGET in chunks: unpack is limited by the Lua C stack.
 for i = 1, #keys, 500 do
   local j = math.min(i + 499, #keys)
@@ -345,21 +347,33 @@ for i = 1, #keys, 500 do
   for k = 1, #vals do
     local v = vals[k]
     if v then
-      local id = session_of(tonumber(string.match(v, '^%d+,(%-?%d+),') or 0))
-      if id and not ends[id] then
-        local s = session(id)
-        ends[id] = s and int(s.x) or ''
-        out[3] = out[3] + 1
+      if not all then
+        local id = session_of(tonumber(string.match(v, '^%d+,(%d+),') or 0))
+        if id then
+          on[id] = true
+        end
       end
       out[#out + 1] = keys[i + k - 1]
       out[#out + 1] = v
     end
   end
 end
-for id, x in pairs(ends) do
-  out[#out + 1] = id
-  out[#out + 1] = x
+local sessions = {}
+if all then
+  sessions = redis.call('HGETALL', KEYS[3])
+else
+  for id in pairs(on) do
+    local v = redis.call('HGET', KEYS[3], id)
+    if v then
+      sessions[#sessions + 1] = id
+      sessions[#sessions + 1] = v
+    end
+  end
 end
+for _, v in ipairs(sessions) do
+  out[#out + 1] = v
+end
+out[3] = #sessions / 2
 return out
 `)
 

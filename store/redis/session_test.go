@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/tenure-dev/tenure/internal/harness/testenv"
 	"github.com/tenure-dev/tenure/store"
 	"github.com/tenure-dev/tenure/store/internal/sessiontest"
@@ -228,4 +230,35 @@ func TestAJoinFindsItsTermOnAnotherSessionOfItsOwner(t *testing.T) {
 	if on := sessions.SessionOf(t, s, "k"); on != f.ID {
 		t.Errorf("k is on session %d; want renewal 1's, %d", on, f.ID)
 	}
+}
+
+// List hands the client every session with each page while there are a
+// thousand or fewer, and only the sessions the page's records are on when
+// there are more: either way a record on a session reads as its
+// session's end, not as the century its record holds.
+func TestListReadsEachRecordAsItsSessionEndsWhateverTheSessions(t *testing.T) {
+	s := newTestStore(t)
+	ctx := testenv.Context(t)
+	const ttl = time.Minute
+	k := sessiontest.Acquire(t, s, "k", "a", ttl)
+	sessions.Renew(t, s, "a", ttl, k)
+	check := func(when string) {
+		t.Helper()
+		if l := sessiontest.LeaseOf(t, s, "k"); !l.Live || l.TimeLeft > ttl || l.TimeLeft < ttl-10*time.Second {
+			t.Fatalf("k with %s: %+v; want live for its session's TTL", when, l)
+		}
+	}
+	check("one session")
+	if _, err := s.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
+		for range 1000 {
+			openSessionScript.EvalSha(ctx, p, s.keys, newSessionID(), "idle", micros(ttl), newTag())
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.client.HLen(ctx, s.keys[2]).Result(); err != nil || n <= 1000 {
+		t.Fatalf("%d sessions, %v; want more than 1000", n, err)
+	}
+	check("1,001 sessions")
 }
