@@ -35,12 +35,12 @@
 // # Sessions: one small write per renewal
 //
 // A process's renewal reads and writes one field, its session, however
-// many terms it holds (10,000 terms: 0.8 ms for Store.Renew, 0.2 ms of it
-// in Redis, against 43 ms renewing each record; BENCHMARKS.md). A term
-// starts on its own record; the renewal after its acquisition puts it on
-// the session of its owner and TTL, and from then on the record's expiry
-// field holds 2126-01-01 plus the session's id, and the term ends when
-// the session does. A renewal that lists exactly the terms its Store knows
+// many terms it holds (10,000 terms: 0.4–0.6 ms for Store.Renew, about
+// 0.1 ms of it in Redis, against 31–33 ms renewing each record;
+// BENCHMARKS.md). A term starts on its own record; the renewal after its
+// acquisition puts it on the session of its owner and TTL, and from then
+// on the record's expiry field holds 2126-01-01 plus the session's id,
+// and the term ends when the session does. A renewal that lists exactly the terms its Store knows
 // on the session (and terms acquired since) renews the session alone; any
 // other — after a revocation, a release through another Store, a lost
 // answer, and at least once a minute — goes term by term onto a new
