@@ -40,11 +40,12 @@
 // BENCHMARKS.md). A term starts on its own record; the renewal after its
 // acquisition puts it on the session of its owner and TTL, and from then
 // on the record's expiry field holds 2126-01-01 plus the session's id,
-// and the term ends when the session does. A renewal that lists exactly the terms its Store knows
-// on the session (and terms acquired since) renews the session alone; any
-// other — after a revocation, a release through another Store, a lost
-// answer, and at least once a minute — goes term by term onto a new
-// session, 1,000 terms a script call, all in one round trip. Terms it does
+// and the term ends when the session does. A renewal that lists exactly
+// the terms its Store knows on the session (and terms acquired since)
+// renews the session alone; any other — after a revocation, a release
+// through another Store, a lost answer, and at least once a minute — goes
+// term by term onto a new session, 1,000 terms a script call, all in one
+// round trip. Terms it does
 // not list stay on the old session, which nobody renews any more, and end
 // with it: a term its holder gave up on without a release ends on its own
 // within a TTL.
