@@ -8,6 +8,7 @@ import (
 
 	"github.com/tenure-dev/tenure/store"
 	"github.com/tenure-dev/tenure/store/internal/sessionbook"
+	"github.com/tenure-dev/tenure/store/internal/sessiontest"
 	"github.com/tenure-dev/tenure/store/storetest"
 )
 
@@ -113,59 +114,49 @@ func BenchmarkList10000(b *testing.B) { storetest.BenchList(b, bench, 10000) }
 //
 //	go test -run '^$' -bench RenewOnASession -benchtime 20x ./store/postgres/
 func BenchmarkRenewOnASession(b *testing.B) {
-	for _, n := range []int{10000, 100000} {
-		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
+	offSessions := func(b *testing.B, st store.Store) {
+		s := st.(*Store)
+		if _, err := s.pool.Exec(context.Background(), `UPDATE `+s.ident+` SET session = 0, expires_at = clock_timestamp() + interval '1 hour' WHERE key <> ''`); err != nil {
+			b.Fatal(err)
+		}
+		s.book = sessionbook.Book{}
+	}
+	sessiontest.BenchRenewOnASession(b, sessiontest.BenchHarness{
+		Open: func(b *testing.B, n int) (store.Store, []store.RenewItem) {
 			s := tables.New(b)
-			items := fillHeld(b, s, storetest.BenchOwner, n)
-			ctx := context.Background()
-			renew := func(b *testing.B) {
-				ok, err := s.Renew(ctx, storetest.BenchOwner, time.Hour, items)
-				if err != nil || !ok[0] || !ok[n-1] {
-					b.Fatalf("Renew: %v %v", ok[:1], err)
-				}
-			}
-			b.Run("first, onto the session", func(b *testing.B) {
-				for b.Loop() {
-					b.StopTimer()
-					if _, err := s.pool.Exec(ctx, `UPDATE `+s.ident+` SET session = 0, expires_at = clock_timestamp() + interval '1 hour' WHERE key <> ''`); err != nil {
-						b.Fatal(err)
-					}
-					s.book = sessionbook.Book{}
-					b.StartTimer()
-					renew(b)
-				}
-			})
-			b.Run("Store.Renew on the session", func(b *testing.B) {
-				renew(b)
-				for b.Loop() {
-					renew(b)
-				}
-			})
-			b.Run("its statement alone", func(b *testing.B) {
+			return s, fillHeld(b, s, storetest.BenchOwner, n)
+		},
+		OffSessions: offSessions,
+		More: []sessiontest.BenchStep{
+			{Name: "its statement alone", Run: func(b *testing.B, st store.Store, items []store.RenewItem) {
+				s := st.(*Store)
 				f, ok := s.book.Check(storetest.BenchOwner, time.Hour, items)
 				if !ok {
 					b.Fatal("the Book does not know the session")
 				}
 				for b.Loop() {
-					var version int64
-					err := s.pool.QueryRow(ctx, s.sess.renewFast, f.ID, storetest.BenchOwner, f.Version,
-						[]string{}, []int64{}, []bool{}, []string{}, []int64{}, []bool{}, time.Hour.Microseconds()).Scan(&version, nil, nil)
+					var (
+						version, tag int64
+						key          *string
+						epoch        *int64
+					)
+					err := s.pool.QueryRow(context.Background(), s.sess.renewFast, f.ID, storetest.BenchOwner, f.Version.N,
+						[]string{}, []int64{}, []bool{}, []string{}, []int64{}, []bool{}, time.Hour.Microseconds(), f.Version.Tag,
+					).Scan(&version, &tag, &key, &epoch)
 					if err != nil {
 						b.Fatal(err)
 					}
 				}
-			})
-			b.Run("per-record statement", func(b *testing.B) {
+			}},
+			{Name: "per-record statement", Run: func(b *testing.B, s store.Store, items []store.RenewItem) {
 				round := bench.Renewals["raw-unnest"](b, s, storetest.BenchOwner, items)
-				if _, err := s.pool.Exec(ctx, `UPDATE `+s.ident+` SET session = 0, expires_at = clock_timestamp() + interval '1 hour' WHERE key <> ''`); err != nil {
-					b.Fatal(err)
-				}
+				offSessions(b, s)
 				for b.Loop() {
-					if err := round(ctx); err != nil {
+					if err := round(context.Background()); err != nil {
 						b.Fatal(err)
 					}
 				}
-			})
-		})
-	}
+			}},
+		},
+	})
 }

@@ -80,7 +80,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"net/url"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -139,10 +138,9 @@ type Store struct {
 	watches watchset.Set
 
 	// sess holds the statements of sessions (session.go); book is what
-	// this Store knows of its own, and opening serialises opening one.
-	sess    sessionStatements
-	book    sessionbook.Book
-	opening sync.Mutex
+	// this Store knows of its own.
+	sess sessionStatements
+	book sessionbook.Book
 	// legacy says the table predates sessions: a read-only Store lists it
 	// as it is.
 	legacy atomic.Bool

@@ -275,23 +275,12 @@ func unquote(ident string) string {
 // session returns owner's live session for ttl as the Book knows it,
 // opening one on pool (the renewal's own connection) when it knows none.
 func (s *Store) session(ctx context.Context, pool *pgxpool.Pool, owner string, ttl time.Duration) (int64, error) {
-	if id := s.book.Session(owner, ttl); id != 0 {
-		return id, nil
-	}
-	s.opening.Lock()
-	defer s.opening.Unlock()
-	if id := s.book.Session(owner, ttl); id != 0 {
-		return id, nil // opened meanwhile
-	}
-	var (
-		id int64
-		v  sessionbook.Version
-	)
-	if err := pool.QueryRow(ctx, s.sess.newSession, owner, ttl.Microseconds()).Scan(&id, &v.N, &v.Tag); err != nil {
-		return 0, fmt.Errorf("open a session: %w", err)
-	}
-	s.book.Opened(owner, ttl, id, v)
-	return id, nil
+	return s.book.Open(owner, ttl, func() (id int64, v sessionbook.Version, err error) {
+		if err = pool.QueryRow(ctx, s.sess.newSession, owner, ttl.Microseconds()).Scan(&id, &v.N, &v.Tag); err != nil {
+			err = fmt.Errorf("open a session: %w", err)
+		}
+		return id, v, err
+	})
 }
 
 // renew renews items of owner: the session alone (and the terms

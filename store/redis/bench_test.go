@@ -11,6 +11,7 @@ import (
 
 	"github.com/tenure-dev/tenure/store"
 	"github.com/tenure-dev/tenure/store/internal/sessionbook"
+	"github.com/tenure-dev/tenure/store/internal/sessiontest"
 	"github.com/tenure-dev/tenure/store/storetest"
 )
 
@@ -128,86 +129,66 @@ return 1
 // BenchmarkRenewOnASession is a process's steady renewal, its terms on its
 // session, against the script that renewed each record before sessions
 // (one call per 1,000 terms, as Store.Renew sent them) and against the
-// session's script alone. The first renewal, which puts Fill's records on
+// session's script alone; and List of every term, on the session and then
+// on their own records. The first renewal, which puts Fill's records on
 // the session term by term, is timed apart.
 //
 //	go test -run '^$' -bench RenewOnASession -benchtime 10x ./store/redis/
 func BenchmarkRenewOnASession(b *testing.B) {
-	for _, n := range []int{10000, 100000} {
-		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
+	offSession := func(b *testing.B, st store.Store) {
+		s := st.(*Store)
+		if err := offSessions.Run(context.Background(), s.client, s.keys, micros(time.Hour)).Err(); err != nil {
+			b.Fatal(err)
+		}
+		s.book = sessionbook.Book{}
+	}
+	list := func(b *testing.B, s store.Store, items []store.RenewItem) {
+		for b.Loop() {
+			if ls, err := s.List(context.Background(), ""); err != nil || len(ls) != len(items) || !ls[0].Live {
+				b.Fatalf("List: %d leases, %v", len(ls), err)
+			}
+		}
+	}
+	sessiontest.BenchRenewOnASession(b, sessiontest.BenchHarness{
+		Open: func(b *testing.B, n int) (store.Store, []store.RenewItem) {
 			s := newTestStore(b)
-			items := fillHeld(b, s, storetest.BenchOwner, n)
-			ctx := context.Background()
-			renew := func(b *testing.B) {
-				ok, err := s.Renew(ctx, storetest.BenchOwner, time.Hour, items)
-				if err != nil || !ok[0] || !ok[n-1] {
-					b.Fatalf("Renew: %v %v", ok[:1], err)
-				}
-			}
-			offSession := func(b *testing.B) {
-				if err := offSessions.Run(ctx, s.client, s.keys, micros(time.Hour)).Err(); err != nil {
-					b.Fatal(err)
-				}
-				s.book = sessionbook.Book{}
-			}
-			b.Run("first, onto the session", func(b *testing.B) {
-				for b.Loop() {
-					b.StopTimer()
-					offSession(b)
-					b.StartTimer()
-					renew(b)
-				}
-			})
-			b.Run("Store.Renew on the session", func(b *testing.B) {
-				renew(b)
-				for b.Loop() {
-					renew(b)
-				}
-			})
-			b.Run("List, every term on the session", func(b *testing.B) {
-				renew(b)
-				for b.Loop() {
-					if ls, err := s.List(ctx, ""); err != nil || len(ls) != n || !ls[0].Live {
-						b.Fatalf("List: %d leases, %v", len(ls), err)
-					}
-				}
-			})
-			b.Run("its script alone", func(b *testing.B) {
+			return s, fillHeld(b, s, storetest.BenchOwner, n)
+		},
+		OffSessions: offSession,
+		More: []sessiontest.BenchStep{
+			{Name: "List, every term on the session", Run: list},
+			{Name: "its script alone", Run: func(b *testing.B, st store.Store, items []store.RenewItem) {
+				s := st.(*Store)
 				f, ok := s.book.Check(storetest.BenchOwner, time.Hour, items)
 				if !ok {
 					b.Fatal("the Book does not know the session")
 				}
 				for b.Loop() {
-					reply, err := renewFastScript.Run(ctx, s.client, s.keys, f.ID, storetest.BenchOwner, micros(time.Hour),
+					reply, err := renewFastScript.Run(context.Background(), s.client, s.keys, f.ID, storetest.BenchOwner, micros(time.Hour),
 						f.Version.N, strconv.FormatInt(f.Version.Tag, 10), newTag(), 0).Slice()
 					if err != nil || reply[0] != int64(1) {
 						b.Fatal(reply, err)
 					}
 				}
-			})
-			b.Run("per-record script", func(b *testing.B) {
-				offSession(b)
+			}},
+			{Name: "per-record script", Run: func(b *testing.B, st store.Store, items []store.RenewItem) {
+				s := st.(*Store)
+				offSession(b, s)
 				var calls [][]any
-				for start := 0; start < n; start += maxBatch {
+				for start := 0; start < len(items); start += maxBatch {
 					args := []any{storetest.BenchOwner, micros(time.Hour)}
-					for _, it := range items[start:min(start+maxBatch, n)] {
+					for _, it := range items[start:min(start+maxBatch, len(items))] {
 						args = append(args, it.Key, strconv.FormatInt(it.Epoch, 10), 1)
 					}
 					calls = append(calls, args)
 				}
 				for b.Loop() {
-					if _, err := s.runBatches(ctx, perRecordRenewScript, calls); err != nil {
+					if _, err := s.runBatches(context.Background(), perRecordRenewScript, calls); err != nil {
 						b.Fatal(err)
 					}
 				}
-			})
-			b.Run("List, every term on its own record", func(b *testing.B) {
-				for b.Loop() {
-					if ls, err := s.List(ctx, ""); err != nil || len(ls) != n || !ls[0].Live {
-						b.Fatalf("List: %d leases, %v", len(ls), err)
-					}
-				}
-			})
-		})
-	}
+			}},
+			{Name: "List, every term on its own record", Run: list},
+		},
+	})
 }

@@ -44,13 +44,12 @@ type Store struct {
 	// (acquireScript).
 	seen atomic.Bool
 
-	// book is what the Store knows of its owners' sessions (session.go),
-	// and opening serialises opening one. fullAt is when each session was
-	// last opened or learned whole (fullRenewalEvery).
-	book    sessionbook.Book
-	opening sync.Mutex
-	fullMu  sync.Mutex
-	fullAt  map[sessionKey]time.Time
+	// book is what the Store knows of its owners' sessions (session.go);
+	// fullAt is when each session was last opened or learned whole
+	// (fullRenewalEvery).
+	book   sessionbook.Book
+	fullMu sync.Mutex
+	fullAt map[sessionKey]time.Time
 
 	// watches is the closed state and every running Watch, which Close
 	// ends.

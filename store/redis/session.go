@@ -85,29 +85,27 @@ var errIDTaken = errors.New("session id taken")
 // session returns owner's session for ttl as the Book knows it, opening
 // one when it knows none.
 func (s *Store) session(ctx context.Context, owner string, ttl time.Duration) (int64, error) {
-	if id := s.book.Session(owner, ttl); id != 0 {
-		return id, nil
-	}
-	s.opening.Lock()
-	defer s.opening.Unlock()
-	if id := s.book.Session(owner, ttl); id != 0 {
-		return id, nil // opened meanwhile
-	}
-	return retryTaken(func(id int64) error {
-		reply, err := openSessionScript.Run(ctx, s.client, s.keys, id, owner, micros(ttl), newTag()).Slice()
-		if err != nil {
-			return fmt.Errorf("open a session: %w", err)
+	return s.book.Open(owner, ttl, func() (int64, sessionbook.Version, error) {
+		var v sessionbook.Version
+		id, err := retryTaken(func(id int64) error {
+			reply, err := openSessionScript.Run(ctx, s.client, s.keys, id, owner, micros(ttl), newTag()).Slice()
+			if err != nil {
+				return fmt.Errorf("open a session: %w", err)
+			}
+			if len(reply) == 1 && reply[0] == int64(0) {
+				return errIDTaken
+			}
+			xs, err := ints(reply)
+			if err != nil || len(xs) != 3 {
+				return fmt.Errorf("open a session: unexpected reply %v", reply)
+			}
+			v = sessionbook.Version{N: xs[1], Tag: xs[2]}
+			return nil
+		})
+		if err == nil {
+			s.fullRenewalDone(owner, ttl)
 		}
-		if len(reply) == 1 && reply[0] == int64(0) {
-			return errIDTaken
-		}
-		xs, err := ints(reply)
-		if err != nil || len(xs) != 3 {
-			return fmt.Errorf("open a session: unexpected reply %v", reply)
-		}
-		s.book.Opened(owner, ttl, id, sessionbook.Version{N: xs[1], Tag: xs[2]})
-		s.fullRenewalDone(owner, ttl)
-		return nil
+		return id, v, err
 	})
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/tenure-dev/tenure/store"
 	"github.com/tenure-dev/tenure/store/internal/sessionbook"
+	"github.com/tenure-dev/tenure/store/internal/sessiontest"
 	"github.com/tenure-dev/tenure/store/storetest"
 )
 
@@ -114,42 +115,25 @@ func BenchmarkList10000(b *testing.B) { storetest.BenchList(b, bench, 10000) }
 //
 //	go test -run '^$' -bench RenewOnASession -benchtime 20x ./store/sqlite/
 func BenchmarkRenewOnASession(b *testing.B) {
-	for _, n := range []int{10000, 100000} {
-		b.Run(fmt.Sprintf("keys=%d", n), func(b *testing.B) {
+	sessiontest.BenchRenewOnASession(b, sessiontest.BenchHarness{
+		Open: func(b *testing.B, n int) (store.Store, []store.RenewItem) {
 			s := openTemp(b, Options{})
-			items := fillHeld(b, s, storetest.BenchOwner, n)
-			ctx := context.Background()
-			renew := func(b *testing.B) {
-				ok, err := s.Renew(ctx, storetest.BenchOwner, time.Hour, items)
-				if err != nil || !ok[0] || !ok[n-1] {
-					b.Fatalf("Renew: %v %v", ok[:1], err)
+			return s, fillHeld(b, s, storetest.BenchOwner, n)
+		},
+		OffSessions: func(b *testing.B, st store.Store) {
+			s := st.(*Store)
+			if _, err := s.db.Exec(`UPDATE ` + s.table + ` SET session = 0, expires_at = ` + nowUS + ` + 3600000000`); err != nil {
+				b.Fatal(err)
+			}
+			s.book = sessionbook.Book{}
+		},
+		More: []sessiontest.BenchStep{{Name: "per-record statement", Run: func(b *testing.B, s store.Store, items []store.RenewItem) {
+			round := bench.Renewals["raw-batched-sql"](b, s, storetest.BenchOwner, items)
+			for b.Loop() {
+				if err := round(context.Background()); err != nil {
+					b.Fatal(err)
 				}
 			}
-			b.Run("first, onto the session", func(b *testing.B) {
-				for b.Loop() {
-					b.StopTimer()
-					if _, err := s.db.Exec(`UPDATE ` + s.table + ` SET session = 0, expires_at = ` + nowUS + ` + 3600000000`); err != nil {
-						b.Fatal(err)
-					}
-					s.book = sessionbook.Book{}
-					b.StartTimer()
-					renew(b)
-				}
-			})
-			b.Run("session", func(b *testing.B) {
-				renew(b) // on the session
-				for b.Loop() {
-					renew(b)
-				}
-			})
-			b.Run("per-record statement", func(b *testing.B) {
-				round := bench.Renewals["raw-batched-sql"](b, s, storetest.BenchOwner, items)
-				for b.Loop() {
-					if err := round(ctx); err != nil {
-						b.Fatal(err)
-					}
-				}
-			})
-		})
-	}
+		}}},
+	})
 }

@@ -40,6 +40,7 @@ import (
 type Book struct {
 	mu       sync.Mutex
 	sessions map[sessionKey]*session
+	opening  sync.Mutex // one Open at a time
 }
 
 type sessionKey struct {
@@ -112,6 +113,26 @@ func (b *Book) Opened(owner string, ttl time.Duration, id int64, v Version) {
 	defer b.mu.Unlock()
 	ss := b.get(owner, ttl)
 	ss.id, ss.version, ss.tag, ss.ahead, ss.on = id, v.N, v.Tag, nil, map[string]*term{}
+}
+
+// Open returns owner's session for ttl, opening one with open when the
+// Book knows none. Opens run one at a time, so that calls that find no
+// session at once open one between them, not one each.
+func (b *Book) Open(owner string, ttl time.Duration, open func() (int64, Version, error)) (int64, error) {
+	if id := b.Session(owner, ttl); id != 0 {
+		return id, nil
+	}
+	b.opening.Lock()
+	defer b.opening.Unlock()
+	if id := b.Session(owner, ttl); id != 0 {
+		return id, nil // opened meanwhile
+	}
+	id, v, err := open()
+	if err != nil {
+		return 0, err
+	}
+	b.Opened(owner, ttl, id, v)
+	return id, nil
 }
 
 // Dead forgets owner's session id for ttl, which a renewal found dead or
@@ -302,4 +323,24 @@ func (b *Book) Left(id int64, v Version, terms ...store.Term) {
 			ss.version, ss.tag = next.N, next.Tag
 		}
 	}
+}
+
+// Unlisted returns the terms the Book knows on owner's session id for
+// ttl that listed does not name: a renewal that goes term by term takes
+// them off before it renews the session, so that none it failed to take
+// off is renewed with it.
+func (b *Book) Unlisted(owner string, ttl time.Duration, id int64, listed map[store.Term]bool) []store.Term {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ss := b.get(owner, ttl)
+	if ss.id != id {
+		return nil
+	}
+	var out []store.Term
+	for key, t := range ss.on {
+		if tm := (store.Term{Key: key, Epoch: t.epoch}); !listed[tm] {
+			out = append(out, tm)
+		}
+	}
+	return out
 }
