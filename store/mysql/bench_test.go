@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/tenure-dev/tenure/store"
+	"github.com/tenure-dev/tenure/store/internal/sessionbook"
+	"github.com/tenure-dev/tenure/store/internal/sessiontest"
 	"github.com/tenure-dev/tenure/store/storetest"
 )
 
@@ -133,3 +135,55 @@ func fillHeld(b *testing.B, st store.Store, owner string, n int) []store.RenewIt
 func BenchmarkRenew(b *testing.B)     { storetest.BenchRenew(b, bench) }
 func BenchmarkAcquire(b *testing.B)   { storetest.BenchAcquire(b, bench) }
 func BenchmarkList10000(b *testing.B) { storetest.BenchList(b, bench, 10000) }
+
+// BenchmarkRenewOnASession is a process's steady renewal, its terms on its
+// session, against the statement that renewed each record before sessions
+// (the raw JSON_TABLE UPDATE above) and against the session's statement
+// alone. The first renewal, which puts Fill's records on the session term
+// by term, is timed apart.
+//
+//	go test -run '^$' -bench RenewOnASession -benchtime 10x ./store/mysql/
+func BenchmarkRenewOnASession(b *testing.B) {
+	offSessions := func(b *testing.B, st store.Store) {
+		s := st.(*Store)
+		off := strings.NewReplacer("{t}", "`"+s.table+"`", "{now}", nowUS).Replace(
+			`UPDATE {t} SET session = 0, expires_at = {now} + 3600000000 WHERE lease_key <> ''`)
+		if _, err := s.db.ExecContext(context.Background(), off); err != nil {
+			b.Fatal(err)
+		}
+		s.book = sessionbook.Book{}
+	}
+	sessiontest.BenchRenewOnASession(b, sessiontest.BenchHarness{
+		Open: func(b *testing.B, n int) (store.Store, []store.RenewItem) {
+			s := tables.New(b)
+			return s, fillHeld(b, s, storetest.BenchOwner, n)
+		},
+		OffSessions: offSessions,
+		More: []sessiontest.BenchStep{
+			{Name: "its statement alone", Run: func(b *testing.B, st store.Store, items []store.RenewItem) {
+				s := st.(*Store)
+				f, ok := s.book.Check(storetest.BenchOwner, time.Hour, items)
+				if !ok {
+					b.Fatal("the Book does not know the session")
+				}
+				owner := hexString(storetest.BenchOwner)
+				for b.Loop() {
+					err := execAll(context.Background(), s, 1, s.q.renewSession, time.Hour.Microseconds(), f.ID,
+						owner, f.Version.N, f.Version.Tag, f.ID)
+					if err != nil {
+						b.Fatal(err)
+					}
+				}
+			}},
+			{Name: "per-record statement", Run: func(b *testing.B, s store.Store, items []store.RenewItem) {
+				round := bench.Renewals["raw-json-table"](b, s, storetest.BenchOwner, items)
+				offSessions(b, s)
+				for b.Loop() {
+					if err := round(context.Background()); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}},
+		},
+	})
+}

@@ -23,10 +23,7 @@ var tables = testenv.Tables[*Store]{
 	Drop: dropTable,
 }
 
-func dropTable(ctx context.Context, s *Store) error {
-	_, err := s.db.ExecContext(ctx, "DROP TABLE IF EXISTS `"+s.table+"`")
-	return err
-}
+func dropTable(ctx context.Context, s *Store) error { return s.Drop(ctx) }
 
 // openURL opens and closes a store on rawURL, for the tests of Open's
 // errors.
@@ -48,8 +45,13 @@ func lockKey(t *testing.T, st store.Store, key string) (unlock func()) {
 	if err != nil {
 		t.Fatalf("begin: %v", err)
 	}
+	// A peer's writing statement locks the record's session first (if it
+	// is on one), then the record.
 	var one int
-	err = tx.QueryRowContext(ctx, "SELECT 1 FROM `"+s.table+"` WHERE lease_key = ? FOR UPDATE", []byte(key)).Scan(&one)
+	_, err = tx.ExecContext(ctx, "SELECT 1 FROM "+sessionTable(s.table)+" WHERE id = (SELECT session FROM `"+s.table+"` WHERE lease_key = ?) FOR UPDATE", []byte(key))
+	if err == nil {
+		err = tx.QueryRowContext(ctx, "SELECT 1 FROM `"+s.table+"` WHERE lease_key = ? FOR UPDATE", []byte(key)).Scan(&one)
+	}
 	if err != nil {
 		_ = tx.Rollback()
 		t.Fatalf("lock %q: %v", key, err)

@@ -7,9 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -43,65 +41,110 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (_ store.
 }
 
 func (s *Store) acquireOnce(ctx context.Context, req store.AcquireRequest) (store.AcquireResult, error) {
-	key, owner := hexString(req.Key), hexString(req.Owner)
-	ttl, grace := req.TTL.Microseconds(), req.Grace.Microseconds()
-	r, err := s.exec(ctx, s.q.takeOver, owner, ttl, req.Running, key, owner, grace)
-	if err != nil {
+	// The term starts on its own record; the owner's session is opened
+	// now, once, so that the renewal that puts the term on it needs no
+	// more than a renewal did before sessions.
+	if _, err := s.session(ctx, s.db, req.Owner, req.TTL); err != nil {
 		return store.AcquireResult{}, err
 	}
-	switch n, err := r.RowsAffected(); {
-	case err != nil:
-		return store.AcquireResult{}, err
-	case n == 1:
-		epoch, err := r.LastInsertId()
-		if err != nil {
-			return store.AcquireResult{}, err
-		}
-		return store.AcquireResult{Acquired: true, Epoch: epoch}, nil
+	key, owner := hexString(req.Key), hexString(req.Owner)
+	ttl := req.TTL.Microseconds()
+	if res, err := s.takeOver(ctx, req); err != nil || res.Acquired {
+		return res, err
 	}
 
-	h, found, err := s.readHolder(ctx, req.Key)
+	h, on, found, err := s.readHolder(ctx, req.Key)
+	if err == nil && found && on != 0 && (h.Released || h.Owner == req.Owner || -h.TimeLeft >= req.Grace) {
+		// The record is on a session that looks over: only a takeover
+		// that holds the session's lock may read its expiry.
+		var res store.AcquireResult
+		if res, err = s.takeOverSession(ctx, req, on); err != nil || res.Acquired {
+			return res, err
+		}
+		h, _, found, err = s.readHolder(ctx, req.Key)
+	}
 	if err != nil || found {
 		return store.AcquireResult{Holder: h}, err
 	}
 	if err := s.ensureFloor(ctx); err != nil {
 		return store.AcquireResult{}, err
 	}
-	r, err = s.exec(ctx, s.q.insert, key, owner, ttl, req.Running)
-	if err != nil {
-		return store.AcquireResult{}, err
-	}
-	n, err := r.RowsAffected()
-	switch {
-	case err != nil:
-		return store.AcquireResult{}, err
-	case n == 1:
-		epoch, err := r.LastInsertId()
-		if err != nil {
-			return store.AcquireResult{}, err
+	r, err := s.exec(ctx, s.q.insert, key, owner, ttl, req.Running)
+	if n, err := affected(r, err); err != nil || n == 1 {
+		var epoch int64
+		if err == nil {
+			epoch, err = r.LastInsertId()
 		}
-		return store.AcquireResult{Acquired: true, Epoch: epoch}, nil
+		return s.acquired(req, epoch, err)
 	}
 	// A peer inserted the key between the read and the insert.
-	h, found, err = s.readHolder(ctx, req.Key)
+	h, _, found, err = s.readHolder(ctx, req.Key)
 	if err == nil && !found {
 		err = errors.New("the key's record vanished: was it deleted by hand?")
 	}
 	return store.AcquireResult{Holder: h}, err
 }
 
-func (s *Store) readHolder(ctx context.Context, key string) (store.Lease, bool, error) {
+// acquired records and answers a grant of req with epoch.
+func (s *Store) acquired(req store.AcquireRequest, epoch int64, err error) (store.AcquireResult, error) {
+	if err != nil {
+		return store.AcquireResult{}, err
+	}
+	s.book.Acquired(req.Owner, req.TTL, req.Key, epoch, req.Running)
+	return store.AcquireResult{Acquired: true, Epoch: epoch}, nil
+}
+
+// takeOver takes req.Key over from a record on no session, in one
+// auto-committed statement, whose OK packet carries the new epoch.
+func (s *Store) takeOver(ctx context.Context, req store.AcquireRequest) (store.AcquireResult, error) {
+	owner := hexString(req.Owner)
+	r, err := s.exec(ctx, s.q.takeOver, owner, req.TTL.Microseconds(), req.Running, hexString(req.Key), owner, req.Grace.Microseconds())
+	if n, err := affected(r, err); err != nil || n != 1 {
+		return store.AcquireResult{}, err
+	}
+	epoch, err := r.LastInsertId()
+	return s.acquired(req, epoch, err)
+}
+
+// takeOverSession takes req.Key over from a record on session id (as a
+// plain read found it): one auto-committed statement that locks the
+// session first, judges its expiry under that lock, then the record,
+// which must still be on it; its OK packet carries the new epoch. The
+// session moves to a version this Store's Book is not told of, so a Book
+// that knew the term on it sends its next renewal term by term. Not
+// acquired, with no error, when the term is not over or the record moved.
+func (s *Store) takeOverSession(ctx context.Context, req store.AcquireRequest, id int64) (store.AcquireResult, error) {
+	owner := hexString(req.Owner)
+	r, err := s.exec(ctx, s.q.takeOverSession, hexString(req.Key), owner, req.TTL.Microseconds(), req.Running, newTag(),
+		id, owner, req.Grace.Microseconds())
+	if n, err := affected(r, err); err != nil || n == 0 {
+		return store.AcquireResult{}, err
+	}
+	epoch, err := r.LastInsertId()
+	return s.acquired(req, epoch, err)
+}
+
+// ignoreNoRows turns "no row" into no error.
+func ignoreNoRows(err error) error {
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil
+	}
+	return err
+}
+
+// readHolder reads key's lease and the session its record is on.
+func (s *Store) readHolder(ctx context.Context, key string) (store.Lease, int64, bool, error) {
 	h := store.Lease{Key: key}
-	var left int64
-	err := s.db.QueryRowContext(ctx, s.q.holder, hexString(key)).Scan(&h.Owner, &h.Epoch, &h.Released, &h.Running, &left)
+	var left, on int64
+	err := s.db.QueryRowContext(ctx, s.q.holder, hexString(key)).Scan(&h.Owner, &h.Epoch, &h.Released, &h.Running, &left, &on)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		return store.Lease{}, false, nil
+		return store.Lease{}, 0, false, nil
 	case err != nil:
-		return store.Lease{}, false, fmt.Errorf("read holder: %w", err)
+		return store.Lease{}, 0, false, fmt.Errorf("read holder: %w", err)
 	}
 	fill(&h, left)
-	return h, true, nil
+	return h, on, true, nil
 }
 
 // fill derives the liveness of l from its time left (µs, store clock).
@@ -116,10 +159,10 @@ type batchItem struct {
 	running bool
 }
 
-// Renew extends every listed term of owner: one statement for the whole
-// batch when every term is renewed, and one more read when some are lost,
-// to learn which. Items naming the same term twice get the same answer;
-// the runner state of the last one is recorded.
+// Renew extends every listed term of owner: when they are the terms on
+// the owner's session, one statement that writes the session row alone
+// (session.go). Items naming the same term twice get the same answer; the
+// runner state of the last one is recorded.
 func (s *Store) Renew(ctx context.Context, owner string, ttl time.Duration, items []store.RenewItem) (_ []bool, err error) {
 	defer func() { err = denied(err) }()
 	if err := store.ValidateRenew(owner, ttl, items); err != nil {
@@ -132,12 +175,12 @@ func (s *Store) Renew(ctx context.Context, owner string, ttl time.Duration, item
 	if err := s.access.Write(ctx); err != nil {
 		return nil, err
 	}
-	batch := make([]batchItem, 0, len(items))
-	for _, it := range items {
-		batch = append(batch, batchItem{store.Term{Key: it.Key, Epoch: it.Epoch}, it.Running})
+	var on handle = s.db
+	if c := s.lane.take(s.db); c != nil {
+		on = c
+		defer func() { s.lane.put(s.db, c, err) }()
 	}
-	batch, index := distinct(batch)
-	renewed, err := s.renew(ctx, owner, ttl, batch, index)
+	renewed, err := s.renew(ctx, on, owner, ttl, items)
 	if err == nil {
 		err = ctx.Err() // a renewal confirmed too late protects nothing
 	}
@@ -145,87 +188,9 @@ func (s *Store) Renew(ctx context.Context, owner string, ttl time.Duration, item
 		return nil, fmt.Errorf("mysql: renew %d leases: %w", len(items), err)
 	}
 	for i, it := range items {
-		out[i] = renewed[index[store.Term{Key: it.Key, Epoch: it.Epoch}]]
+		out[i] = renewed == nil || renewed[store.Term{Key: it.Key, Epoch: it.Epoch}]
 	}
 	return out, nil
-}
-
-func (s *Store) renew(ctx context.Context, owner string, ttl time.Duration, batch []batchItem, index map[store.Term]int) (renewed []bool, err error) {
-	var on conn = s.db
-	if c := s.lane.take(s.db); c != nil {
-		on = c
-		defer func() { s.lane.put(s.db, c, err) }()
-	}
-	renewed = make([]bool, len(batch))
-	// The id marks the rows this call renews. Two calls drawing the same
-	// one (odds 2⁻⁶³) could only credit each other's renewals of the
-	// same owner's terms.
-	id := rand.Int64N(1<<63-1) + 1
-	ownerHex := hexString(owner)
-	for c := range chunks(batch, true) {
-		r, err := execOn(ctx, on, s.q.renew, c.doc, ttl.Microseconds(), id, ownerHex)
-		if err != nil {
-			return nil, err
-		}
-		// Every row the statement matched changed (the id is new), so the
-		// count means the same with or without clientFoundRows. Each row
-		// is one key, so a count equal to the number of distinct terms
-		// means every one was renewed.
-		n, err := r.RowsAffected()
-		if err != nil {
-			return nil, err
-		}
-		switch {
-		case n == int64(c.hi-c.lo):
-			for i := c.lo; i < c.hi; i++ {
-				renewed[i] = true
-			}
-			continue
-		case n == 0:
-			continue
-		}
-		err = queryOn(ctx, on, s.q.renewed, []any{c.doc, id}, func(rows *sql.Rows) error {
-			var t store.Term
-			if err := rows.Scan(&t.Key, &t.Epoch); err != nil {
-				return err
-			}
-			if i, ok := index[t]; ok {
-				renewed[i] = true
-			}
-			return nil
-		})
-		if err != nil {
-			return nil, err
-		}
-	}
-	return renewed, nil
-}
-
-// Release ends every listed term of owner now, in one statement. Terms that
-// are not owner's current term are left untouched.
-func (s *Store) Release(ctx context.Context, owner string, terms []store.Term) (err error) {
-	defer func() { err = denied(err) }()
-	if err := store.ValidateRelease(owner, terms); err != nil {
-		return err
-	}
-	if len(terms) == 0 {
-		return nil
-	}
-	if err := s.access.Write(ctx); err != nil {
-		return err
-	}
-	batch := make([]batchItem, 0, len(terms))
-	for _, t := range terms {
-		batch = append(batch, batchItem{term: t})
-	}
-	batch, _ = distinct(batch)
-	ownerHex := hexString(owner)
-	for c := range chunks(batch, false) {
-		if _, err := s.exec(ctx, s.q.release, c.doc, ownerHex); err != nil {
-			return fmt.Errorf("mysql: release %d leases: %w", len(terms), err)
-		}
-	}
-	return nil
 }
 
 // List returns every lease whose key starts with prefix, sorted by key,
@@ -235,9 +200,13 @@ func (s *Store) List(ctx context.Context, prefix string) (_ []store.Lease, err e
 	if err := s.access.Read(ctx); err != nil {
 		return nil, err
 	}
-	query, args := s.q.listAll, []any{hexString(prefix)}
+	list, listAll, err := s.listSQL(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("mysql: list %q: %w", prefix, err)
+	}
+	query, args := listAll, []any{hexString(prefix)}
 	if end, ok := sqlstore.PrefixEnd(prefix); ok {
-		query, args = s.q.list, append(args, hexString(end))
+		query, args = list, append(args, hexString(end))
 	}
 	var out []store.Lease
 	err = s.query(ctx, query, args, func(rows *sql.Rows) error {
@@ -256,31 +225,6 @@ func (s *Store) List(ctx context.Context, prefix string) (_ []store.Lease, err e
 		return nil, fmt.Errorf("mysql: list %q: %w", prefix, err)
 	}
 	return out, nil
-}
-
-// Revoke fences the current term of key: it moves the key to a new epoch
-// owned by nobody and keeps the expiry, so peers wait for expiry + grace.
-// It reports false when the key has no live term.
-func (s *Store) Revoke(ctx context.Context, key string) (_ bool, err error) {
-	defer func() { err = denied(err) }()
-	if err := store.ValidateKey(key); err != nil {
-		return false, err
-	}
-	if err := s.access.Write(ctx); err != nil {
-		return false, err
-	}
-	r, err := s.exec(ctx, s.q.revoke, hexString(key))
-	var n int64
-	if err == nil {
-		n, err = r.RowsAffected()
-	}
-	if err == nil {
-		err = ctx.Err()
-	}
-	if err != nil {
-		return false, fmt.Errorf("mysql: revoke %q: %w", key, err)
-	}
-	return n == 1, nil
 }
 
 // exec runs one auto-committed statement. A statement chosen as the victim
@@ -345,50 +289,6 @@ func distinct(batch []batchItem) ([]batchItem, map[store.Term]int) {
 		index[it.term] = i
 	}
 	return out, index
-}
-
-// chunk is batch[lo:hi] as the JSON document of one statement.
-type chunk struct {
-	lo, hi int
-	doc    string
-}
-
-// chunks splits batch into documents of at most maxBatchBytes (one item at
-// least), with ["hex key", epoch, running] per item.
-func chunks(batch []batchItem, withRunning bool) func(yield func(chunk) bool) {
-	return func(yield func(chunk) bool) {
-		buf := make([]byte, 0, min(maxBatchBytes, 64+len(batch)*48))
-		var item []byte
-		lo := 0
-		for i, it := range batch {
-			item = append(item[:0], `["`...)
-			item = hex.AppendEncode(item, []byte(it.term.Key))
-			item = append(item, `",`...)
-			item = strconv.AppendInt(item, it.term.Epoch, 10)
-			if withRunning {
-				item = append(item, ',', '0')
-				if it.running {
-					item[len(item)-1] = '1'
-				}
-			}
-			item = append(item, ']')
-			if i > lo && len(buf)+1+len(item)+1 > maxBatchBytes {
-				if !yield(chunk{lo, i, string(append(buf, ']'))}) {
-					return
-				}
-				buf, lo = buf[:0], i
-			}
-			if i == lo {
-				buf = append(buf, '[')
-			} else {
-				buf = append(buf, ',')
-			}
-			buf = append(buf, item...)
-		}
-		if lo < len(batch) {
-			yield(chunk{lo, len(batch), string(append(buf, ']'))})
-		}
-	}
 }
 
 func hexString(s string) string { return hex.EncodeToString([]byte(s)) }

@@ -3,14 +3,17 @@ package mysql
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	mysqldrv "github.com/go-sql-driver/mysql"
 
 	"github.com/tenure-dev/tenure/store"
+	"github.com/tenure-dev/tenure/store/internal/sessionbook"
 	"github.com/tenure-dev/tenure/store/internal/sqlstore"
 )
 
@@ -51,6 +54,14 @@ type Store struct {
 	// access clears each call: none once closed, no write when read-only,
 	// and the table created on first use.
 	access sqlstore.Access
+
+	// book is what this Store knows of its sessions (session.go), and
+	// opening serialises opening one.
+	book    sessionbook.Book
+	opening sync.Mutex
+	// legacy says the table predates sessions: a read-only Store lists it
+	// as it is.
+	legacy atomic.Bool
 }
 
 // Compile-time checks of the capabilities the engine and the CLI look for.
@@ -109,8 +120,15 @@ func Open(ctx context.Context, rawURL string, opts Options) (*Store, error) {
 	}
 	s.db = db
 	s.ownsDB = true
-	if opts.ReadOnly {
-		if err := s.access.CheckTable(ctx, "?table= or database"); err != nil {
+	var check func(context.Context) error
+	switch {
+	case opts.ReadOnly:
+		check = s.checkReadOnly
+	case opts.NoAutoMigrate:
+		check = s.checkMigrated
+	}
+	if check != nil {
+		if err := check(ctx); err != nil {
 			db.Close()
 			return nil, err
 		}
@@ -164,13 +182,31 @@ func (s *Store) Close() error {
 	return s.db.Close()
 }
 
-// Migrate creates the lease table if it does not exist.
+// Migrate creates the lease table if it does not exist, and gives a table
+// made before sessions what they need (session.go).
 func (s *Store) Migrate(ctx context.Context) error { return denied(s.access.Migrate(ctx)) }
+
+// Drop drops the lease table and its session table, for tests and tools
+// that clean up after themselves. A read-only Store fails with
+// store.ErrReadOnly.
+func (s *Store) Drop(ctx context.Context) error {
+	if err := s.access.Write(ctx); err != nil {
+		return denied(err)
+	}
+	if _, err := s.db.ExecContext(ctx, "DROP TABLE IF EXISTS `"+s.table+"`, "+sessionTable(s.table)); err != nil {
+		return denied(fmt.Errorf("mysql: drop table %s: %w", s.table, err))
+	}
+	return nil
+}
 
 // Server error numbers the store reacts to.
 const (
-	errNoSuchTable = 1146 // ER_NO_SUCH_TABLE
-	errDeadlock    = 1213 // ER_LOCK_DEADLOCK
+	errNoSuchTable  = 1146 // ER_NO_SUCH_TABLE
+	errNoSuchColumn = 1054 // ER_BAD_FIELD_ERROR
+	errDeadlock     = 1213 // ER_LOCK_DEADLOCK
+	// ER_LOCK_WAIT_TIMEOUT: a metadata lock waited lock_wait_timeout (or
+	// a row lock innodb_lock_wait_timeout).
+	errLockWaitTimeout = 1205
 )
 
 // tableExists probes the table, which needs no privilege beyond reading it
@@ -187,20 +223,168 @@ func (s *Store) tableExists(ctx context.Context) (bool, error) {
 	return false, fmt.Errorf("mysql: look up table %s: %w", s.table, err)
 }
 
-func (s *Store) migrate(ctx context.Context) error {
-	// An existing table needs no DDL, and a user without the CREATE
-	// privilege may still use it.
-	exists, err := s.tableExists(ctx)
-	if err != nil || exists {
+// hasSessions reports whether the table has its session column and
+// session table (session.go). It probes them, as tableExists does, which
+// a user that may only read the table may do. migrate creates the
+// session table last, so that it is the mark of a whole migration.
+func (s *Store) hasSessions(ctx context.Context) (bool, error) {
+	for _, probe := range []string{s.q.probeColumn, s.q.probeSessions} {
+		_, err := s.db.ExecContext(ctx, probe)
+		switch {
+		case isServerError(err, errNoSuchTable) || isServerError(err, errNoSuchColumn):
+			return false, nil
+		case err != nil:
+			return false, fmt.Errorf("mysql: look up the sessions of table %s: %w", s.table, err)
+		}
+	}
+	return true, nil
+}
+
+// checkReadOnly makes a read-only Store fail on a missing table, and list
+// a table made before sessions as it is.
+func (s *Store) checkReadOnly(ctx context.Context) error {
+	if err := s.access.CheckTable(ctx, "?table= or database"); err != nil {
 		return err
 	}
-	// Unlike PostgreSQL's, MySQL's and MariaDB's CREATE TABLE IF NOT EXISTS
-	// is safe against itself: the statement holds an exclusive metadata
-	// lock on the name, so a concurrent one waits and then finds the table.
-	if _, err := s.db.ExecContext(ctx, s.q.create); err != nil {
+	ok, err := s.hasSessions(ctx)
+	if err == nil && !ok {
+		s.legacy.Store(true)
+	}
+	return err
+}
+
+// checkMigrated fails, for a Store that may not migrate its table, when
+// the table exists but predates sessions: every call would fail on it.
+func (s *Store) checkMigrated(ctx context.Context) error {
+	exists, err := s.tableExists(ctx)
+	if err != nil || !exists {
+		return err
+	}
+	ok, err := s.hasSessions(ctx)
+	if err == nil && !ok {
+		err = fmt.Errorf("mysql: table %s predates sessions (one row renews a process's leases) and this Store may not add them: run `tenure migrate` (Store.Migrate) as a user that may alter the table, before starting replicas of this version; older replicas run on with it", s.table)
+	}
+	return err
+}
+
+// listSQL returns the list statements for the table's layout. A read-only
+// Store on a table made before sessions looks again each time, so it
+// follows the table when another Store migrates it.
+func (s *Store) listSQL(ctx context.Context) (list, listAll string, err error) {
+	if s.legacy.Load() {
+		ok, err := s.hasSessions(ctx)
+		if err != nil || !ok {
+			return s.q.listLegacy, s.q.listAllLegacy, err
+		}
+		s.legacy.Store(false)
+	}
+	return s.q.list, s.q.listAll, nil
+}
+
+func (s *Store) migrate(ctx context.Context) error {
+	// A table with sessions needs no DDL, and a user without the CREATE
+	// privilege may still use it.
+	exists, err := s.tableExists(ctx)
+	if err == nil && exists {
+		var ok bool
+		if ok, err = s.hasSessions(ctx); err == nil && ok {
+			return nil
+		}
+	}
+	if err != nil {
+		return err
+	}
+	if err := s.ddl(ctx); err != nil {
 		return fmt.Errorf("mysql: create table %s: %w", s.table, err)
 	}
 	return nil
+}
+
+// migrateWait bounds the wait for another process's migration.
+const migrateWait = 60 // seconds
+
+// ddl creates the table, or gives one made before sessions what sessions
+// need, each part only where it is missing. MySQL's and MariaDB's CREATE
+// TABLE IF NOT EXISTS is safe against itself (the statement holds an
+// exclusive metadata lock on the name), but a check and an ALTER TABLE is
+// not: a named lock (GET_LOCK, held by the connection) serialises
+// migrations across processes. The session table comes last (see
+// hasSessions). No trigger: with one on the table, MariaDB leaves
+// LAST_INSERT_ID(expr) out of an UPDATE's OK packet, where an older
+// version reads the epoch of its takeovers.
+//
+// ALTER TABLE waits for the table's metadata lock behind every open
+// transaction that has used the table (a long query, a dump), and every
+// statement on the table after it waits behind it: the renewals of every
+// replica still running, which would lose their keys. So the connection
+// waits ddlLockWait at most for a metadata lock (lock_wait_timeout, whole
+// seconds, 1 at least), and the DDL goes again after ddlRetryPause, in
+// which those statements run, until ctx ends.
+func (s *Store) ddl(ctx context.Context) (err error) {
+	c, err := s.db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	var got sql.NullInt64
+	if err := c.QueryRowContext(ctx, `SELECT GET_LOCK(?, ?)`, migrateLock(s.table), migrateWait).Scan(&got); err != nil {
+		return err
+	}
+	if got.Int64 != 1 {
+		return fmt.Errorf("another migration held the lock %s for %ds", migrateLock(s.table), migrateWait)
+	}
+	defer func() {
+		// The lock and the wait limit outlive the statement, and the
+		// connection goes back to the pool: both must go even when ctx
+		// has ended.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), laneOpenTimeout)
+		defer cancel()
+		_, rerr := c.ExecContext(rctx, `DO RELEASE_LOCK(?)`, migrateLock(s.table))
+		if rerr == nil {
+			_, rerr = c.ExecContext(rctx, `SET SESSION lock_wait_timeout = DEFAULT`)
+		}
+		if rerr != nil {
+			_ = c.Raw(func(any) error { return driver.ErrBadConn }) // drop the connection, and the lock with it
+			if err == nil {
+				err = rerr
+			}
+		}
+	}()
+	if _, err := c.ExecContext(ctx, fmt.Sprintf(`SET SESSION lock_wait_timeout = %d`, int(ddlLockWait/time.Second))); err != nil {
+		return err
+	}
+	for {
+		err := s.ddlOnce(ctx, c)
+		if !isServerError(err, errLockWaitTimeout) {
+			return err
+		}
+		select {
+		case <-time.After(ddlRetryPause):
+		case <-ctx.Done():
+			return fmt.Errorf("another transaction holds a lock on the table (a long query, a dump): %w", err)
+		}
+	}
+}
+
+// ddlLockWait bounds how long one attempt of ddl waits for a metadata
+// lock, and so how long it can hold up the statements queued behind it;
+// ddlRetryPause is the pause between attempts. Variables for the tests.
+var ddlLockWait, ddlRetryPause = time.Second, 300 * time.Millisecond
+
+// ddlOnce runs the DDL on c, each statement a no-op where its work is done.
+func (s *Store) ddlOnce(ctx context.Context, c *sql.Conn) error {
+	if _, err := c.ExecContext(ctx, s.q.create); err != nil {
+		return err
+	}
+	if _, err := c.ExecContext(ctx, s.q.probeColumn); isServerError(err, errNoSuchColumn) {
+		if _, err := c.ExecContext(ctx, s.q.addColumn); err != nil {
+			return fmt.Errorf("add the session column: %w", err)
+		}
+	} else if err != nil {
+		return err
+	}
+	_, err := c.ExecContext(ctx, s.q.createSessions)
+	return err
 }
 
 // denied marks as store.ErrDenied the errors by which MySQL and MariaDB

@@ -33,6 +33,7 @@ func TestAnAbandonedTermEndsAndAPeerRunsItsKey(t *testing.T) {
 		"sqlite":   func(t testing.TB) string { return "sqlite:" + filepath.Join(t.TempDir(), "leases.db") },
 		"postgres": testenv.Postgres.URL,
 		"redis":    testenv.Redis.URL,
+		"mysql":    testenv.MySQL.URL,
 	} {
 		t.Run(name, func(t *testing.T) {
 			rep := abandonRun(t, url(t), nil)

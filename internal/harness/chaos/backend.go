@@ -381,11 +381,9 @@ func (b backend) redisOptions() (*goredis.Options, error) {
 func (b backend) cleanup(ctx context.Context) error {
 	var err error
 	switch b.Kind {
-	case kindSQLite, kindPostgres:
+	case kindSQLite, kindPostgres, kindMySQL:
 		// The store drops what it keeps beside its table (sessions).
 		err = b.dropStore(ctx)
-	case kindMySQL:
-		err = b.dropMySQL(ctx, b.Scratch)
 	case kindRedis:
 		err = b.dropRedisNamespace(ctx, b.Scratch)
 	case kindEtcd:

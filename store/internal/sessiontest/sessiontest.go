@@ -1,9 +1,10 @@
 // Package sessiontest is the suite every lease store with sessions runs
-// (store/postgres, store/sqlite, store/redis; see
+// (store/postgres, store/sqlite, store/mysql, store/redis; see
 // store/internal/sessionbook): the behaviours that make a renewal one
 // write however many keys a process holds, and that keep each term its
-// own end. A store's test calls [Run] with a [Harness]; its own tests
-// (migration, older versions, races) use the helpers here.
+// own end. A store's test calls [Run] with a [Harness], and [RunRaces]
+// where another transaction can lock its rows; its own tests (migration,
+// older versions, races of its own) use the helpers here.
 //
 // The suite reads the store's clock through real time (it sleeps): terms
 // of a second or less, so it runs in a few seconds.
