@@ -94,7 +94,8 @@ import (
 // the expiry the session had before it (PostgreSQL's, whose renewal takes
 // terms off in the same transaction): the expiry before is not known
 // once the statement that renewed the session has set it, and no
-// statement here reads a column it also sets (see bump).
+// statement here reads a column it also sets (see Versions in
+// session_queries.go).
 //
 // Locks are taken sessions first, then records in key order; each row is
 // judged on the clock read once its locks are held. The steady renewal

@@ -43,17 +43,17 @@ func migrateLock(table string) string {
 // over; near enough that its time left fits a time.Duration.
 const onSessionUS = 4922899200000000
 
-// bump is the change of version every statement that changes which terms
-// are on a session makes (sessionbook): the next version and a new tag,
+// Versions. Every statement that changes which terms are on a session
+// moves its version (sessionbook): the next version and a new tag,
 // drawn by the Store (the argument) so that it knows it without reading
-// the row back. The tag it had, which the Book chains changes by, is read
-// under the row's lock before (lockSession) or fixed by the WHERE clause:
-// no assignment of any statement here reads a column the same statement
+// the row back. The tag it had, which the Book chains changes by, is one
+// the statement's WHERE clause requires (known to the Book, or read just
+// before); a statement that requires none tells the Book nothing. No
+// assignment of any statement here reads a column the same statement
 // assigns, so neither the order of assignments (left to right in MySQL,
 // at once under MariaDB's SIMULTANEOUS_ASSIGNMENT, unspecified in a
 // multi-table UPDATE) nor which table a multi-table UPDATE writes first
 // changes what it writes.
-const bump = `version = version + 1, tag = ?`
 
 // sessionQueries are the statements of sessions (session.go).
 type sessionQueries struct {
@@ -103,7 +103,8 @@ const ours = `(l.owner = me.owner AND NOT l.released)`
 const renewable = `(l.owner = me.owner AND NOT l.released
 	AND IF(l.session = 0, l.expires_at, IF(l.session = me.id, me.expires_at, 0)) > {now})`
 
-// renewJoin is changeSession, or joinSession with bump.
+// renewJoin is changeSession, or joinSession with bump, its change of
+// version.
 func renewJoin(r replacer, bump string) string {
 	return r.Replace(`UPDATE {s} AS me
 	LEFT JOIN (JSON_TABLE(?, '$[*]' COLUMNS (
@@ -237,7 +238,7 @@ WHERE x.id = ? AND x.owner = UNHEX(?) AND x.expires_at > {start}`),
 		// keeps them only while it runs, so that a client that stalls
 		// holds up no renewal. A record that is no longer on the session
 		// matches nothing (the caller reads again). No assignment reads a
-		// column the statement assigns (see bump).
+		// column the statement assigns (see Versions above).
 		//
 		// Rules 1–2 for a record on session ?: the term leaves the
 		// session, which moves to a new version that no caller reports to

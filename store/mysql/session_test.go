@@ -2,6 +2,7 @@ package mysql
 
 import (
 	"context"
+	"io"
 	"strings"
 	"testing"
 	"time"
@@ -127,21 +128,7 @@ func TestATableFromBeforeSessionsIsReadAndMigrated(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ro.Close()
-	if l := sessiontest.LeaseOf(t, ro, "k"); !l.Live || l.Owner != "a" || l.Epoch != epoch {
-		t.Fatalf("read-only List of the old table: %+v", l)
-	}
-	s := tables.OpenTable(t, old.table, false)
-	if got, slow := sessions.Renew(t, s, "a", time.Minute, store.Term{Key: "k", Epoch: epoch}); !got[0] || !slow {
-		t.Fatalf("renewal of a term from before sessions: %v, slow %t; want renewed, term by term", got, slow)
-	}
-	// The read-only Store follows the migration: k, now on a session,
-	// has about a minute left, not a century.
-	if l := sessiontest.LeaseOf(t, ro, "k"); !l.Live || l.TimeLeft > time.Minute {
-		t.Fatalf("read-only List after the migration: %+v", l)
-	}
-	if got, slow := sessions.Renew(t, s, "a", time.Minute, store.Term{Key: "k", Epoch: epoch}); !got[0] || slow {
-		t.Fatalf("its next renewal: %v, slow %t; want renewed on the session alone", got, slow)
-	}
+	sessions.AnOldTableIsReadThenMigrated(t, ro, func() sessiontest.Store { return tables.OpenTable(t, old.table, false) }, epoch)
 }
 
 // A version of this package from before sessions revokes a term (tenure
@@ -201,22 +188,9 @@ func TestAStoreThatMayNotMigrateRefusesATableFromBeforeSessions(t *testing.T) {
 			t.Fatalf("%s: %v", q, err)
 		}
 	}
-	w, err := Open(ctx, testenv.MySQL.URL(t), Options{Table: s.table, NoAutoMigrate: true})
-	if err == nil {
-		w.Close()
-		t.Fatal("Open with NoAutoMigrate accepted a table from before sessions")
-	}
-	if !strings.Contains(err.Error(), "tenure migrate") {
-		t.Fatalf("Open: %v; want it to say to run tenure migrate", err)
-	}
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	w, err = Open(ctx, testenv.MySQL.URL(t), Options{Table: s.table, NoAutoMigrate: true})
-	if err != nil {
-		t.Fatalf("Open once migrated: %v", err)
-	}
-	w.Close()
+	sessiontest.NoAutoMigrateWaitsForMigrate(t, func(ctx context.Context) (io.Closer, error) {
+		return Open(ctx, testenv.MySQL.URL(t), Options{Table: s.table, NoAutoMigrate: true})
+	}, s.Migrate)
 }
 
 // Long table names get session tables of their own, within MySQL's 64

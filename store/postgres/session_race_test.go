@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"io"
 	"strconv"
 	"strings"
 	"testing"
@@ -15,16 +16,31 @@ import (
 // Races and losses a reviewer found in the first version of sessions; each
 // test failed on it.
 
-// holdRecord locks key's record from another transaction, as a peer's
-// acquisition attempt does for a moment, until the returned func.
-func holdRecord(t *testing.T, s *Store, key string) (release func()) {
+// TestSessionRaces runs the races a lock held from another transaction
+// makes deterministic (sessiontest.RunRaces).
+func TestSessionRaces(t *testing.T) {
+	sessiontest.RunRaces(t, sessions, sessiontest.Locks{
+		HoldRecord: func(t *testing.T, s sessiontest.Store, key string) func() {
+			return holdRow(t, s.(*Store), `SELECT 1 FROM `+s.(*Store).ident+` WHERE key = $1 FOR UPDATE`, key)
+		},
+		HoldSession: func(t *testing.T, s sessiontest.Store, id int64) func() {
+			return holdRow(t, s.(*Store), `SELECT 1 FROM `+s.(*Store).sess.table+` WHERE id = $1 FOR UPDATE`, id)
+		},
+		WaitForLockWaiters: func(t *testing.T, s sessiontest.Store, n int) { waitForLockWaiters(t, s.(*Store), n) },
+	})
+}
+
+// holdRow locks the row query selects from another transaction, as a
+// peer's statement does for a moment, until the returned func.
+func holdRow(t *testing.T, s *Store, query string, arg any) (release func()) {
 	t.Helper()
 	ctx := context.Background()
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := tx.Exec(ctx, `SELECT 1 FROM `+s.ident+` WHERE key = $1 FOR UPDATE`, key); err != nil {
+	if _, err := tx.Exec(ctx, query, arg); err != nil {
+		_ = tx.Rollback(ctx)
 		t.Fatal(err)
 	}
 	return func() { _ = tx.Rollback(ctx) }
@@ -48,89 +64,6 @@ WHERE datname = current_database() AND wait_event_type = 'Lock' AND strpos(query
 			t.Fatalf("%d statements wait for a lock after 10s; want %d", waiting, n)
 		}
 		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// A renewal that goes term by term while another puts a term on the
-// session must see that term (its snapshot is taken once it holds the
-// session), or the term would live as long as the session with nobody
-// listing it.
-func TestATermPutOnDuringATermByTermRenewalIsSeenByIt(t *testing.T) {
-	s := tables.New(t)
-	ctx := context.Background()
-	const ttl = time.Second
-	a := sessiontest.Acquire(t, s, "a", "o", ttl)
-	sessions.Renew(t, s, "o", ttl, a)
-	j := sessiontest.Acquire(t, s, "j", "o", ttl) // on its own record until a renewal lists it
-
-	release := holdRecord(t, s, "j")
-	fast := make(chan error, 1)
-	go func() { // puts j on: holds the session, waits for j's record
-		_, err := s.Renew(ctx, "o", ttl, []store.RenewItem{{Key: "a", Epoch: a.Epoch}, {Key: "j", Epoch: j.Epoch}})
-		fast <- err
-	}()
-	waitForLockWaiters(t, s, 1)
-	slow := make(chan error, 1)
-	go func() { // lists a term it never acquired: term by term, waits for the session
-		_, err := s.Renew(ctx, "o", ttl, []store.RenewItem{{Key: "a", Epoch: a.Epoch}, {Key: "zz", Epoch: 1}})
-		slow <- err
-	}()
-	waitForLockWaiters(t, s, 2)
-	release()
-	if err := <-fast; err != nil {
-		t.Fatal(err)
-	}
-	if err := <-slow; err != nil {
-		t.Fatal(err)
-	}
-	// j's holder never lists it again; a is renewed on.
-	deadline := time.Now().Add(4 * ttl)
-	for time.Now().Before(deadline) && sessiontest.LeaseOf(t, s, "j").Live {
-		if got, _ := sessions.Renew(t, s, "o", ttl, a); !got[0] {
-			t.Fatal("a lost")
-		}
-		time.Sleep(ttl / 5)
-	}
-	if l := sessiontest.LeaseOf(t, s, "j"); l.Live {
-		t.Fatalf("j still live %v after its last listing: %+v", 4*ttl, l)
-	}
-}
-
-// A revocation racing a renewal that puts the term on a session still
-// revokes it: Revoke answers false only for a key with no live term.
-func TestARevocationRacingARenewalThatMovesTheTermRevokesIt(t *testing.T) {
-	s := tables.New(t)
-	ctx := context.Background()
-	const ttl = time.Minute
-	a := sessiontest.Acquire(t, s, "a", "o", ttl)
-	sessions.Renew(t, s, "o", ttl, a)
-	j := sessiontest.Acquire(t, s, "j", "o", ttl)
-	release := holdRecord(t, s, "j")
-	renewed := make(chan error, 1)
-	go func() {
-		_, err := s.Renew(ctx, "o", ttl, []store.RenewItem{{Key: "a", Epoch: a.Epoch}, {Key: "j", Epoch: j.Epoch}})
-		renewed <- err
-	}()
-	waitForLockWaiters(t, s, 1)
-	type answer struct {
-		ok  bool
-		err error
-	}
-	revoked := make(chan answer, 1)
-	go func() {
-		ok, err := s.Revoke(ctx, "j")
-		revoked <- answer{ok, err}
-	}()
-	waitForLockWaiters(t, s, 2)
-	release()
-	if err := <-renewed; err != nil {
-		t.Fatal(err)
-	}
-	if r := <-revoked; r.err != nil || !r.ok {
-		t.Fatalf("Revoke of live j = %t, %v; want revoked (j: %+v)", r.ok, r.err, sessiontest.LeaseOf(t, s, "j"))
-	}
-	if l := sessiontest.LeaseOf(t, s, "j"); l.Owner != "" || l.Live {
-		t.Fatalf("j after the revocation: %+v", l)
 	}
 }
 
@@ -184,61 +117,12 @@ func TestAStoreThatMayNotMigrateRefusesATableFromBeforeSessions(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	w, err := Open(ctx, testenv.Postgres.URL(t), Options{Table: s.table, NoAutoMigrate: true})
-	if err == nil {
-		w.Close()
-		t.Fatal("Open with NoAutoMigrate accepted a table from before sessions")
-	}
-	if !strings.Contains(err.Error(), "tenure migrate") {
-		t.Fatalf("Open: %v; want it to say to run tenure migrate", err)
-	}
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	w, err = Open(ctx, testenv.Postgres.URL(t), Options{Table: s.table, NoAutoMigrate: true})
-	if err != nil {
-		t.Fatalf("Open once migrated: %v", err)
-	}
-	w.Close()
+	sessiontest.NoAutoMigrateWaitsForMigrate(t, func(ctx context.Context) (io.Closer, error) {
+		return Open(ctx, testenv.Postgres.URL(t), Options{Table: s.table, NoAutoMigrate: true})
+	}, s.Migrate)
 }
 
 func itoa64(n int64) string { return strconv.FormatInt(n, 10) }
-
-// A renewal of the session alone that waits behind a transaction holding
-// the session row (a peer's acquisition attempt locks it) reads the clock
-// once it holds it: a session that expired meanwhile stays dead, and its
-// term is lost, not renewed with a stamp from before the wait.
-func TestARenewalThatWaitsForItsSessionReadsTheClockAfterTheWait(t *testing.T) {
-	s := tables.New(t)
-	ctx := context.Background()
-	const ttl = 400 * time.Millisecond
-	k := sessiontest.Acquire(t, s, "k", "a", ttl)
-	sessions.Renew(t, s, "a", ttl, k) // k goes on the session
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, `SELECT 1 FROM `+s.sess.table+` WHERE id = $1 FOR UPDATE`, sessions.SessionOf(t, s, "k")); err != nil {
-		t.Fatal(err)
-	}
-	got := make(chan []bool, 1)
-	go func() {
-		ok, err := s.Renew(ctx, "a", ttl, []store.RenewItem{{Key: "k", Epoch: k.Epoch}})
-		if err != nil {
-			t.Error(err)
-		}
-		got <- ok
-	}()
-	waitForLockWaiters(t, s, 1)
-	time.Sleep(ttl + 100*time.Millisecond) // the session expires on the server's clock
-	_ = tx.Rollback(ctx)
-	if ok := <-got; len(ok) != 1 || ok[0] {
-		t.Fatalf("renewal that waited past the session's expiry = %v; want lost", ok)
-	}
-	if l := sessiontest.LeaseOf(t, s, "k"); l.Live {
-		t.Fatalf("k live again after its session expired: %+v", l)
-	}
-}
 
 // Adding the session column to a table from before sessions takes the
 // table's exclusive lock, which waits behind any open transaction (a long

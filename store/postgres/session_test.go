@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/tenure-dev/tenure/internal/harness/testenv"
-	"github.com/tenure-dev/tenure/store"
 	"github.com/tenure-dev/tenure/store/internal/sessiontest"
 )
 
@@ -63,16 +62,7 @@ func TestATableFromBeforeSessionsIsReadAndMigrated(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ro.Close()
-	if l := sessiontest.LeaseOf(t, ro, "k"); !l.Live || l.Owner != "a" || l.Epoch != 7 {
-		t.Fatalf("read-only List of the old table: %+v", l)
-	}
-	w := tables.OpenTable(t, s.table, false)
-	if got, slow := sessions.Renew(t, w, "a", time.Minute, store.Term{Key: "k", Epoch: 7}); !got[0] || !slow {
-		t.Fatalf("renewal of a term from before sessions: %v, slow %t; want renewed, term by term", got, slow)
-	}
-	if got, slow := sessions.Renew(t, w, "a", time.Minute, store.Term{Key: "k", Epoch: 7}); !got[0] || slow {
-		t.Fatalf("its next renewal: %v, slow %t; want renewed on the session alone", got, slow)
-	}
+	sessions.AnOldTableIsReadThenMigrated(t, ro, func() sessiontest.Store { return tables.OpenTable(t, s.table, false) }, 7)
 }
 
 // A version of this package from before sessions revokes a term (tenure

@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/tenure-dev/tenure/store"
 	"github.com/tenure-dev/tenure/store/internal/sessiontest"
 )
 
@@ -81,21 +80,7 @@ func TestATableFromBeforeSessionsIsReadAndMigrated(t *testing.T) {
 	}
 
 	ro := openAt(t, path, Options{ReadOnly: true})
-	if l := sessiontest.LeaseOf(t, ro, "k"); !l.Live || l.Owner != "a" || l.Epoch != epoch {
-		t.Fatalf("read-only List of the old table: %+v", l)
-	}
-	s := openAt(t, path, Options{})
-	if got, slow := sessions.Renew(t, s, "a", time.Minute, store.Term{Key: "k", Epoch: epoch}); !got[0] || !slow {
-		t.Fatalf("renewal of a term from before sessions: %v, slow %t; want renewed, term by term", got, slow)
-	}
-	// The read-only Store follows the migration: k, now on a session,
-	// has about a minute left, not a century.
-	if l := sessiontest.LeaseOf(t, ro, "k"); !l.Live || l.TimeLeft > time.Minute {
-		t.Fatalf("read-only List after the migration: %+v", l)
-	}
-	if got, slow := sessions.Renew(t, s, "a", time.Minute, store.Term{Key: "k", Epoch: epoch}); !got[0] || slow {
-		t.Fatalf("its next renewal: %v, slow %t; want renewed on the session alone", got, slow)
-	}
+	sessions.AnOldTableIsReadThenMigrated(t, ro, func() sessiontest.Store { return openAt(t, path, Options{}) }, epoch)
 }
 
 // A version of this package from before sessions revokes a term (tenure
