@@ -4,12 +4,12 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	neturl "net/url"
 	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	goredis "github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -66,14 +66,13 @@ func postgresSite(t testing.TB) func(testing.TB) store.Store {
 	t.Cleanup(func() {
 		ctx, cancel := setupCtx()
 		defer cancel()
-		conn, err := pgx.Connect(ctx, url)
+		// The store drops its session table and trigger function too.
+		s, err := postgres.Open(ctx, url, postgres.Options{Table: table})
+		if err == nil {
+			err = errors.Join(s.Drop(ctx), s.Close())
+		}
 		if err != nil {
 			t.Errorf("drop table %s: %v", table, store.RedactError(err, urlPassword(url)))
-			return
-		}
-		defer conn.Close(ctx)
-		if _, err := conn.Exec(ctx, "DROP TABLE IF EXISTS "+pgx.Identifier{table}.Sanitize()); err != nil {
-			t.Errorf("drop table %s: %v", table, err)
 		}
 	})
 	return func(t testing.TB) store.Store {

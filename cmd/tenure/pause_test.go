@@ -2,7 +2,7 @@ package main_test
 
 import (
 	"context"
-	"database/sql"
+	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -97,22 +97,16 @@ func TestPauseAndResumeOnEveryStore(t *testing.T) {
 	}
 }
 
-// dropMySQLTable removes a test's lease table from MySQL.
+// dropMySQLTable removes a test's lease table from MySQL, with the
+// session table the store keeps beside it.
 func dropMySQLTable(t *testing.T, url, table string) {
-	cfg, _, err := mysql.ParseURL(url)
-	if err != nil {
-		t.Logf("drop %s: %v", table, err)
-		return
-	}
-	db, err := sql.Open("mysql", cfg.FormatDSN())
-	if err != nil {
-		t.Logf("drop %s: %v", table, err)
-		return
-	}
-	defer db.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS `"+table+"`"); err != nil {
+	s, err := mysql.Open(ctx, url, mysql.Options{Table: table})
+	if err == nil {
+		err = errors.Join(s.Drop(ctx), s.Close())
+	}
+	if err != nil {
 		t.Logf("drop %s: %v", table, err)
 	}
 }

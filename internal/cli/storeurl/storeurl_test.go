@@ -2,18 +2,14 @@ package storeurl
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"fmt"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 	"time"
-
-	mysqldrv "github.com/go-sql-driver/mysql"
 
 	"github.com/tenure-dev/tenure/internal/harness/testenv"
 	"github.com/tenure-dev/tenure/store"
@@ -366,28 +362,16 @@ func withParam(base, param string) string {
 	return base + "?" + param
 }
 
-// dropMySQLTable drops a test's table through a connection of its own:
-// the store does not lend out its handle.
-func dropMySQLTable(t *testing.T, raw, table string) {
-	u, err := url.Parse(raw)
-	if err != nil {
-		t.Logf("drop %s: %v", table, err)
-		return
-	}
-	cfg := mysqldrv.NewConfig()
-	cfg.User = u.User.Username()
-	cfg.Passwd, _ = u.User.Password()
-	cfg.Net, cfg.Addr, cfg.DBName = "tcp", u.Host, strings.TrimPrefix(u.Path, "/")
-	connector, err := mysqldrv.NewConnector(cfg)
-	if err != nil {
-		t.Logf("drop %s: %v", table, err)
-		return
-	}
-	db := sql.OpenDB(connector)
-	defer db.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+// dropMySQLTable removes a test's lease table from MySQL, with the
+// session table the store keeps beside it.
+func dropMySQLTable(t *testing.T, url, table string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if _, err := db.ExecContext(ctx, "DROP TABLE IF EXISTS `"+table+"`"); err != nil {
+	s, err := mysql.Open(ctx, url, mysql.Options{Table: table})
+	if err == nil {
+		err = errors.Join(s.Drop(ctx), s.Close())
+	}
+	if err != nil {
 		t.Logf("drop %s: %v", table, err)
 	}
 }
