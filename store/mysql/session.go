@@ -206,22 +206,9 @@ func (s *Store) renew(ctx context.Context, on conn, owner string, ttl time.Durat
 		batch = append(batch, batchItem{store.Term{Key: it.Key, Epoch: it.Epoch}, it.Running})
 	}
 	batch, _ = distinct(batch)
-	for try := 1; ; try++ {
-		id, err := s.session(ctx, on, owner, ttl)
-		if err != nil {
-			return nil, err
-		}
-		renewed, found, err := s.renewSlow(ctx, on, owner, ttl, id, batch)
-		switch {
-		case err != nil:
-			return nil, err
-		case found:
-			return renewed, nil
-		case try == 2:
-			return nil, fmt.Errorf("session %d of %s ended as it was opened", id, owner)
-		}
-		s.book.Dead(owner, ttl, id) // dead or gone: open another and go again
-	}
+	return s.book.OnLiveSession(owner, ttl,
+		func() (int64, error) { return s.session(ctx, on, owner, ttl) },
+		func(id int64) (map[store.Term]bool, bool, error) { return s.renewSlow(ctx, on, owner, ttl, id, batch) })
 }
 
 // renewFast renews the session of f alone, and writes the runner states

@@ -298,22 +298,11 @@ func (s *Store) renew(ctx context.Context, pool *pgxpool.Pool, owner string, ttl
 		}
 	}
 	slowRenewals.Add(1)
-	for try := 1; ; try++ {
-		id, err := s.session(ctx, pool, owner, ttl)
-		if err != nil {
-			return nil, err
-		}
-		renewed, found, err := s.renewSlow(ctx, pool, owner, ttl, id, items)
-		switch {
-		case err != nil:
-			return nil, err
-		case found:
-			return renewed, nil
-		case try == 2:
-			return nil, fmt.Errorf("session %d of %s ended as it was opened", id, owner)
-		}
-		s.book.Dead(owner, ttl, id) // dead or gone: open another and go again
-	}
+	return s.book.OnLiveSession(owner, ttl,
+		func() (int64, error) { return s.session(ctx, pool, owner, ttl) },
+		func(id int64) (map[store.Term]bool, bool, error) {
+			return s.renewSlow(ctx, pool, owner, ttl, id, items)
+		})
 }
 
 // renewFast renews the session of f alone, with the terms to put on it;

@@ -29,6 +29,7 @@
 package sessionbook
 
 import (
+	"fmt"
 	"sync"
 	"time"
 
@@ -133,6 +134,30 @@ func (b *Book) Open(owner string, ttl time.Duration, open func() (int64, Version
 	}
 	b.Opened(owner, ttl, id, v)
 	return id, nil
+}
+
+// OnLiveSession runs a renewal term by term, slow, on owner's session for
+// ttl as open gives it. When slow finds that session dead or gone (found
+// false, nothing written), the Book forgets it and slow runs once more on
+// the one open gives then, which opens another.
+func (b *Book) OnLiveSession(owner string, ttl time.Duration, open func() (int64, error),
+	slow func(id int64) (renewed map[store.Term]bool, found bool, err error)) (map[store.Term]bool, error) {
+	for try := 1; ; try++ {
+		id, err := open()
+		if err != nil {
+			return nil, err
+		}
+		renewed, found, err := slow(id)
+		switch {
+		case err != nil:
+			return nil, err
+		case found:
+			return renewed, nil
+		case try == 2:
+			return nil, fmt.Errorf("session %d of %s ended as it was opened", id, owner)
+		}
+		b.Dead(owner, ttl, id)
+	}
 }
 
 // Dead forgets owner's session id for ttl, which a renewal found dead or

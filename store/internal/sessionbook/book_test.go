@@ -181,3 +181,29 @@ func TestAnUnconfirmedRunnerStateIsWrittenAgain(t *testing.T) {
 		t.Fatalf("a confirmed state is written again: %+v %t", f, ok)
 	}
 }
+
+// A renewal term by term that finds its session dead makes the Book
+// forget it and goes again, once, on the session opened then; a second
+// dead one fails the renewal rather than loop.
+func TestARenewalThatFindsItsSessionDeadGoesOnceMoreOnANewOne(t *testing.T) {
+	b := &Book{}
+	b.Opened("a", ttl, 7, Version{N: 1, Tag: 1})
+	open := func() (int64, error) {
+		return b.Open("a", ttl, func() (int64, Version, error) { return 8, Version{N: 1, Tag: 2}, nil })
+	}
+	var tried []int64
+	renewed, err := b.OnLiveSession("a", ttl, open, func(id int64) (map[store.Term]bool, bool, error) {
+		tried = append(tried, id)
+		return map[store.Term]bool{{Key: "k1", Epoch: 1}: true}, id == 8, nil
+	})
+	if err != nil || !renewed[store.Term{Key: "k1", Epoch: 1}] || len(tried) != 2 || tried[0] != 7 || tried[1] != 8 {
+		t.Fatalf("renewal on sessions %v: %v %v; want 7 (dead), then 8", tried, renewed, err)
+	}
+	tried = nil
+	if _, err := b.OnLiveSession("a", ttl, func() (int64, error) { return 9, nil }, func(id int64) (map[store.Term]bool, bool, error) {
+		tried = append(tried, id)
+		return nil, false, nil
+	}); err == nil || len(tried) != 2 {
+		t.Fatalf("two dead sessions: tried %v, error %v; want an error after two", tried, err)
+	}
+}
