@@ -50,8 +50,8 @@
 // term, and takes off the session every term it does not renew, with the
 // session's expiry as it stands then (never less than a concurrent
 // renewal of the same owner promised), so that a term its holder gave up
-// on ends on its own within a TTL. Acquisitions never extend a session. session.go has the rules
-// and the order locks are taken in.
+// on ends on its own within a TTL. Acquisitions never extend a session.
+// session.go has the rules and the order locks are taken in.
 //
 // A table made before sessions gets the session column (with an index on
 // session and owner) and the session table when a Store opens it to
@@ -80,11 +80,11 @@
 // goes term by term, finds the term lost (its epoch moved on), and takes
 // it off with the session's expiry as it stands then; meanwhile the record
 // reads as owned by nobody, blocking until that expiry, and peers wait for
-// it + grace, as after this version's revocation. To go back to such a version, stop the
-// replicas and let their terms end, then run this version's Prune (tenure
-// prune): a record on a session is otherwise live forever to the older
-// version.
-
+// it + grace, as after this version's revocation. To go back to such a
+// version, stop the replicas and let their terms end, then run this
+// version's Prune (tenure prune): a record on a session is otherwise live
+// forever to the older version.
+//
 // # Time
 //
 // Expiry is stored as BIGINT microseconds since the Unix epoch on the
