@@ -186,7 +186,7 @@ func (s *Store) renewFast(ctx context.Context, owner string, ttl time.Duration, 
 // The Book learns the session only if the calls' versions chain, one
 // after the other from the first: no change by another came between.
 func (s *Store) renewSlow(ctx context.Context, owner string, ttl time.Duration, id int64, items []store.RenewItem) (map[store.Term]bool, error) {
-	items = dedupe(items)
+	items = sessionbook.Distinct(items)
 	var calls [][]any
 	for start := 0; start < len(items); start += maxBatch {
 		chunk := items[start:min(start+maxBatch, len(items))]
@@ -232,23 +232,6 @@ func (s *Store) renewSlow(ctx context.Context, owner string, ttl time.Duration, 
 		s.fullRenewalDone(owner, ttl)
 	}
 	return renewed, nil
-}
-
-// dedupe drops the repeats of a (key, epoch) in items, the last running
-// state winning, so that the slow script sees each term once.
-func dedupe(items []store.RenewItem) []store.RenewItem {
-	index := make(map[store.Term]int, len(items))
-	out := make([]store.RenewItem, 0, len(items))
-	for _, it := range items {
-		t := store.Term{Key: it.Key, Epoch: it.Epoch}
-		if i, ok := index[t]; ok {
-			out[i].Running = it.Running
-			continue
-		}
-		index[t] = len(out)
-		out = append(out, it)
-	}
-	return out
 }
 
 // appendItems appends key, epoch, running 0|1 of each item to a script's

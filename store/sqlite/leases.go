@@ -128,16 +128,10 @@ func (s *Store) Renew(ctx context.Context, owner string, ttl time.Duration, item
 // with the runner state of its last item, so that a statement sees each
 // term once whatever order SQLite joins in.
 func dedupe(items []store.RenewItem) [][3]any {
-	index := make(map[store.Term]int, len(items))
-	rows := make([][3]any, 0, len(items))
-	for _, it := range items {
-		t := store.Term{Key: it.Key, Epoch: it.Epoch}
-		if i, ok := index[t]; ok {
-			rows[i][2] = boolInt(it.Running)
-			continue
-		}
-		index[t] = len(rows)
-		rows = append(rows, [3]any{it.Key, it.Epoch, boolInt(it.Running)})
+	items = sessionbook.Distinct(items)
+	rows := make([][3]any, len(items))
+	for i, it := range items {
+		rows[i] = [3]any{it.Key, it.Epoch, boolInt(it.Running)}
 	}
 	return rows
 }

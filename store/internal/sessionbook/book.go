@@ -160,6 +160,24 @@ func (b *Book) OnLiveSession(owner string, ttl time.Duration, open func() (int64
 	}
 }
 
+// Distinct returns items with each term (key and epoch) once, in the order
+// of its first item and with the runner state of its last: a statement or
+// script that joins the items to records then meets each term once.
+func Distinct(items []store.RenewItem) []store.RenewItem {
+	index := make(map[store.Term]int, len(items))
+	out := make([]store.RenewItem, 0, len(items))
+	for _, it := range items {
+		t := store.Term{Key: it.Key, Epoch: it.Epoch}
+		if i, ok := index[t]; ok {
+			out[i].Running = it.Running
+			continue
+		}
+		index[t] = len(out)
+		out = append(out, it)
+	}
+	return out
+}
+
 // Dead forgets owner's session id for ttl, which a renewal found dead or
 // gone: the store opens another.
 func (b *Book) Dead(owner string, ttl time.Duration, id int64) {

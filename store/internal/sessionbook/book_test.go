@@ -1,6 +1,7 @@
 package sessionbook
 
 import (
+	"slices"
 	"testing"
 	"time"
 
@@ -205,5 +206,17 @@ func TestARenewalThatFindsItsSessionDeadGoesOnceMoreOnANewOne(t *testing.T) {
 		return nil, false, nil
 	}); err == nil || len(tried) != 2 {
 		t.Fatalf("two dead sessions: tried %v, error %v; want an error after two", tried, err)
+	}
+}
+
+// Distinct keeps each term once, where it first came, with the runner
+// state it last had.
+func TestDistinctKeepsEachTermOnceWithItsLastRunnerState(t *testing.T) {
+	got := Distinct([]store.RenewItem{
+		{Key: "a", Epoch: 1, Running: true}, {Key: "b", Epoch: 1}, {Key: "a", Epoch: 2}, {Key: "a", Epoch: 1, Running: false},
+	})
+	want := []store.RenewItem{{Key: "a", Epoch: 1}, {Key: "b", Epoch: 1}, {Key: "a", Epoch: 2}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("Distinct = %v; want %v", got, want)
 	}
 }
