@@ -131,6 +131,20 @@ type Config struct {
 	// It may not hold '~'. Default: the whole store.
 	Prefix string
 
+	// FullReadEvery is how often a replica whose pools follow the store's
+	// push channel reads the whole lease table all the same. Between two
+	// whole reads such a replica keeps its view of the pools' keys from
+	// the pushed acquisitions and releases and reads only the pools'
+	// memberships each round: its reads grow with the keys that change
+	// and the workers, not with the keys. A whole read corrects what an
+	// event that never arrived left wrong (a dropped event, a revoked
+	// term), which at worst leaves a key unclaimed until then. A replica
+	// reads the whole table every round when its store has no push
+	// channel, when it runs singleton keys, or when its Prefix holds
+	// other keys than its pools'. Default 1m; a value at most RenewEvery
+	// reads the whole table every round.
+	FullReadEvery time.Duration
+
 	// Logger receives events (acquire, loss, release, start failure).
 	// Default: slog.Default().
 	Logger *slog.Logger
@@ -226,6 +240,9 @@ func (c Config) withDefaults() (Config, error) {
 	if c.MaxRefused == 0 {
 		c.MaxRefused = 5
 	}
+	if c.FullReadEvery == 0 {
+		c.FullReadEvery = time.Minute
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -256,6 +273,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, configErr("StopTimeout", "%v is negative", c.StopTimeout)
 	case c.BackoffMin <= 0 || c.BackoffMax < c.BackoffMin:
 		return c, configErr("BackoffMin", "%v..%v is not a valid range", c.BackoffMin, c.BackoffMax)
+	case c.FullReadEvery < 0:
+		return c, configErr("FullReadEvery", "%v is negative", c.FullReadEvery)
 	case c.FailureWindow < 0 || c.Cooldown < 0:
 		return c, configErr("FailureWindow", "%v and Cooldown %v must not be negative", c.FailureWindow, c.Cooldown)
 	}

@@ -98,6 +98,7 @@ type Supervisor struct {
 	// once it is released (see unlock).
 	pending []func()
 	pools   poolSet
+	table   tableReads
 }
 
 // loopClock reads the keeper's clock in a loop over many keys: time.Now()
@@ -267,7 +268,7 @@ func (s *Supervisor) loop(ctx context.Context) (gaveUp error) {
 			replan := s.pools.due(now)
 			s.unlock()
 			if replan && s.leased {
-				if err := s.keeper.ObserveAll(ctx, s.cfg.Prefix); err == nil {
+				if err := s.readTable(ctx); err == nil {
 					s.planPools()
 				} else {
 					// The next round plans (and reads) again; retrying a
@@ -306,7 +307,7 @@ func (s *Supervisor) round(ctx context.Context) {
 	s.unlock()
 	if s.leased {
 		s.acquirePass(ctx)
-		err := s.keeper.ObserveAll(ctx, s.cfg.Prefix)
+		err := s.readTable(ctx)
 		s.storeAnswered(err)
 		if err != nil {
 			s.log.Debug("could not read the lease table", "err", err)

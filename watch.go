@@ -15,12 +15,15 @@ func (s *Supervisor) watch(ctx context.Context, w store.Watcher) {
 		if err != nil {
 			s.log.Debug("could not watch the store; polling only", "err", err)
 		} else {
+			s.following(true)
 			s.onSubscribed()
 			for ev := range events {
+				s.onEvent(ev)
 				if ev.Kind == store.Released {
 					s.onReleased(ev.Key)
 				}
 			}
+			s.following(false)
 		}
 		t := time.NewTimer(s.cfg.RenewEvery)
 		select {

@@ -86,6 +86,10 @@ type Keeper struct {
 	// reply about a term that was superseded meanwhile is recognised even
 	// when the newer term is no longer held here.
 	acquiring map[string]*inFlight
+	// reads counts the reads of the table in flight, and recent the
+	// pushed events applied since the first of them began (view.go).
+	reads  int
+	recent []store.Event
 }
 
 // inFlight is the acquisitions of one key under way and floor, the
@@ -365,11 +369,15 @@ func (k *Keeper) Release(ctx context.Context, terms ...Term) error {
 // ObserveAll refreshes the cached view of every key's lease with one list
 // call. Keys this replica holds are not cached as observations.
 func (k *Keeper) ObserveAll(ctx context.Context, prefix string) error {
+	from := k.beginRead()
 	at := k.now()
 	leases, err := bounded(ctx, k.timing.CallTimeout, func(ctx context.Context) ([]store.Lease, error) {
 		return k.st.List(ctx, prefix)
 	})
 	if err != nil {
+		k.mu.Lock()
+		k.endReadLocked(from)
+		k.mu.Unlock()
 		return err
 	}
 	k.mu.Lock()
@@ -385,6 +393,7 @@ func (k *Keeper) ObserveAll(ctx context.Context, prefix string) error {
 	}
 	k.mu.Lock()
 	k.observed, k.spare = obs, k.observed
+	k.endReadLocked(from)
 	k.mu.Unlock()
 	return nil
 }

@@ -170,6 +170,19 @@ func (t *tap) Acquire(ctx context.Context, req store.AcquireRequest) (store.Acqu
 	return res, err
 }
 
+// List counts the worker's reads of the lease table and the leases they
+// return: what the pool costs the store, worker by worker.
+func (t *tap) List(ctx context.Context, prefix string) ([]store.Lease, error) {
+	leases, err := t.Partition.List(ctx, prefix)
+	if err == nil {
+		t.sim.mu.Lock()
+		t.sim.totals.Lists++
+		t.sim.totals.RowsRead += len(leases)
+		t.sim.mu.Unlock()
+	}
+	return leases, err
+}
+
 // Release counts the keys a policy gives back, and those of them that ran
 // here for less than MinHold; a leaving worker's releases are not a
 // policy's.

@@ -64,6 +64,10 @@ type Config struct {
 	// release reaches every other worker at once. Without it (SQLite
 	// across processes, MySQL) workers see a release at their next round.
 	Push bool
+	// FullReadEvery is each worker's Config.FullReadEvery: how often a
+	// worker that follows the push channel reads the whole lease table.
+	// Zero takes the engine's default; ClaimInterval reads it every round.
+	FullReadEvery time.Duration
 }
 
 func (c Config) withDefaults() Config {
@@ -139,6 +143,9 @@ type Totals struct {
 	// a worker while the store's live lease names another. It must stay
 	// zero.
 	Overlaps int
+	// Lists and RowsRead count the workers' reads of the lease table and
+	// the leases those reads returned.
+	Lists, RowsRead int
 }
 
 // Sample is the keys each active worker runs at one instant.
@@ -263,7 +270,7 @@ func (s *Sim) join(id string, wrap func(balance.Policy) balance.Policy) error {
 		st = pushTap{tap: st.(*tap), watcher: s.st}
 	}
 	sup, err := tenure.New(tenure.Config{Store: st, Owner: id, TTL: s.cfg.TTL, Grace: s.cfg.Grace,
-		RenewEvery: s.cfg.ClaimInterval, Logger: slog.New(slog.DiscardHandler), Observer: observer{sim: s}})
+		RenewEvery: s.cfg.ClaimInterval, FullReadEvery: s.cfg.FullReadEvery, Logger: slog.New(slog.DiscardHandler), Observer: observer{sim: s}})
 	if err != nil {
 		return fmt.Errorf("poolsim: join %s: %w", id, err)
 	}

@@ -125,5 +125,7 @@ func (t Totals) minus(b Totals) Totals {
 		Overlaps:   t.Overlaps - b.Overlaps,
 
 		DeadlineStops: t.DeadlineStops - b.DeadlineStops,
+		Lists:         t.Lists - b.Lists,
+		RowsRead:      t.RowsRead - b.RowsRead,
 	}
 }
