@@ -81,6 +81,7 @@ func TestImpossibleTimingIsRefusedNamingTheField(t *testing.T) {
 		{tenure.Config{RenewEvery: 20 * time.Second}, "RenewEvery"},
 		{tenure.Config{CallTimeout: 4 * time.Second}, "CallTimeout"},
 		{tenure.Config{StopTimeout: -1}, "StopTimeout"},
+		{tenure.Config{FullReadEvery: -time.Second}, "FullReadEvery"},
 		{tenure.Config{Owner: "bad\x00owner"}, "Owner"},
 		{tenure.Config{Leases: tenure.LeaseMode(7)}, "Leases"},
 	} {
@@ -98,7 +99,7 @@ func TestImpossibleTimingIsRefusedNamingTheField(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := sup.Config()
-	if c.TTL != 15*time.Second || c.Grace != 5*time.Second || c.RenewEvery != 5*time.Second || c.CallTimeout != 2500*time.Millisecond || c.StopTimeout != 5*time.Second {
+	if c.TTL != 15*time.Second || c.Grace != 5*time.Second || c.RenewEvery != 5*time.Second || c.CallTimeout != 2500*time.Millisecond || c.StopTimeout != 5*time.Second || c.FullReadEvery != time.Minute {
 		t.Fatalf("defaults %+v", c)
 	}
 }

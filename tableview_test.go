@@ -1,0 +1,116 @@
+package tenure_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/tenure-dev/tenure"
+	"github.com/tenure-dev/tenure/store"
+	"github.com/tenure-dev/tenure/store/memstore"
+)
+
+// readCounter counts a replica's reads of the lease table: whole (the
+// namespace) or of the pools' memberships alone. It keeps the memstore's
+// push channel.
+type readCounter struct {
+	*memstore.Store
+	mu             sync.Mutex
+	whole, members int
+}
+
+func (c *readCounter) List(ctx context.Context, prefix string) ([]store.Lease, error) {
+	c.mu.Lock()
+	switch {
+	case prefix == "":
+		c.whole++
+	case strings.Contains(prefix, tenure.WorkerPrefix):
+		c.members++
+	}
+	c.mu.Unlock()
+	return c.Store.List(ctx, prefix)
+}
+
+// reads returns the counts since the last call.
+func (c *readCounter) reads() (whole, members int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	whole, members = c.whole, c.members
+	c.whole, c.members = 0, 0
+	return whole, members
+}
+
+func TestAPoolWorkerOnAPushStoreReadsTheWholeTableOnlyEveryFullReadEvery(t *testing.T) {
+	bubble(t, func(t *testing.T, st *memstore.Store) {
+		reads := &readCounter{Store: st}
+		runs := &runLog{}
+		a := newReplica(t, reads, "A")
+		if err := a.AddPool(tenure.Pool{Name: "mail", Source: tenure.StaticKeys(poolKeys(40)...), Runner: runs.runner("A")}); err != nil {
+			t.Fatal(err)
+		}
+		a.start()
+		defer a.stop()
+		advance(5 * time.Minute)
+		if got := a.Pools()[0].Held; got != 40 {
+			t.Fatalf("A holds %d of the pool's 40 keys", got)
+		}
+
+		reads.reads()
+		advance(5 * time.Minute) // 30 rounds
+		whole, members := reads.reads()
+		if whole > 6 || members < 24 {
+			t.Errorf("in 5 minutes of a pool alone: %d whole reads and %d of the memberships; want at most 6 whole (one a minute)", whole, members)
+		}
+
+		// A singleton needs the whole table: its peers and its controls.
+		if err := a.Set("report", tenure.Job{Runner: runs.runner("A")}); err != nil {
+			t.Fatal(err)
+		}
+		advance(time.Second)
+		reads.reads()
+		advance(time.Minute) // 6 rounds
+		if whole, members := reads.reads(); whole < 6 || members != 0 {
+			t.Errorf("in a minute with a singleton beside the pool: %d whole reads and %d of the memberships; want every round whole", whole, members)
+		}
+	})
+}
+
+func TestAPoolWorkerReadsTheWholeTableWhileAPeerHoldsASingletonInItsNamespace(t *testing.T) {
+	bubble(t, func(t *testing.T, st *memstore.Store) {
+		reads := &readCounter{Store: st}
+		runs := &runLog{}
+		a := newReplica(t, reads, "A")
+		if err := a.AddPool(tenure.Pool{Name: "mail", Source: tenure.StaticKeys(poolKeys(10)...), Runner: runs.runner("A")}); err != nil {
+			t.Fatal(err)
+		}
+		a.start()
+		defer a.stop()
+		advance(3 * time.Minute)
+
+		b := newReplica(t, st, "B")
+		b.Set("report", tenure.Job{Runner: runs.runner("B")})
+		b.start()
+		advance(time.Second)
+		reads.reads()
+		advance(time.Minute)
+		if whole, _ := reads.reads(); whole < 6 {
+			t.Errorf("%d whole reads in a minute while B holds a singleton in A's namespace; want every round (6)", whole)
+		}
+		if s := a.KeyStatus("report"); tenure.OwnerName(s.Leader) != "B" || !s.Running {
+			t.Errorf("A's status of B's singleton: %+v", s)
+		}
+
+		// Once B is gone, A follows its pool again.
+		if err := b.stop(); err != nil {
+			t.Fatal(err)
+		}
+		advance(2 * time.Minute)
+		reads.reads()
+		advance(2 * time.Minute)
+		if whole, members := reads.reads(); whole > 3 || members < 9 {
+			t.Errorf("after B left: %d whole reads and %d of the memberships in 2 minutes; want at most 3 whole", whole, members)
+		}
+	})
+}
