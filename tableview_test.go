@@ -114,3 +114,62 @@ func TestAPoolWorkerReadsTheWholeTableWhileAPeerHoldsASingletonInItsNamespace(t 
 		}
 	})
 }
+
+// gappyWatch is a push channel into which a test slips events of its own,
+// such as the Missed event of a reader that fell behind.
+type gappyWatch struct {
+	*readCounter
+	inject chan store.Event
+}
+
+func (g *gappyWatch) Watch(ctx context.Context, prefix string) (<-chan store.Event, error) {
+	in, err := g.Store.Watch(ctx, prefix)
+	if err != nil {
+		return nil, err
+	}
+	out := make(chan store.Event)
+	go func() {
+		defer close(out)
+		for {
+			var ev store.Event
+			select {
+			case e, open := <-in:
+				if !open {
+					return
+				}
+				ev = e
+			case ev = <-g.inject:
+			}
+			select {
+			case out <- ev:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return out, nil
+}
+
+func TestAPoolWorkerThatMissedEventsReadsTheWholeTableAtOnce(t *testing.T) {
+	bubble(t, func(t *testing.T, st *memstore.Store) {
+		reads := &gappyWatch{readCounter: &readCounter{Store: st}, inject: make(chan store.Event)}
+		runs := &runLog{}
+		a := newReplica(t, reads, "A", func(c *tenure.Config) { c.FullReadEvery = time.Hour })
+		if err := a.AddPool(tenure.Pool{Name: "mail", Source: tenure.StaticKeys(poolKeys(10)...), Runner: runs.runner("A")}); err != nil {
+			t.Fatal(err)
+		}
+		a.start()
+		defer a.stop()
+		advance(3 * time.Minute)
+		reads.reads()
+		advance(time.Minute)
+		if whole, members := reads.reads(); whole != 0 || members < 5 {
+			t.Fatalf("following: %d whole reads and %d of the memberships in a minute", whole, members)
+		}
+		reads.inject <- store.Event{Kind: store.Missed}
+		advance(time.Second)
+		if whole, _ := reads.reads(); whole != 1 {
+			t.Errorf("%d whole reads a second after the push channel said events were missed; want 1, at once", whole)
+		}
+	})
+}

@@ -18,6 +18,12 @@ func (s *Supervisor) watch(ctx context.Context, w store.Watcher) {
 			s.following(true)
 			s.onSubscribed()
 			for ev := range events {
+				if ev.Kind == store.Missed {
+					// As good as a new subscription: read it all again.
+					s.following(true)
+					s.onSubscribed()
+					continue
+				}
 				s.onEvent(ev)
 				if ev.Kind == store.Released {
 					s.onReleased(ev.Key)

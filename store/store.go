@@ -71,8 +71,9 @@ type Store interface {
 type Watcher interface {
 	// Watch delivers events for keys with the given prefix until ctx is
 	// done or the channel breaks; either way the returned channel is then
-	// closed. Events may be dropped under load; they are hints that make a
-	// poll happen early, never the only source of truth.
+	// closed. Events may be dropped under load, and a Missed event then
+	// follows the last one dropped; events are hints that make a poll
+	// happen early, never the only source of truth.
 	Watch(ctx context.Context, prefix string) (<-chan Event, error)
 }
 
@@ -186,6 +187,11 @@ const (
 	Released EventKind = iota + 1
 	// Acquired: a new term started.
 	Acquired
+	// Missed: the reader fell behind and events were dropped before this
+	// one; anything under the prefix may have changed. It carries no key.
+	// A Watcher that drops events delivers it after the last one it
+	// dropped ([Offer] does both).
+	Missed
 )
 
 func (k EventKind) String() string {
@@ -194,6 +200,8 @@ func (k EventKind) String() string {
 		return "released"
 	case Acquired:
 		return "acquired"
+	case Missed:
+		return "missed"
 	default:
 		return "unknown"
 	}

@@ -12,7 +12,7 @@ import (
 )
 
 // watchBuffer is how many events a slow reader may fall behind before
-// events are dropped; they are hints, the next poll catches up.
+// events are dropped and a Missed event says so (store.Offer).
 const watchBuffer = 256
 
 // Watch watches the records of keys that start with prefix and delivers an
@@ -69,12 +69,7 @@ func (s *Store) Watch(ctx context.Context, prefix string) (<-chan store.Event, e
 				if !ok {
 					continue
 				}
-				select {
-				case out <- e:
-				case <-wctx.Done():
-					return
-				default: // the reader is behind: drop the hint
-				}
+				store.Offer(out, e) // behind: the reader hears it missed events
 			}
 		}
 	}()

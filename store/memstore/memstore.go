@@ -47,8 +47,8 @@ type Options struct {
 	Clock func() time.Time
 
 	// WatchBuffer is the capacity of each watcher's channel; zero means
-	// 1024. Events that do not fit are dropped, so a slow watcher never
-	// blocks the store (events are hints, see store.Watcher).
+	// 1024. Events that do not fit are dropped, and a Missed event tells
+	// the watcher so (store.Offer): a slow watcher never blocks the store.
 	WatchBuffer int
 }
 
@@ -356,9 +356,6 @@ func (s *Store) notify(ev store.Event) {
 		if !strings.HasPrefix(ev.Key, w.prefix) {
 			continue
 		}
-		select {
-		case w.ch <- ev:
-		default: // full: the watcher polls anyway, so dropping is safe
-		}
+		store.Offer(w.ch, ev) // full: the watcher hears it missed events
 	}
 }

@@ -13,7 +13,7 @@ import (
 )
 
 // watchBuffer is how many events a slow reader may fall behind before
-// events are dropped; they are hints, the next poll catches up.
+// events are dropped and a Missed event says so (store.Offer).
 const watchBuffer = 256
 
 // Watch listens on the table's NOTIFY channel over a connection of its own
@@ -65,10 +65,7 @@ func (s *Store) Watch(ctx context.Context, prefix string) (_ <-chan store.Event,
 			if !ok || !strings.HasPrefix(ev.Key, prefix) {
 				continue
 			}
-			select {
-			case ch <- ev:
-			default: // reader is behind: drop the hint
-			}
+			store.Offer(ch, ev) // behind: the reader hears it missed events
 		}
 	}()
 	return ch, nil

@@ -80,10 +80,7 @@ func (h *hub) publish(ev store.Event) {
 		if !strings.HasPrefix(ev.Key, w.prefix) {
 			continue
 		}
-		select {
-		case w.ch <- ev:
-		default: // full: the watcher will learn it on its next poll
-		}
+		store.Offer(w.ch, ev) // full: the watcher hears it missed events
 	}
 }
 

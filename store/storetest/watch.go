@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -31,7 +32,9 @@ type WatchHarness struct {
 // its owner and epoch, unless the reader fell behind; nothing else under the
 // prefix (a renewal, a release of a term that is not current) and nothing
 // outside it does. Closing the store, or ending the ctx, closes the
-// channel; a reader that never reads blocks no writer.
+// channel; a reader that never reads blocks no writer, and a reader that
+// fell behind either gets a Missed event after the last event dropped or
+// finds its channel closed.
 func RunWatchTests(t *testing.T, h WatchHarness) {
 	if h.New == nil {
 		t.Fatal("storetest: WatchHarness.New is required")
@@ -49,6 +52,7 @@ func RunWatchTests(t *testing.T, h WatchHarness) {
 		{"ChannelClosesWhenItsContextEnds", w.testChannelClosesWhenItsContextEnds},
 		{"ChannelsAreClosedWhenCloseReturns", w.testChannelsAreClosedWhenCloseReturns},
 		{"AReaderThatNeverReadsBlocksNoWriter", w.testAReaderThatNeverReadsBlocksNoWriter},
+		{"AReaderThatFellBehindHearsItMissedEvents", w.testAReaderThatFellBehindHearsItMissedEvents},
 	} {
 		t.Run(tt.name, tt.fn)
 	}
@@ -229,5 +233,95 @@ func (w watchSuite) testAReaderThatNeverReadsBlocksNoWriter(t *testing.T) {
 	case <-done:
 	case <-time.After(6 * w.h.Wait):
 		t.Fatalf("%d acquisitions did not finish within %v beside a watch nobody reads", n, 6*w.h.Wait)
+	}
+}
+
+// testAReaderThatFellBehindHearsItMissedEvents pins that no event is lost
+// silently: a reader that fell behind more than any store's buffer holds
+// finds, after every event it did not get, a Missed event (or the end of
+// its channel, which tells it as much).
+func (w watchSuite) testAReaderThatFellBehindHearsItMissedEvents(t *testing.T) {
+	s, wt := w.fresh(t)
+	ch := w.watch(t, wt, w.ctx(t), "w/")
+	const n = 300
+	for i := range n {
+		w.acquire(t, s, fmt.Sprintf("w/%03d", i), "a")
+	}
+	// Read until a key acquired while reading arrives: everything sent
+	// before it has been read then.
+	var got []store.Event
+	for i := 0; ; i++ {
+		// Make room first, so that the end key is seldom dropped itself.
+		if !drainReady(ch, &got) {
+			return
+		}
+		end := fmt.Sprintf("w/end%03d", i)
+		w.acquire(t, s, end, "a")
+		if !w.readUntil(t, ch, end, &got) {
+			return // closed: the reader knows it has to read the table
+		}
+		if len(got) > 0 && got[len(got)-1].Key == end {
+			break
+		}
+	}
+	pos := make(map[string]int, len(got))
+	lastMissed := -1
+	for i, ev := range got {
+		if ev.Kind == store.Missed {
+			lastMissed = i
+			continue
+		}
+		pos[ev.Key] = i
+	}
+	lastReceivedBefore := -1 // position of the last event received before a dropped one
+	for i := range n {
+		key := fmt.Sprintf("w/%03d", i)
+		if p, ok := pos[key]; ok {
+			lastReceivedBefore = max(lastReceivedBefore, p)
+			continue
+		}
+		if lastMissed <= lastReceivedBefore {
+			t.Fatalf("the acquisition of %s never arrived and no Missed event followed the events before it (%d events read, last Missed at %d)", key, len(got), lastMissed)
+		}
+	}
+}
+
+// readUntil appends the events of ch to got until one for key arrives
+// (true), a Missed event arrives after which nothing comes within Wait
+// (true), or ch closes (false).
+func (w watchSuite) readUntil(t *testing.T, ch <-chan store.Event, key string, got *[]store.Event) bool {
+	t.Helper()
+	for {
+		select {
+		case ev, open := <-ch:
+			if !open {
+				return false
+			}
+			*got = append(*got, ev)
+			if ev.Key == key {
+				return true
+			}
+		case <-time.After(w.h.Wait):
+			if n := len(*got); n > 0 && (*got)[n-1].Kind == store.Missed {
+				return true // the end key itself was dropped: try another
+			}
+			t.Fatalf("no event for %s within %v", key, w.h.Wait)
+		}
+	}
+}
+
+// drainReady appends the events ch holds now to got, without waiting; it
+// reports false if ch closed.
+func drainReady(ch <-chan store.Event, got *[]store.Event) bool {
+	for {
+		select {
+		case ev, open := <-ch:
+			if !open {
+				return false
+			}
+			*got = append(*got, ev)
+		default:
+			return true
+		}
 	}
 }
