@@ -71,6 +71,19 @@
 // the same key names without ever sharing a lease. Config.Prefix is the
 // supervisor's namespace: Set refuses keys outside it.
 //
+// A pool worker's reads of the lease table grow with the workers and the
+// keys that change, not with the pool's keys, when its store pushes
+// events (PostgreSQL, Redis, etcd, SQLite, memory) and its namespace
+// holds nothing live but pools: it keeps its view of the keys from the
+// pushed acquisitions and releases, reads only the memberships each round
+// (a holder's live membership vouches for its keys, renewed in the same
+// call), and reads the whole table every Config.FullReadEvery and after
+// its subscription breaks. A dropped event or a revoked pool key can
+// therefore leave a key unclaimed until that whole read. The view only
+// steers claims: the store arbitrates each one. On MySQL, beside a
+// singleton, or in a namespace shared with live singletons, every round
+// reads the whole table: give large pools a Prefix of their own.
+//
 // # State of a key on one replica
 //
 //	         acquire ok                 renewals confirmed

@@ -1,6 +1,8 @@
 package poolsim
 
 import (
+	"flag"
+	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -53,4 +55,22 @@ func TestOnAPushStoreAWorkerAtRestReadsTheMembershipsNotEveryKey(t *testing.T) {
 		t.Logf("rows read in a minute at rest, %d keys, %d workers: %d every round, %d following (%d reads)",
 			keys, workers, every.RowsRead, following.RowsRead, following.Lists)
 	})
+}
+
+// TestReadsReport prints the "Pools: reads of the lease table" figures of
+// BENCHMARKS.md. It runs only when asked for by name:
+//
+//	go test ./internal/harness/poolsim -run TestReadsReport -v
+func TestReadsReport(t *testing.T) {
+	if !strings.Contains(flag.Lookup("test.run").Value.String(), "TestReadsReport") {
+		t.Skip("runs only with -run TestReadsReport")
+	}
+	for _, size := range []struct{ keys, workers int }{{10_000, 10}, {10_000, 30}} {
+		synctest.Test(t, func(t *testing.T) {
+			every := readsAtRest(t, size.keys, size.workers, 5*time.Second)
+			following := readsAtRest(t, size.keys, size.workers, 0)
+			t.Logf("| %d | %d | %d | %d | %d | %d |", size.keys, size.workers,
+				every.Lists, every.RowsRead, following.Lists, following.RowsRead)
+		})
+	}
 }
