@@ -147,6 +147,7 @@ func New(cfg Config) (*Supervisor, error) {
 		keys:   make(map[string]*keyState),
 
 		suspended: clock.Suspended,
+		table:     newTableReads(cfg.Prefix),
 	}
 	if leased {
 		// Deadlines are measured on a clock that counts the time the host

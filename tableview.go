@@ -27,18 +27,47 @@ type tableReads struct {
 	poolsOnly bool
 	// fullAt is when the last whole read began; zero forces one.
 	fullAt time.Time
+	// gaps counts the subscriptions made and broken and the Missed
+	// events: a whole read that began before the last gap does not make
+	// the view current.
+	gaps int
+	// keysPrefix and membersPrefix are where the pools' keys and
+	// memberships live in this namespace (set once by New).
+	keysPrefix, membersPrefix string
+}
+
+func newTableReads(prefix string) tableReads {
+	return tableReads{keysPrefix: prefix + poolkey.KeysSegment, membersPrefix: prefix + poolkey.WorkersSegment}
 }
 
 // readTable refreshes the keeper's view of the lease table for a round or
 // a pool plan: the memberships alone when the pools can be followed, else
-// the whole table.
+// the whole table. A whole read during which events were missed again is
+// made again at once (a few times at most): the events it missed would
+// otherwise wait for the next round.
 func (s *Supervisor) readTable(ctx context.Context) error {
+	for try := 1; ; try++ {
+		current, err := s.readTableOnce(ctx)
+		if err != nil || current || try == 3 {
+			return err
+		}
+	}
+}
+
+// readTableOnce reads the table once and reports whether the view is as
+// current as a read can make it: false after a whole read during which a
+// gap in the push channel opened.
+func (s *Supervisor) readTableOnce(ctx context.Context) (current bool, err error) {
 	start := time.Now()
-	if s.followsPools(start) {
-		return s.keeper.ObserveVouching(ctx, s.cfg.Prefix+poolkey.WorkersSegment, s.isPoolKey)
+	follow, followable, gaps := s.followsPools(start)
+	if follow {
+		return true, s.keeper.ObserveVouching(ctx, s.table.membersPrefix, s.isPoolKey)
 	}
 	if err := s.keeper.ObserveAll(ctx, s.cfg.Prefix); err != nil {
-		return err
+		return false, err
+	}
+	if !followable {
+		return true, nil // no pools, or no push channel: spare the scan
 	}
 	// Records of keys nobody holds (released, long expired) need no
 	// freshness: a new term of one is pushed, and onEvent notices it.
@@ -46,36 +75,42 @@ func (s *Supervisor) readTable(ctx context.Context) error {
 		return !s.inPools(l.Key) && l.HeldOrInGrace(s.cfg.Grace)
 	})
 	s.mu.Lock()
+	defer s.unlock()
+	if s.table.gaps != gaps {
+		return false, nil
+	}
 	s.table.poolsOnly, s.table.fullAt = len(others) == 0, start
-	s.unlock()
-	return nil
+	return true, nil
 }
 
-// followsPools reports whether this round may read the memberships alone.
-func (s *Supervisor) followsPools(now time.Time) bool {
+// followsPools reports whether this round may read the memberships
+// alone, and whether it could at all: the supervisor runs pools and a
+// subscription to the push channel is live.
+func (s *Supervisor) followsPools(now time.Time) (follow, followable bool, gaps int) {
 	s.mu.Lock()
 	defer s.unlock()
 	t := s.table
-	if !t.watching || !t.poolsOnly || t.fullAt.IsZero() || now.Sub(t.fullAt) >= s.cfg.FullReadEvery || len(s.pools.byName) == 0 {
-		return false
+	followable = len(s.pools.byName) > 0 && t.watching
+	if !followable || !t.poolsOnly || t.fullAt.IsZero() || now.Sub(t.fullAt) >= s.cfg.FullReadEvery {
+		return false, followable, t.gaps
 	}
 	for _, ks := range s.keys {
 		if ks.pool == nil && !ks.member {
-			return false // a singleton: its controls and peers need the whole table
+			return false, true, t.gaps // a singleton: its controls and peers need the whole table
 		}
 	}
-	return true
+	return true, true, t.gaps
 }
 
 // isPoolKey reports whether leaseKey is a pool's key in this namespace.
 func (s *Supervisor) isPoolKey(leaseKey string) bool {
-	return strings.HasPrefix(leaseKey, s.cfg.Prefix+poolkey.KeysSegment)
+	return strings.HasPrefix(leaseKey, s.table.keysPrefix)
 }
 
 // inPools reports whether leaseKey is a pool's key or membership in this
 // namespace.
 func (s *Supervisor) inPools(leaseKey string) bool {
-	return s.isPoolKey(leaseKey) || strings.HasPrefix(leaseKey, s.cfg.Prefix+poolkey.WorkersSegment)
+	return s.isPoolKey(leaseKey) || strings.HasPrefix(leaseKey, s.table.membersPrefix)
 }
 
 // onEvent records a pushed event in the view. An event about a key
@@ -97,5 +132,6 @@ func (s *Supervisor) following(live bool) {
 	s.mu.Lock()
 	s.table.watching = live
 	s.table.fullAt = time.Time{}
+	s.table.gaps++
 	s.unlock()
 }

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/tenure-dev/tenure"
@@ -19,6 +20,9 @@ type readCounter struct {
 	*memstore.Store
 	mu             sync.Mutex
 	whole, members int
+	// afterWhole, when set, runs once a whole read has read the table and
+	// before it answers.
+	afterWhole func()
 }
 
 func (c *readCounter) List(ctx context.Context, prefix string) ([]store.Lease, error) {
@@ -29,8 +33,13 @@ func (c *readCounter) List(ctx context.Context, prefix string) ([]store.Lease, e
 	case strings.Contains(prefix, tenure.WorkerPrefix):
 		c.members++
 	}
+	after := c.afterWhole
 	c.mu.Unlock()
-	return c.Store.List(ctx, prefix)
+	leases, err := c.Store.List(ctx, prefix)
+	if prefix == "" && after != nil {
+		after()
+	}
+	return leases, err
 }
 
 // reads returns the counts since the last call.
@@ -170,6 +179,42 @@ func TestAPoolWorkerThatMissedEventsReadsTheWholeTableAtOnce(t *testing.T) {
 		advance(time.Second)
 		if whole, _ := reads.reads(); whole != 1 {
 			t.Errorf("%d whole reads a second after the push channel said events were missed; want 1, at once", whole)
+		}
+	})
+}
+
+func TestAWholeReadThatBeganBeforeEventsWereMissedDoesNotMakeTheViewCurrent(t *testing.T) {
+	bubble(t, func(t *testing.T, st *memstore.Store) {
+		reads := &gappyWatch{readCounter: &readCounter{Store: st}, inject: make(chan store.Event)}
+		runs := &runLog{}
+		a := newReplica(t, reads, "A", func(c *tenure.Config) { c.FullReadEvery = time.Hour })
+		if err := a.AddPool(tenure.Pool{Name: "mail", Source: tenure.StaticKeys(poolKeys(10)...), Runner: runs.runner("A")}); err != nil {
+			t.Fatal(err)
+		}
+		a.start()
+		defer a.stop()
+		advance(3 * time.Minute)
+
+		read, resume := make(chan struct{}), make(chan struct{})
+		reads.mu.Lock()
+		reads.afterWhole = func() {
+			reads.mu.Lock()
+			reads.afterWhole = nil
+			reads.mu.Unlock()
+			close(read)
+			<-resume
+		}
+		reads.mu.Unlock()
+		reads.reads()
+		reads.inject <- store.Event{Kind: store.Missed} // a whole read begins
+		<-read
+		reads.inject <- store.Event{Kind: store.Missed} // more missed while it is in flight
+		synctest.Wait()                                 // and heard of
+		reads.reads()
+		close(resume)
+		advance(time.Second)
+		if whole, _ := reads.reads(); whole != 1 {
+			t.Errorf("%d whole reads after the one in flight when events were missed again; want 1", whole)
 		}
 	})
 }
