@@ -139,25 +139,6 @@ func TestADrainingWorkerClaimsNothing(t *testing.T) {
 	}
 }
 
-func BenchmarkPlan100kKeys50Workers(b *testing.B) {
-	keys := keysN(100000)
-	ws := workers(50)
-	owner := map[string]string{}
-	r := newRanker(ws)
-	held := map[string]time.Time{}
-	for _, k := range keys {
-		owner[k] = r.ids[r.top(hashString(k))]
-		if owner[k] == "w00" {
-			held[k] = time.Unix(0, 0)
-		}
-	}
-	pol := NewBalanced(Config{})
-	v := View{Self: "w00", Now: time.Unix(1000, 0), Workers: ws, Keys: keys, Owner: owner, HeldSince: held}
-	for b.Loop() {
-		pol.Plan(v)
-	}
-}
-
 // Preferences follow a worker's name, not its per-start id: a restarted
 // worker is preferred for the same keys as before, and two workers given
 // one name settle every tie the same way on every worker, whatever order
