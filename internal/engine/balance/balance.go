@@ -94,18 +94,33 @@ func (c Config) withDefaults() Config {
 // Balanced is Tenure's pool policy: rendezvous preference, a cap slightly
 // above fair share, orphan claims after a delay, shedding of the least
 // preferred keys, and rate-limited handover to under-target workers. It
-// remembers since when each key has been unowned, so keep one per worker.
+// remembers since when each key has been unowned, and each key's ranking
+// against the workers, so keep one per worker: then a plan ranks every key
+// against every worker only when the workers change, not each round.
 type Balanced struct {
 	cfg         Config
-	orphanSince map[string]time.Time
+	orphanSince map[string]orphan
 	// gaveUp remembers when this worker released a key to rebalance, so
-	// it does not claim it straight back as its preferred key.
+	// it does not claim it straight back as its preferred key. It holds
+	// only keys the source listed at the last plan, so it needs pruning
+	// only when the source's keys change.
 	gaveUp map[string]time.Time
+	cache  keyCache
+	round  uint64 // plans classified so far, to date orphan entries
+}
+
+// orphan is since when a key has been unowned, and the last round that saw
+// it so. Entries the current round did not see (the key is owned, or left
+// the source) are dropped in one sweep of the few orphans, rather than by
+// a delete for every owned key.
+type orphan struct {
+	since time.Time
+	round uint64
 }
 
 // NewBalanced returns the balanced policy.
 func NewBalanced(cfg Config) *Balanced {
-	return &Balanced{cfg: cfg.withDefaults(), orphanSince: make(map[string]time.Time), gaveUp: make(map[string]time.Time)}
+	return &Balanced{cfg: cfg.withDefaults(), orphanSince: make(map[string]orphan), gaveUp: make(map[string]time.Time)}
 }
 
 // Share is a worker's fair share of a pool's keys (weighted) and its cap,
@@ -212,40 +227,62 @@ func (rd *planRound) findActive() bool {
 // policy's memory of orphans and given-up keys current.
 func (b *Balanced) classify(rd *planRound) {
 	v := rd.v
-	r := newRanker(rd.active)
-	self := slices.Index(r.ids, v.Self)
+	c := &b.cache
+	if c.sync(v.Self, rd.active, v.Keys) {
+		b.forgetGoneKeys(v.Keys)
+	}
+	b.round++
 	rd.counts = make(map[string]int, len(rd.active))
 	for _, owner := range v.Owner {
 		rd.counts[owner]++
 	}
-	rd.elsewhere = make(map[string]int, len(rd.active))
-	seen := make(map[string]bool, len(v.Keys))
-	for _, key := range v.Keys {
-		seen[key] = true
-		kh := hashString(key)
-		top := r.top(kh)
-		k := heldKey{key: key, preferred: top == self, myValue: r.value(kh, self), pref: r.ids[top]}
+	elsewhere := make([]int, len(c.workers))
+	for i, key := range v.Keys {
+		e := c.entries[i]
+		pref := c.workers[e.top].ID
 		owner, owned := v.Owner[key]
-		if owner != k.pref {
-			rd.elsewhere[k.pref]++
+		if owner != pref {
+			elsewhere[e.top]++
 		}
 		switch {
 		case owned && owner == v.Self:
-			rd.held = append(rd.held, k)
-			delete(b.orphanSince, key)
-		case owned:
-			delete(b.orphanSince, key)
-		default:
-			b.classifyFree(rd, k)
+			rd.held = append(rd.held, heldKey{key: key, preferred: int(e.top) == c.me, myValue: e.value, pref: pref})
+		case !owned:
+			b.classifyFree(rd, heldKey{key: key, preferred: int(e.top) == c.me, myValue: e.value, pref: pref})
 		}
 	}
-	for key := range b.orphanSince {
-		if !seen[key] {
+	rd.elsewhere = make(map[string]int, len(c.workers))
+	for i, n := range elsewhere {
+		if n > 0 {
+			rd.elsewhere[c.workers[i].ID] += n
+		}
+	}
+	for key, o := range b.orphanSince {
+		if o.round != b.round {
 			delete(b.orphanSince, key)
 		}
 	}
 	for key, at := range b.gaveUp {
-		if v.Now.Sub(at) >= b.cfg.MinHold || !seen[key] {
+		if v.Now.Sub(at) >= b.cfg.MinHold {
+			delete(b.gaveUp, key)
+		}
+	}
+}
+
+// forgetGoneKeys drops the given-up keys that left the source, so a key
+// that comes back is not still cooling.
+func (b *Balanced) forgetGoneKeys(keys []string) {
+	if len(b.gaveUp) == 0 {
+		return
+	}
+	listed := make(map[string]bool, len(b.gaveUp))
+	for _, key := range keys {
+		if _, ok := b.gaveUp[key]; ok {
+			listed[key] = true
+		}
+	}
+	for key := range b.gaveUp {
+		if !listed[key] {
 			delete(b.gaveUp, key)
 		}
 	}
@@ -256,11 +293,13 @@ func (b *Balanced) classify(rd *planRound) {
 // passed, and otherwise sets Recheck to when that delay ends.
 func (b *Balanced) classifyFree(rd *planRound, k heldKey) {
 	v := rd.v
-	since, ok := b.orphanSince[k.key]
+	o, ok := b.orphanSince[k.key]
 	if !ok {
-		since = v.Now
-		b.orphanSince[k.key] = since
+		o.since = v.Now
 	}
+	o.round = b.round
+	b.orphanSince[k.key] = o
+	since := o.since
 	delay := b.cfg.OrphanDelay
 	underTarget := rd.counts[v.Self] < rd.plan.Target
 	switch prefFull := rd.counts[k.pref] >= rd.shares[k.pref].Cap; {
