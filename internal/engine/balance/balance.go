@@ -107,6 +107,9 @@ type Balanced struct {
 	gaveUp map[string]time.Time
 	cache  keyCache
 	round  uint64 // plans classified so far, to date orphan entries
+	// spare keeps the last round's lists for the next to fill: they list
+	// every held key each round, most of a plan's allocation otherwise.
+	spare planRound
 }
 
 // orphan is since when a key has been unowned, and the last round that saw
@@ -184,7 +187,12 @@ type planRound struct {
 // claim up to the cap, shed above it, hand keys over towards the workers
 // that prefer them, and list what is released.
 func (b *Balanced) Plan(v View) Plan {
-	rd := &planRound{v: v}
+	rd := &planRound{v: v, active: b.spare.active[:0], held: b.spare.held[:0],
+		preferredFree: b.spare.preferredFree[:0], orphans: b.spare.orphans[:0]}
+	defer func() {
+		b.spare = planRound{active: reuse(rd.active), held: reuse(rd.held),
+			preferredFree: reuse(rd.preferredFree), orphans: reuse(rd.orphans)}
+	}()
 	if !rd.findActive() {
 		// Draining (or not yet a member): claim nothing; the engine hands
 		// every key back as it stops.
@@ -204,6 +212,17 @@ func (b *Balanced) Plan(v View) Plan {
 		}
 	}
 	return rd.plan
+}
+
+// reuse empties a list for the next round, or lets it go if this round
+// used less than half of it, so that a burst (every key free at startup)
+// is not kept for good.
+func reuse[T any](s []T) []T {
+	if len(s) < cap(s)/2 {
+		return nil
+	}
+	clear(s)
+	return s[:0]
 }
 
 // findActive keeps the workers that are neither draining nor weightless,
