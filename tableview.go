@@ -29,8 +29,9 @@ type tableReads struct {
 	fullAt time.Time
 	// gaps counts the subscriptions made and broken and the Missed
 	// events: a whole read that began before the last gap does not make
-	// the view current.
-	gaps int
+	// the view current. outside counts the events pushed about keys
+	// outside the pools.
+	gaps, outside int
 	// keysPrefix and membersPrefix are where the pools' keys and
 	// memberships live in this namespace (set once by New).
 	keysPrefix, membersPrefix string
@@ -59,9 +60,15 @@ func (s *Supervisor) readTable(ctx context.Context) error {
 // gap in the push channel opened.
 func (s *Supervisor) readTableOnce(ctx context.Context) (current bool, err error) {
 	start := time.Now()
-	follow, followable, gaps := s.followsPools(start)
+	follow, followable, t := s.followsPools(start)
 	if follow {
-		return true, s.keeper.ObserveVouching(ctx, s.table.membersPrefix, s.isPoolKey)
+		lapsed, err := s.keeper.ObserveVouching(ctx, s.table.membersPrefix, s.isPoolKey)
+		if err != nil || !lapsed {
+			return true, err
+		}
+		// A member left or died. Its keys' releases may have been
+		// dropped, or its last terms may have ended apart from its
+		// membership: read it all rather than wait for them to expire.
 	}
 	if err := s.keeper.ObserveAll(ctx, s.cfg.Prefix); err != nil {
 		return false, err
@@ -76,30 +83,33 @@ func (s *Supervisor) readTableOnce(ctx context.Context) (current bool, err error
 	})
 	s.mu.Lock()
 	defer s.unlock()
-	if s.table.gaps != gaps {
+	if s.table.gaps != t.gaps {
 		return false, nil
 	}
-	s.table.poolsOnly, s.table.fullAt = len(others) == 0, start
+	// A holder outside the pools pushed meanwhile counts as one found.
+	s.table.poolsOnly = len(others) == 0 && s.table.outside == t.outside
+	s.table.fullAt = start
 	return true, nil
 }
 
 // followsPools reports whether this round may read the memberships
 // alone, and whether it could at all: the supervisor runs pools and a
-// subscription to the push channel is live.
-func (s *Supervisor) followsPools(now time.Time) (follow, followable bool, gaps int) {
+// subscription to the push channel is live. t is the state it judged,
+// for the read to tell what changed meanwhile.
+func (s *Supervisor) followsPools(now time.Time) (follow, followable bool, t tableReads) {
 	s.mu.Lock()
 	defer s.unlock()
-	t := s.table
+	t = s.table
 	followable = len(s.pools.byName) > 0 && t.watching
 	if !followable || !t.poolsOnly || t.fullAt.IsZero() || now.Sub(t.fullAt) >= s.cfg.FullReadEvery {
-		return false, followable, t.gaps
+		return false, followable, t
 	}
 	for _, ks := range s.keys {
 		if ks.pool == nil && !ks.member {
-			return false, true, t.gaps // a singleton: its controls and peers need the whole table
+			return false, true, t // a singleton: its controls and peers need the whole table
 		}
 	}
-	return true, true, t.gaps
+	return true, true, t
 }
 
 // isPoolKey reports whether leaseKey is a pool's key in this namespace.
@@ -121,6 +131,7 @@ func (s *Supervisor) onEvent(ev store.Event) {
 	if !s.inPools(ev.Key) {
 		s.mu.Lock()
 		s.table.poolsOnly = false
+		s.table.outside++
 		s.unlock()
 	}
 }

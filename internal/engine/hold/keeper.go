@@ -414,12 +414,13 @@ func (k *Keeper) observedLocked(key string) (store.Lease, bool) {
 	if !ok {
 		return store.Lease{}, false
 	}
+	// Every term ages, also one already over: an expired term's time
+	// left goes on falling, which is what says when its grace ends, also
+	// for a view that follows events and reads it no more.
 	l := o.lease
-	if l.Live {
-		l.TimeLeft -= k.now().Sub(o.at)
-		if l.TimeLeft <= 0 {
-			l.Live = false
-		}
+	l.TimeLeft -= k.now().Sub(o.at)
+	if l.TimeLeft <= 0 {
+		l.Live = false
 	}
 	return l, true
 }

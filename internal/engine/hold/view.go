@@ -84,13 +84,18 @@ func (k *Keeper) endReadLocked(from int) {
 
 // ObserveVouching reads the leases under prefix, which replace the view's
 // leases under prefix, and lets them vouch for the view's other terms: a
-// term whose key follows accepts and whose owner holds a lease under
-// prefix takes that lease's liveness and time left (the longest, if the
-// owner holds several). Each owner renews all its terms in one call, so
-// its membership in a pool says how long its pool keys last; a term it
-// lost on its own (revoked, say) stays wrong until the next whole read.
-// Terms whose owner holds nothing under prefix age as they are.
-func (k *Keeper) ObserveVouching(ctx context.Context, prefix string, follows func(key string) bool) error {
+// term whose key follows accepts, still live in the view, and whose owner
+// holds a lease under prefix takes that lease's liveness and time left
+// (the longest, if the owner holds several). Each owner renews all its
+// terms in one call, so its membership in a pool says how long its pool
+// keys last; a term it lost on its own (revoked, say) stays wrong until
+// the next whole read. A vouch extends a term, never revives one a read
+// saw end, and never vouches for this replica's own: those it knows.
+//
+// lapsed reports a lease under prefix that was live in the view and is
+// not any more (a member that left or died): its terms may have ended in
+// ways no vouch can tell, so the caller reads the whole table.
+func (k *Keeper) ObserveVouching(ctx context.Context, prefix string, follows func(key string) bool) (lapsed bool, err error) {
 	from := k.beginRead()
 	at := k.now()
 	leases, err := bounded(ctx, k.timing.CallTimeout, func(ctx context.Context) ([]store.Lease, error) {
@@ -100,12 +105,15 @@ func (k *Keeper) ObserveVouching(ctx context.Context, prefix string, follows fun
 	defer k.mu.Unlock()
 	defer k.endReadLocked(from)
 	if err != nil {
-		return err
+		return false, err
 	}
 	listed := make(map[string]bool, len(leases))
 	vouch := make(map[string]store.Lease, len(leases))
 	for _, l := range leases {
 		listed[l.Key] = true
+		if before, ok := k.observed[l.Key]; ok && before.lease.Live && !l.Live {
+			lapsed = true // as listed last time, not aged: a crash counts too
+		}
 		if _, mine := k.held[l.Key]; !mine {
 			k.observed[l.Key] = observation{lease: l, at: at}
 		}
@@ -117,9 +125,12 @@ func (k *Keeper) ObserveVouching(ctx context.Context, prefix string, follows fun
 		switch {
 		case strings.HasPrefix(key, prefix):
 			if !listed[key] {
+				lapsed = lapsed || o.lease.Live
 				delete(k.observed, key)
 			}
-		case o.lease.Released || !follows(key):
+		case o.lease.Released || o.lease.Owner == k.owner || !follows(key):
+		case !o.lease.Live || o.lease.TimeLeft <= at.Sub(o.at):
+			// Ended as last seen: a vouch must not bring it back.
 		default:
 			if v, ok := vouch[o.lease.Owner]; ok {
 				o.lease.Live, o.lease.TimeLeft, o.at = v.Live, v.TimeLeft, at
@@ -127,5 +138,5 @@ func (k *Keeper) ObserveVouching(ctx context.Context, prefix string, follows fun
 			}
 		}
 	}
-	return nil
+	return lapsed, nil
 }

@@ -59,8 +59,8 @@ func TestAMembershipVouchesForItsHoldersOtherTerms(t *testing.T) {
 			if _, err := b.RenewAll(ctx, nil); err != nil {
 				t.Fatal(err)
 			}
-			if err := a.ObserveVouching(ctx, "m/", follows); err != nil {
-				t.Fatal(err)
+			if lapsed, err := a.ObserveVouching(ctx, "m/", follows); err != nil || lapsed {
+				t.Fatalf("lapsed %v, %v; want no lapse", lapsed, err)
 			}
 		}
 		if !a.PeerLeads("p/1") {
@@ -72,8 +72,8 @@ func TestAMembershipVouchesForItsHoldersOtherTerms(t *testing.T) {
 
 		// B stops: its membership expires and takes its keys with it.
 		time.Sleep(timing.TTL)
-		if err := a.ObserveVouching(ctx, "m/", follows); err != nil {
-			t.Fatal(err)
+		if lapsed, err := a.ObserveVouching(ctx, "m/", follows); err != nil || !lapsed {
+			t.Fatalf("the read that found B's membership expired: lapsed %v, %v; want lapsed", lapsed, err)
 		}
 		if a.PeerLeads("p/1") {
 			t.Fatal("B's pool key is live in A's view after B's membership expired")
@@ -90,8 +90,8 @@ func TestAMembershipVouchesForItsHoldersOtherTerms(t *testing.T) {
 			t.Fatalf("within grace of B's expiry p/1 is held by %v, want B still (no peer may take it)", got)
 		}
 		time.Sleep(timing.Grace)
-		if err := a.ObserveVouching(ctx, "m/", follows); err != nil {
-			t.Fatal(err)
+		if lapsed, err := a.ObserveVouching(ctx, "m/", follows); err != nil || lapsed {
+			t.Fatalf("lapsed %v, %v; want no lapse", lapsed, err)
 		}
 		if got := inGrace(); len(got) != 0 {
 			t.Fatalf("past grace p/1 is still held by %v", got)
@@ -99,8 +99,8 @@ func TestAMembershipVouchesForItsHoldersOtherTerms(t *testing.T) {
 
 		// A membership that is gone from the store leaves the view.
 		pruned.key = "m/B"
-		if err := a.ObserveVouching(ctx, "m/", follows); err != nil {
-			t.Fatal(err)
+		if lapsed, err := a.ObserveVouching(ctx, "m/", follows); err != nil || lapsed {
+			t.Fatalf("lapsed %v, %v; want no lapse", lapsed, err)
 		}
 		if _, ok := a.Observed("m/B"); ok {
 			t.Fatal("a membership deleted from the store is still in the view")
@@ -143,7 +143,8 @@ func TestAnEventPushedDuringAReadIsNotUndoneByTheOlderTableItReturns(t *testing.
 			done := make(chan error)
 			go func() {
 				if vouching {
-					done <- a.ObserveVouching(context.Background(), "m/", func(string) bool { return true })
+					_, err := a.ObserveVouching(context.Background(), "m/", func(string) bool { return true })
+					done <- err
 				} else {
 					done <- a.ObserveAll(context.Background(), "")
 				}
@@ -160,4 +161,28 @@ func TestAnEventPushedDuringAReadIsNotUndoneByTheOlderTableItReturns(t *testing.
 			}
 		})
 	}
+}
+
+func TestATermSeenExpiredLeavesGraceWithoutAnotherRead(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := memstore.New(memstore.Options{})
+		a, b := newKeeper(st, "A"), newKeeper(st, "B")
+		mustAcquire(t, b, "p/1")
+		time.Sleep(timing.TTL + time.Second) // B is gone: p/1 expired a second ago
+		if err := a.ObserveAll(context.Background(), ""); err != nil {
+			t.Fatal(err)
+		}
+		inGrace := func() bool {
+			found := false
+			a.LiveOwners(true, func(key, _ string, _, _ bool) { found = found || key == "p/1" })
+			return found
+		}
+		if !inGrace() {
+			t.Fatal("a term that expired a second ago is not counted as in grace")
+		}
+		time.Sleep(timing.Grace) // no read meanwhile: a view that follows events
+		if inGrace() {
+			t.Fatal("a term seen expired is still in grace a whole grace later: its time left did not age")
+		}
+	})
 }

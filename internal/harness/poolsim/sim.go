@@ -68,6 +68,9 @@ type Config struct {
 	// worker that follows the push channel reads the whole lease table.
 	// Zero takes the engine's default; ClaimInterval reads it every round.
 	FullReadEvery time.Duration
+	// WatchBuffer is the store's watch buffer (memstore.Options); zero is
+	// memstore's default.
+	WatchBuffer int
 }
 
 func (c Config) withDefaults() Config {
@@ -160,7 +163,7 @@ func New(cfg Config) (*Sim, error) {
 	cfg = cfg.withDefaults()
 	s := &Sim{
 		cfg:        cfg,
-		st:         memstore.New(memstore.Options{}),
+		st:         memstore.New(memstore.Options{WatchBuffer: cfg.WatchBuffer}),
 		rng:        rand.New(rand.NewPCG(cfg.Seed, 0x5eed)),
 		start:      time.Now(),
 		keySet:     make(map[string]bool, len(cfg.Keys)),

@@ -1,0 +1,82 @@
+package hold_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/tenure-dev/tenure/store"
+	"github.com/tenure-dev/tenure/store/memstore"
+)
+
+// failedRelease is a store whose Release never reaches it (a reset
+// connection): the term stays in the store and expires on its own.
+type failedRelease struct{ store.Store }
+
+func (failedRelease) Release(context.Context, string, []store.Term) error { return errUnreachable }
+
+// A term its owner stopped renewing (a release that failed) expires in
+// the store while its owner's membership stays live. Once a whole read has
+// seen it end, a membership read must not make it live again: it would
+// stay "held" in every follower's view, and in its owner's own, for as
+// long as the owner lives.
+func TestAVouchNeverRevivesATermAWholeReadSawEnd(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := memstore.New(memstore.Options{})
+		a, b := newKeeper(st, "A"), newKeeper(failedRelease{st}, "B")
+		ctx := context.Background()
+		mustAcquire(t, b, "m/B")
+		mustAcquire(t, b, "p/1")
+		term, _ := b.Term("p/1")
+		if err := b.Release(ctx, term); err == nil {
+			t.Fatal("release reached the store")
+		}
+		follows := func(key string) bool { return strings.HasPrefix(key, "p/") }
+		for range 5 { // 50s: B renews its membership, p/1 expires and passes grace
+			time.Sleep(timing.RenewEvery)
+			if _, err := b.RenewAll(ctx, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := a.ObserveAll(ctx, ""); err != nil {
+			t.Fatal(err)
+		}
+		if l, _ := a.Observed("p/1"); l.Live || l.TimeLeft > -timing.Grace {
+			t.Fatalf("the whole read should see p/1 expired past grace: %+v", l)
+		}
+		if _, err := a.ObserveVouching(ctx, "m/", follows); err != nil {
+			t.Fatal(err)
+		}
+		if a.PeerLeads("p/1") {
+			l, _ := a.Observed("p/1")
+			t.Errorf("A: after the membership read p/1 is live again (%+v), though the store says it expired %v ago", l, -listed(t, st, "p/1").TimeLeft)
+		}
+		// B's own view: its own membership vouches for the term it gave up.
+		if err := b.ObserveAll(ctx, ""); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.ObserveVouching(ctx, "m/", follows); err != nil {
+			t.Fatal(err)
+		}
+		var owners []string
+		b.LiveOwners(true, func(key, owner string, _, _ bool) {
+			if key == "p/1" {
+				owners = append(owners, owner)
+			}
+		})
+		if len(owners) != 0 {
+			t.Errorf("B: believes p/1 is held by %v after giving it up", owners)
+		}
+	})
+}
+
+func listed(t *testing.T, st store.Store, key string) store.Lease {
+	t.Helper()
+	ls, err := st.List(context.Background(), key)
+	if err != nil || len(ls) == 0 {
+		t.Fatalf("list %s: %v %v", key, ls, err)
+	}
+	return ls[0]
+}

@@ -1,0 +1,97 @@
+package tenure_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/tenure-dev/tenure"
+	"github.com/tenure-dev/tenure/store"
+	"github.com/tenure-dev/tenure/store/memstore"
+)
+
+// flakyRelease is a store whose releases fail while fail is set (a
+// connection reset, a timeout): the terms expire on their own.
+type flakyRelease struct {
+	*memstore.Store
+	fail atomic.Bool
+}
+
+func (f *flakyRelease) Release(ctx context.Context, owner string, terms []store.Term) error {
+	if f.fail.Load() {
+		return fmt.Errorf("connection reset")
+	}
+	return f.Store.Release(ctx, owner, terms)
+}
+
+// handoverWithFailedReleases: B holds 20 keys alone; A joins and B hands
+// over A's preferred keys, but B's releases fail, so each handed-over key
+// expires on its own while B's membership stays live. It returns the
+// longest spell a key ran nowhere, and the seconds in which B's pool
+// status counted keys B no longer holds.
+func handoverWithFailedReleases(t *testing.T, st *memstore.Store, fullReadEvery time.Duration) (worst time.Duration, lies int) {
+	l := newLedger(t)
+	src := tenure.StaticKeys(poolKeys(20)...)
+	fb := &flakyRelease{Store: st}
+	opt := func(c *tenure.Config) { c.FullReadEvery = fullReadEvery }
+	b := poolWorkerOpts(t, fb, "B", src, l, opt).start()
+	defer b.stop()
+	advance(4 * renew)
+	if n := l.total(); n != 20 {
+		t.Fatalf("B runs %d of 20 keys", n)
+	}
+	fb.fail.Store(true)
+	a := poolWorkerOpts(t, st, "A", src, l, opt).start()
+	defer a.stop()
+	since := map[string]time.Time{}
+	for range 300 { // five minutes, second by second
+		advance(time.Second)
+		held := 0
+		for _, k := range poolKeys(20) {
+			if b.Holds(tenure.PoolPrefix + "mail/" + k) {
+				held++
+			}
+		}
+		if d := b.Pools()[0].Held - held; d > 0 {
+			lies++
+		}
+		l.mu.Lock()
+		for _, k := range poolKeys(20) {
+			if _, ok := l.running[k]; ok {
+				if s, was := since[k]; was {
+					worst = max(worst, time.Since(s))
+					delete(since, k)
+				}
+			} else if _, was := since[k]; !was {
+				since[k] = time.Now()
+			}
+		}
+		l.mu.Unlock()
+	}
+	for _, s := range since {
+		worst = max(worst, time.Since(s))
+	}
+	return worst, lies
+}
+
+func poolWorkerOpts(t *testing.T, st store.Store, owner string, src tenure.KeySource, l *ledger, opts ...replicaOpt) *replica {
+	t.Helper()
+	r := newReplica(t, st, owner, opts...)
+	if err := r.AddPool(tenure.Pool{Name: "mail", Source: src, Runner: l.runner()}); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestAHandoverWhoseReleaseFailedIsNotHeldLongerForFollowingThePushChannel(t *testing.T) {
+	var every, following time.Duration
+	var lieEvery, lieFollowing int
+	bubble(t, func(t *testing.T, st *memstore.Store) { every, lieEvery = handoverWithFailedReleases(t, st, renew) })
+	bubble(t, func(t *testing.T, st *memstore.Store) { following, lieFollowing = handoverWithFailedReleases(t, st, 0) })
+	t.Logf("longest unowned: %v reading every round, %v following; seconds in which B's Pools().Held overstated what it holds: %d / %d", every, following, lieEvery, lieFollowing)
+	if following > every+renew || lieFollowing > lieEvery+int(renew/time.Second) {
+		t.Errorf("following: a key whose release failed ran nowhere for %v (every round: %v); B's Pools().Held overstated its keys for %d s", following, every, lieFollowing)
+	}
+}
