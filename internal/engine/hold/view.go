@@ -46,10 +46,16 @@ func (k *Keeper) applyLocked(ev store.Event) {
 		if ev.Owner == k.owner || seen && cur.lease.Epoch == ev.Epoch {
 			return // our own term, or one the view already has
 		}
-		k.observed[ev.Key] = observation{
-			lease: store.Lease{Key: ev.Key, Owner: ev.Owner, Epoch: ev.Epoch, Live: true, TimeLeft: k.timing.TTL},
-			at:    k.now(),
+		l := store.Lease{Key: ev.Key, Owner: ev.Owner, Epoch: ev.Epoch, Live: true, TimeLeft: k.timing.TTL}
+		if ev.Owner == "" {
+			// A revocation (some stores push one): owned by nobody, and
+			// blocked until the revoked term's expiry, as last seen.
+			l.Live, l.TimeLeft = false, 0
+			if before, ok := k.observedLocked(ev.Key); ok {
+				l.TimeLeft = before.TimeLeft
+			}
 		}
+		k.observed[ev.Key] = observation{lease: l, at: k.now()}
 	case store.Released:
 		if seen && cur.lease.Released && cur.lease.Epoch == ev.Epoch {
 			return

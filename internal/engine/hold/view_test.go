@@ -186,3 +186,22 @@ func TestATermSeenExpiredLeavesGraceWithoutAnotherRead(t *testing.T) {
 		}
 	})
 }
+
+func TestAPushedRevocationIsOwnedByNobodyAndKeepsTheTermsExpiry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		k := newKeeper(memstore.New(memstore.Options{}), "A")
+		k.Apply(store.Event{Kind: store.Acquired, Key: "x", Owner: "B", Epoch: 5})
+		time.Sleep(10 * time.Second)
+		k.Apply(store.Event{Kind: store.Acquired, Key: "x", Owner: "", Epoch: 6})
+		l, ok := k.Observed("x")
+		if !ok || l.Live || l.Owner != "" || l.Epoch != 6 {
+			t.Fatalf("after a pushed revocation: %+v, %v; want a term of nobody, not live", l, ok)
+		}
+		if want := timing.TTL - 10*time.Second; l.TimeLeft != want {
+			t.Fatalf("the revoked term's time left is %v, want %v: a revocation keeps the expiry", l.TimeLeft, want)
+		}
+		if k.LeaderOf("x") != "" || k.PeerLeads("x") {
+			t.Fatal("a revoked key still has a leader in the view")
+		}
+	})
+}
