@@ -206,7 +206,7 @@ func heldKeyMemory(t *testing.T, n int) keyMemory {
 }
 
 // BenchmarkReferencePlan100kKeys50Workers is the reference policy's
-// counterpart of balance.BenchmarkPlan100kKeys50Workers.
+// counterpart of balance.BenchmarkPlan/100kKeys50Workers.
 func BenchmarkReferencePlan100kKeys50Workers(b *testing.B) {
 	keys := Keys(100_000)
 	var ws []balance.Worker
