@@ -136,9 +136,10 @@ type Config struct {
 	// whole reads such a replica keeps its view of the pools' keys from
 	// the pushed acquisitions and releases and reads only the pools'
 	// memberships each round: its reads grow with the keys that change
-	// and the workers, not with the keys. A whole read corrects what an
-	// event that never arrived left wrong (a dropped event, a revoked
-	// term), which at worst leaves a key unclaimed until then. A replica
+	// and the workers, not with the keys. A whole read corrects what no
+	// event reports (a term revoked without one, a release that failed
+	// and left its term to expire), which at worst leaves such a key
+	// unclaimed until then. A replica
 	// reads the whole table every round when its store has no push
 	// channel, when it runs singleton keys, or when its Prefix holds
 	// other keys than its pools'. Default 1m; a value at most RenewEvery

@@ -77,10 +77,12 @@
 // holds nothing live but pools: it keeps its view of the keys from the
 // pushed acquisitions and releases, reads only the memberships each round
 // (a holder's live membership vouches for its keys, renewed in the same
-// call), and reads the whole table every Config.FullReadEvery and after
-// its subscription breaks. A dropped event or a revoked pool key can
-// therefore leave a key unclaimed until that whole read. The view only
-// steers claims: the store arbitrates each one. On MySQL, beside a
+// call), and reads the whole table every Config.FullReadEvery, when a
+// member leaves or dies, when its subscription breaks, and when the store
+// says it dropped events. A pool key revoked without an event, or one
+// whose release failed (it expires while its holder lives), can therefore
+// stay unclaimed until the next whole read. The view only steers claims:
+// the store arbitrates each one. On MySQL, beside a
 // singleton, or in a namespace shared with live singletons, every round
 // reads the whole table: give large pools a Prefix of their own.
 //

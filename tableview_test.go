@@ -54,12 +54,7 @@ func (c *readCounter) reads() (whole, members int) {
 func TestAPoolWorkerOnAPushStoreReadsTheWholeTableOnlyEveryFullReadEvery(t *testing.T) {
 	bubble(t, func(t *testing.T, st *memstore.Store) {
 		reads := &readCounter{Store: st}
-		runs := &runLog{}
-		a := newReplica(t, reads, "A")
-		if err := a.AddPool(tenure.Pool{Name: "mail", Source: tenure.StaticKeys(poolKeys(40)...), Runner: runs.runner("A")}); err != nil {
-			t.Fatal(err)
-		}
-		a.start()
+		a := poolWorkerOpts(t, reads, "A", tenure.StaticKeys(poolKeys(40)...), newLedger(t)).start()
 		defer a.stop()
 		advance(5 * time.Minute)
 		if got := a.Pools()[0].Held; got != 40 {
@@ -74,7 +69,7 @@ func TestAPoolWorkerOnAPushStoreReadsTheWholeTableOnlyEveryFullReadEvery(t *test
 		}
 
 		// A singleton needs the whole table: its peers and its controls.
-		if err := a.Set("report", tenure.Job{Runner: runs.runner("A")}); err != nil {
+		if err := a.Set("report", tenure.Job{Runner: tenure.RunnerFunc(func(ctx context.Context, _ tenure.Lease) error { <-ctx.Done(); return nil })}); err != nil {
 			t.Fatal(err)
 		}
 		advance(time.Second)
@@ -89,17 +84,12 @@ func TestAPoolWorkerOnAPushStoreReadsTheWholeTableOnlyEveryFullReadEvery(t *test
 func TestAPoolWorkerReadsTheWholeTableWhileAPeerHoldsASingletonInItsNamespace(t *testing.T) {
 	bubble(t, func(t *testing.T, st *memstore.Store) {
 		reads := &readCounter{Store: st}
-		runs := &runLog{}
-		a := newReplica(t, reads, "A")
-		if err := a.AddPool(tenure.Pool{Name: "mail", Source: tenure.StaticKeys(poolKeys(10)...), Runner: runs.runner("A")}); err != nil {
-			t.Fatal(err)
-		}
-		a.start()
+		a := poolWorkerOpts(t, reads, "A", tenure.StaticKeys(poolKeys(10)...), newLedger(t)).start()
 		defer a.stop()
 		advance(3 * time.Minute)
 
 		b := newReplica(t, st, "B")
-		b.Set("report", tenure.Job{Runner: runs.runner("B")})
+		b.Set("report", tenure.Job{Runner: tenure.RunnerFunc(func(ctx context.Context, _ tenure.Lease) error { <-ctx.Done(); return nil })})
 		b.start()
 		advance(time.Second)
 		reads.reads()
@@ -162,12 +152,7 @@ func (g *gappyWatch) Watch(ctx context.Context, prefix string) (<-chan store.Eve
 func TestAPoolWorkerThatMissedEventsReadsTheWholeTableAtOnce(t *testing.T) {
 	bubble(t, func(t *testing.T, st *memstore.Store) {
 		reads := &gappyWatch{readCounter: &readCounter{Store: st}, inject: make(chan store.Event)}
-		runs := &runLog{}
-		a := newReplica(t, reads, "A", func(c *tenure.Config) { c.FullReadEvery = time.Hour })
-		if err := a.AddPool(tenure.Pool{Name: "mail", Source: tenure.StaticKeys(poolKeys(10)...), Runner: runs.runner("A")}); err != nil {
-			t.Fatal(err)
-		}
-		a.start()
+		a := poolWorkerOpts(t, reads, "A", tenure.StaticKeys(poolKeys(10)...), newLedger(t), func(c *tenure.Config) { c.FullReadEvery = time.Hour }).start()
 		defer a.stop()
 		advance(3 * time.Minute)
 		reads.reads()
@@ -186,12 +171,7 @@ func TestAPoolWorkerThatMissedEventsReadsTheWholeTableAtOnce(t *testing.T) {
 func TestAWholeReadThatBeganBeforeEventsWereMissedDoesNotMakeTheViewCurrent(t *testing.T) {
 	bubble(t, func(t *testing.T, st *memstore.Store) {
 		reads := &gappyWatch{readCounter: &readCounter{Store: st}, inject: make(chan store.Event)}
-		runs := &runLog{}
-		a := newReplica(t, reads, "A", func(c *tenure.Config) { c.FullReadEvery = time.Hour })
-		if err := a.AddPool(tenure.Pool{Name: "mail", Source: tenure.StaticKeys(poolKeys(10)...), Runner: runs.runner("A")}); err != nil {
-			t.Fatal(err)
-		}
-		a.start()
+		a := poolWorkerOpts(t, reads, "A", tenure.StaticKeys(poolKeys(10)...), newLedger(t), func(c *tenure.Config) { c.FullReadEvery = time.Hour }).start()
 		defer a.stop()
 		advance(3 * time.Minute)
 
