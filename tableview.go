@@ -100,7 +100,7 @@ func (s *Supervisor) followsPools(now time.Time) (follow, followable bool, t tab
 	s.mu.Lock()
 	defer s.unlock()
 	t = s.table
-	followable = len(s.pools.byName) > 0 && t.watching
+	followable = len(s.pools.byName) > 0 && t.watching && s.cfg.FullReadEvery > s.cfg.RenewEvery
 	if !followable || !t.poolsOnly || t.fullAt.IsZero() || now.Sub(t.fullAt) >= s.cfg.FullReadEvery {
 		return false, followable, t
 	}

@@ -19,15 +19,10 @@ func (s *Supervisor) watch(ctx context.Context, w store.Watcher) {
 			s.onSubscribed()
 			for ev := range events {
 				if ev.Kind == store.Missed {
-					// As good as a new subscription: read it all again.
-					s.following(true)
-					s.onSubscribed()
+					s.onMissed(events)
 					continue
 				}
-				s.onEvent(ev)
-				if ev.Kind == store.Released {
-					s.onReleased(ev.Key)
-				}
+				s.onPushed(ev)
 			}
 			s.following(false)
 		}
@@ -38,6 +33,43 @@ func (s *Supervisor) watch(ctx context.Context, w store.Watcher) {
 		case <-t.C:
 		}
 	}
+}
+
+// onPushed takes in one event other than Missed.
+func (s *Supervisor) onPushed(ev store.Event) {
+	s.onEvent(ev)
+	if ev.Kind == store.Released {
+		s.onReleased(ev.Key)
+	}
+}
+
+// onMissed handles the store's word that events were dropped: the view is
+// not current until a whole read. A reader that fell behind finds its
+// channel full of Missed events (each drop queues one), so it takes in
+// everything already queued first and acts once, with one whole read,
+// rather than once per Missed. Keys waiting for a release are not retried
+// all at once (a burst would multiply into a storm of refused calls): the
+// whole read finds what was released, and the round retries those.
+func (s *Supervisor) onMissed(events <-chan store.Event) {
+	for drained := false; !drained; {
+		select {
+		case ev, open := <-events:
+			if !open {
+				drained = true // the caller's loop sees the close too
+			} else if ev.Kind != store.Missed {
+				s.onPushed(ev)
+			}
+		default:
+			drained = true
+		}
+	}
+	s.following(true)
+	s.mu.Lock()
+	if len(s.pools.byName) > 0 {
+		s.pools.replan = true
+	}
+	s.unlock()
+	s.poke()
 }
 
 // onSubscribed retries every wanted key that is not held, at once: a
