@@ -242,6 +242,23 @@ func (s *Supervisor) finishRemoval(ks *keyState) {
 	}
 }
 
+// retryReleases sends again the releases that failed, so a key given up
+// on purpose reaches a peer as soon as the store answers, not a TTL and a
+// grace later (and a peer that follows the push channel hears of it).
+func (s *Supervisor) retryReleases(ctx context.Context) {
+	if s.keeper.Unreleased() == 0 {
+		return
+	}
+	released, err := s.keeper.RetryReleases(ctx)
+	s.storeAnswered(err)
+	if err != nil {
+		s.log.Debug("could not release leases again; retrying next round", "err", err)
+	}
+	for _, t := range released {
+		s.log.Info("released lease on a retry", "key", t.Key, "epoch", t.Epoch)
+	}
+}
+
 // release ends one term, for cause (a Handover* constant), and finishes
 // the key's removal if it was removed.
 func (s *Supervisor) release(ks *keyState, epoch int64, cause string) {
@@ -249,7 +266,7 @@ func (s *Supervisor) release(ks *keyState, epoch int64, cause string) {
 	if t, ok := s.keeper.Term(key); ok && t.Epoch == epoch {
 		ctx, cancel := context.WithTimeout(context.Background(), s.cfg.CallTimeout)
 		if err := s.keeper.Release(ctx, t); err != nil {
-			s.log.Warn("could not release lease; it expires on its own", "key", key, "epoch", epoch, "err", err)
+			s.log.Warn("could not release lease; retrying each round until its term ends", "key", key, "epoch", epoch, "err", err)
 		} else {
 			s.log.Info("released lease", "key", key, "epoch", epoch)
 			s.obs.Handover(cause)

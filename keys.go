@@ -190,7 +190,7 @@ func (s *Supervisor) EnsureRunning(ctx context.Context, key string) (bool, error
 				rctx, cancel := context.WithTimeout(context.Background(), s.cfg.CallTimeout)
 				defer cancel()
 				if err := s.keeper.Release(rctx, t); err != nil {
-					s.log.Warn("could not release lease; it expires on its own", "key", key, "epoch", t.Epoch, "err", err)
+					s.log.Warn("could not release lease; retrying each round until its term ends", "key", key, "epoch", t.Epoch, "err", err)
 				}
 			}
 			return false, ErrNotRunning

@@ -31,7 +31,7 @@ func (f *flakyRelease) Release(ctx context.Context, owner string, terms []store.
 // expires on its own while B's membership stays live. It returns the
 // longest spell a key ran nowhere, and the seconds in which B's pool
 // status counted keys B no longer holds.
-func handoverWithFailedReleases(t *testing.T, st *memstore.Store, fullReadEvery time.Duration) (worst time.Duration, lies int) {
+func handoverWithFailedReleases(t *testing.T, st *memstore.Store, fullReadEvery, failFor time.Duration) (worst time.Duration, lies int) {
 	l := newLedger(t)
 	src := tenure.StaticKeys(poolKeys(20)...)
 	fb := &flakyRelease{Store: st}
@@ -46,8 +46,12 @@ func handoverWithFailedReleases(t *testing.T, st *memstore.Store, fullReadEvery 
 	a := poolWorkerOpts(t, st, "A", src, l, opt).start()
 	defer a.stop()
 	since := map[string]time.Time{}
+	failedAt := time.Now()
 	for range 300 { // five minutes, second by second
 		advance(time.Second)
+		if failFor > 0 && time.Since(failedAt) >= failFor {
+			fb.fail.Store(false) // the store answers releases again
+		}
 		held := 0
 		for _, k := range poolKeys(20) {
 			if b.Holds(tenure.PoolPrefix + "mail/" + k) {
@@ -94,13 +98,31 @@ func TestAHandoverWhoseReleaseFailedWaitsAtMostOneWholeReadLonger(t *testing.T) 
 	const fullReadEvery = time.Minute // the default
 	var every, following time.Duration
 	var lieEvery, lieFollowing int
-	bubble(t, func(t *testing.T, st *memstore.Store) { every, lieEvery = handoverWithFailedReleases(t, st, renew) })
-	bubble(t, func(t *testing.T, st *memstore.Store) { following, lieFollowing = handoverWithFailedReleases(t, st, 0) })
+	bubble(t, func(t *testing.T, st *memstore.Store) { every, lieEvery = handoverWithFailedReleases(t, st, renew, 0) })
+	bubble(t, func(t *testing.T, st *memstore.Store) {
+		following, lieFollowing = handoverWithFailedReleases(t, st, 0, 0)
+	})
 	t.Logf("longest unowned: %v reading every round, %v following; seconds in which B's Pools().Held overstated what it holds: %d / %d", every, following, lieEvery, lieFollowing)
 	if bound := ttl + grace + fullReadEvery + renew; following > bound {
 		t.Errorf("following: a key whose release failed ran nowhere for %v, want at most TTL + grace + FullReadEvery + a round = %v (every round: %v)", following, bound, every)
 	}
 	if bound := int((fullReadEvery + renew) / time.Second); lieFollowing > bound {
 		t.Errorf("following: B's Pools().Held overstated its keys for %d s, want at most %d (every round: %d s)", lieFollowing, bound, lieEvery)
+	}
+}
+
+// A release that failed for a while (a reset connection) is sent again
+// each round: the key reaches its new holder at most two rounds after the
+// store answers again, not when its term runs out, also for a worker that
+// follows the push channel (it hears the release).
+func TestAReleaseThatFailedForAWhileIsSentAgainAndTheKeyMovesWithinRounds(t *testing.T) {
+	for _, fullReadEvery := range []time.Duration{renew, 0} {
+		bubble(t, func(t *testing.T, st *memstore.Store) {
+			const failFor = 25 * time.Second
+			worst, _ := handoverWithFailedReleases(t, st, fullReadEvery, failFor)
+			if bound := failFor + 2*renew; worst > bound {
+				t.Errorf("FullReadEvery %v: a key whose release failed for %v ran nowhere for %v, want at most two rounds more (%v)", fullReadEvery, failFor, worst, bound)
+			}
+		})
 	}
 }

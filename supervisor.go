@@ -319,6 +319,7 @@ func (s *Supervisor) round(ctx context.Context) {
 		s.scheduleFreedKeys()
 		s.planPools()
 		s.acquirePass(ctx) // what the pools just claimed
+		s.retryReleases(ctx)
 	}
 	s.reconcile()
 	s.reportKeys()

@@ -90,6 +90,9 @@ type Keeper struct {
 	// pushed events applied since the first of them began (view.go).
 	reads  int
 	recent []store.Event
+	// unreleased are the terms whose release failed, retried until one
+	// succeeds or the term is over (release.go).
+	unreleased map[string]Term
 }
 
 // inFlight is the acquisitions of one key under way and floor, the
@@ -124,9 +127,10 @@ func New(st store.Store, owner string, timing Timing, now func() time.Time) *Kee
 	}
 	return &Keeper{
 		st: st, owner: owner, timing: timing, now: now,
-		held:      make(map[string]Term),
-		observed:  make(map[string]observation),
-		acquiring: make(map[string]*inFlight),
+		held:       make(map[string]Term),
+		observed:   make(map[string]observation),
+		acquiring:  make(map[string]*inFlight),
+		unreleased: make(map[string]Term),
 	}
 }
 
@@ -287,6 +291,7 @@ func (k *Keeper) Acquire(ctx context.Context, key string, running bool) (Acquire
 	}
 	k.held[key] = Term{Key: key, Epoch: res.Epoch, Deadline: sent.Add(k.timing.TTL)}
 	delete(k.observed, key)
+	delete(k.unreleased, key) // a newer term: the old one is over
 	return Acquired{OK: true, New: true, Epoch: res.Epoch}, nil
 }
 
@@ -346,6 +351,7 @@ func (k *Keeper) RenewAll(ctx context.Context, running func(terms []Term) []bool
 // Release ends the given terms (best effort: they expire anyway). Terms are
 // dropped locally before the call so nothing renews them meanwhile.
 func (k *Keeper) Release(ctx context.Context, terms ...Term) error {
+	var sent []Term
 	var toRelease []store.Term
 	k.mu.Lock()
 	for _, t := range terms {
@@ -353,6 +359,7 @@ func (k *Keeper) Release(ctx context.Context, terms ...Term) error {
 			delete(k.held, t.Key)
 			delete(k.observed, t.Key) // it showed us: stale now
 			k.superseded(t.Key, t.Epoch)
+			sent = append(sent, cur)
 			toRelease = append(toRelease, store.Term{Key: t.Key, Epoch: t.Epoch})
 		}
 	}
@@ -363,6 +370,9 @@ func (k *Keeper) Release(ctx context.Context, terms ...Term) error {
 	_, err := bounded(ctx, k.timing.CallTimeout, func(ctx context.Context) (struct{}, error) {
 		return struct{}{}, k.st.Release(ctx, k.owner, toRelease)
 	})
+	if err != nil {
+		k.recordUnreleased(sent)
+	}
 	return err
 }
 

@@ -80,3 +80,62 @@ func listed(t *testing.T, st store.Store, key string) store.Lease {
 	}
 	return ls[0]
 }
+
+// flakyRelease is a store whose releases fail while fail is set.
+type flakyRelease struct {
+	store.Store
+	fail bool
+}
+
+func (f *flakyRelease) Release(ctx context.Context, owner string, terms []store.Term) error {
+	if f.fail {
+		return errUnreachable
+	}
+	return f.Store.Release(ctx, owner, terms)
+}
+
+func TestAFailedReleaseIsSentAgainUntilTheStoreAnswersOrTheTermIsOver(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := memstore.New(memstore.Options{})
+		flaky := &flakyRelease{Store: st, fail: true}
+		k := newKeeper(flaky, "A")
+		ctx := context.Background()
+		mustAcquire(t, k, "x")
+		mustAcquire(t, k, "y")
+		x, _ := k.Term("x")
+		y, _ := k.Term("y")
+		if err := k.Release(ctx, x, y); err == nil {
+			t.Fatal("the release reached a store that fails them")
+		}
+		if _, err := k.RetryReleases(ctx); err == nil || k.Unreleased() != 2 {
+			t.Fatalf("a retry against a failing store: %v, %d left; want an error and both kept", err, k.Unreleased())
+		}
+		mustAcquire(t, k, "y") // held again: a newer term, the old one is over
+		if k.Unreleased() != 1 {
+			t.Fatalf("%d terms to release again after y was acquired anew, want 1", k.Unreleased())
+		}
+		flaky.fail = false
+		released, err := k.RetryReleases(ctx)
+		if err != nil || len(released) != 1 || released[0].Key != "x" || k.Unreleased() != 0 {
+			t.Fatalf("a retry once the store answers: %v, %v, %d left; want x released", released, err, k.Unreleased())
+		}
+		if l := listed(t, st, "x"); !l.Released {
+			t.Fatalf("x after the retry: %+v, want released", l)
+		}
+		if l := listed(t, st, "y"); !l.Live {
+			t.Fatalf("y after the retry: %+v; the retry must not end its newer term", l)
+		}
+
+		// A term whose time is over is dropped, not sent.
+		flaky.fail = true
+		mustAcquire(t, k, "z")
+		zt, _ := k.Term("z")
+		if err := k.Release(ctx, zt); err == nil {
+			t.Fatal("the release reached a store that fails them")
+		}
+		time.Sleep(timing.TTL + timing.CallTimeout + timing.Grace + time.Second)
+		if released, err := k.RetryReleases(ctx); err != nil || len(released) != 0 || k.Unreleased() != 0 {
+			t.Fatalf("a retry of a term long over: %v, %v, %d left; want it dropped without a call", released, err, k.Unreleased())
+		}
+	})
+}
