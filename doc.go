@@ -81,8 +81,9 @@
 // member leaves or dies, when its subscription breaks, and when the store
 // says it dropped events. A pool key revoked without an event, or one
 // whose release failed (it expires while its holder lives), can therefore
-// stay unclaimed until the next whole read. The view only steers claims:
-// the store arbitrates each one. On MySQL, beside a
+// stay unclaimed until the next whole read, and a peer's pool key shows in
+// Status whether its runner runs as of that read. The view only steers
+// claims: the store arbitrates each one. On MySQL, beside a
 // singleton, or in a namespace shared with live singletons, every round
 // reads the whole table: give large pools a Prefix of their own.
 //
