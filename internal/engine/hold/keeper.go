@@ -417,6 +417,14 @@ func (k *Keeper) Observed(key string) (store.Lease, bool) {
 }
 
 func (k *Keeper) observedLocked(key string) (store.Lease, bool) {
+	return k.observedAtLocked(key, k.now())
+}
+
+// observedAtLocked is observedLocked with the clock read by the caller: a
+// loop over every observed key reads it once, not once per key (a reading
+// of the keeper's clock is a system call or two, and at 100,000 keys the
+// loops held the keeper's lock, which renewals wait for, for seconds).
+func (k *Keeper) observedAtLocked(key string, now time.Time) (store.Lease, bool) {
 	if _, mine := k.held[key]; mine {
 		return store.Lease{}, false
 	}
@@ -428,7 +436,7 @@ func (k *Keeper) observedLocked(key string) (store.Lease, bool) {
 	// left goes on falling, which is what says when its grace ends, also
 	// for a view that follows events and reads it no more.
 	l := o.lease
-	l.TimeLeft -= k.now().Sub(o.at)
+	l.TimeLeft -= now.Sub(o.at)
 	if l.TimeLeft <= 0 {
 		l.Live = false
 	}
@@ -462,8 +470,9 @@ func (k *Keeper) PeerKeys() []string {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	var keys []string
+	now := k.now()
 	for key := range k.observed {
-		if l, ok := k.observedLocked(key); ok && l.Live && l.Owner != "" && l.Owner != k.owner {
+		if l, ok := k.observedAtLocked(key, now); ok && l.Live && l.Owner != "" && l.Owner != k.owner {
 			keys = append(keys, key)
 		}
 	}
@@ -489,11 +498,15 @@ func (k *Keeper) ObservedWhere(match func(l store.Lease) bool) []store.Lease {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	var out []store.Lease
+	var now time.Time
 	for key, o := range k.observed {
 		if !match(o.lease) {
 			continue
 		}
-		if l, ok := k.observedLocked(key); ok {
+		if now.IsZero() {
+			now = k.now()
+		}
+		if l, ok := k.observedAtLocked(key, now); ok {
 			out = append(out, l)
 		}
 	}
@@ -549,8 +562,9 @@ func (k *Keeper) LiveOwners(inGrace bool, f func(key, owner string, live, runnin
 	for key := range k.held {
 		f(key, k.owner, true, true)
 	}
+	now := k.now()
 	for key := range k.observed {
-		if l, ok := k.observedLocked(key); ok && l.HeldOrInGrace(k.timing.Grace) && (l.Live || inGrace) {
+		if l, ok := k.observedAtLocked(key, now); ok && l.HeldOrInGrace(k.timing.Grace) && (l.Live || inGrace) {
 			f(key, l.Owner, l.Live, l.Running)
 		}
 	}
