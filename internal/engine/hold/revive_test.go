@@ -11,12 +11,6 @@ import (
 	"github.com/tenure-dev/tenure/store/memstore"
 )
 
-// failedRelease is a store whose Release never reaches it (a reset
-// connection): the term stays in the store and expires on its own.
-type failedRelease struct{ store.Store }
-
-func (failedRelease) Release(context.Context, string, []store.Term) error { return errUnreachable }
-
 // A term its owner stopped renewing (a release that failed) expires in
 // the store while its owner's membership stays live. Once a whole read has
 // seen it end, a membership read must not make it live again: it would
@@ -25,7 +19,7 @@ func (failedRelease) Release(context.Context, string, []store.Term) error { retu
 func TestAVouchNeverRevivesATermAWholeReadSawEnd(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		st := memstore.New(memstore.Options{})
-		a, b := newKeeper(st, "A"), newKeeper(failedRelease{st}, "B")
+		a, b := newKeeper(st, "A"), newKeeper(&flakyRelease{Store: st, fail: true}, "B")
 		ctx := context.Background()
 		mustAcquire(t, b, "m/B")
 		mustAcquire(t, b, "p/1")
@@ -81,7 +75,8 @@ func listed(t *testing.T, st store.Store, key string) store.Lease {
 	return ls[0]
 }
 
-// flakyRelease is a store whose releases fail while fail is set.
+// flakyRelease is a store whose releases fail while fail is set (a reset
+// connection): the term stays in the store and expires on its own.
 type flakyRelease struct {
 	store.Store
 	fail bool
