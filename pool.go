@@ -3,6 +3,7 @@ package tenure
 import (
 	"context"
 	"fmt"
+	"iter"
 	"log/slog"
 	"math"
 	"time"
@@ -61,6 +62,10 @@ type Pool struct {
 	// balance; zero values take the defaults: 0.1, no maximum,
 	// 1.5×RenewEvery (longer than a round, so a handed-over key reaches
 	// its preferred worker first even without push events), 30s and 0.1.
+	// A worker holds at most MaxKeys; a share above it goes to the
+	// others. A key is handed over only once held MinHold, so it does not
+	// bounce, except back to a worker that it was taken from while that
+	// worker restarted (after a stay of MinHold or more).
 	Epsilon     float64
 	MaxKeys     int
 	OrphanDelay time.Duration
@@ -247,19 +252,12 @@ func (s *Supervisor) planPools() {
 	}
 	s.pools.replan, s.pools.replanAt = false, time.Time{}
 	s.unlock()
-	if len(pools) == 0 {
-		return
-	}
-	// Read the holder's view of the table before taking the lock: with
-	// many keys the scan takes a while, and a renewal that lost a lease
-	// needs the lock to stop its runner.
-	table := s.leaseEntries(true)
 	for _, ps := range pools {
-		s.planPool(ps, table)
+		s.planPool(ps)
 	}
 }
 
-func (s *Supervisor) planPool(ps *poolState, table []poolcoord.Entry) {
+func (s *Supervisor) planPool(ps *poolState) {
 	now := time.Now()
 	s.mu.Lock()
 	defer s.unlock()
@@ -281,7 +279,12 @@ func (s *Supervisor) planPool(ps *poolState, table []poolcoord.Entry) {
 		}
 		return time.Time{}, false
 	}}
-	round := ps.coord.Plan(now, self, table)
+	// The coordinator reads the keeper's view in place, under the
+	// keeper's lock as well as ours. A copy read before taking our lock
+	// spared a renewal that lost a lease from waiting for the scan, but a
+	// renewal waits for the keeper's lock during the scan either way, and
+	// the copy was 40 bytes per key of the pool, made again every round.
+	round := ps.coord.Plan(now, self, s.leaseTable(true))
 	for _, key := range round.Malformed {
 		s.logLocked(slog.LevelWarn, "ignored a pool member whose membership lease is malformed (its weight must be a finite positive number)", "pool", ps.cfg.Name, "lease", key)
 	}
@@ -318,15 +321,17 @@ func (s *Supervisor) planPool(ps *poolState, table []poolcoord.Entry) {
 	s.poke()
 }
 
-// leaseEntries is the holder's view of the lease table for the pool
+// leaseTable is the holder's view of the lease table for the pool
 // coordinators: every live lease, and with inGrace also those whose
-// holder's term ended less than grace ago.
-func (s *Supervisor) leaseEntries(inGrace bool) []poolcoord.Entry {
-	var table []poolcoord.Entry
-	s.keeper.LiveOwners(inGrace, func(key, owner string, live, running bool) {
-		table = append(table, poolcoord.Entry{Key: key, Owner: owner, Live: live, Running: running})
-	})
-	return table
+// holder's term ended less than grace ago. It is read from the keeper's
+// view as it is iterated, under the keeper's lock: the loop must not call
+// the keeper.
+func (s *Supervisor) leaseTable(inGrace bool) iter.Seq[poolcoord.Entry] {
+	return func(yield func(poolcoord.Entry) bool) {
+		s.keeper.LiveOwners(inGrace, func(key, owner string, live, running bool) bool {
+			return yield(poolcoord.Entry{Key: key, Owner: owner, Live: live, Running: running})
+		})
+	}
 }
 
 // PoolStatus is one pool as this replica sees it.
@@ -343,12 +348,11 @@ type PoolStatus struct {
 // Pools reports every pool: its keys, this replica's share and the keys
 // each live worker holds.
 func (s *Supervisor) Pools() []PoolStatus {
-	table := s.leaseEntries(false)
 	s.mu.Lock()
 	defer s.unlock()
 	var out []PoolStatus
 	for _, ps := range s.pools.byName {
-		c := ps.coord.Status(table)
+		c := ps.coord.Status(s.leaseTable(false))
 		st := PoolStatus{Name: c.Name, Keys: c.Keys, Held: c.Held, Target: c.Target, Cap: c.Cap, Workers: c.Workers}
 		if c.Error != nil {
 			st.Error = c.Error.Error()

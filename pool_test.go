@@ -94,7 +94,7 @@ func TestAPoolSharesKeysFairlyAndRunsEachOnce(t *testing.T) {
 		}
 		advance(renew + 4*time.Second) // one round, then the orphan delay for full workers
 		if n := l.total(); n != 90 {
-			t.Fatalf("%d of 90 keys run after one round and the orphan delay", n)
+			t.Fatalf("%d of 90 keys run after one round and the orphan delay: %v", n, l.perOwner())
 		}
 		advance(6 * renew) // past the minimum hold: handovers even out the shares
 		if n := l.total(); n != 90 {

@@ -27,11 +27,24 @@ type View struct {
 	Workers []Worker
 	// Keys are the pool's keys from its source.
 	Keys []string
-	// Owner maps a key to the owner of its live lease; absent means no live
-	// lease (never held, released, or expired).
-	Owner map[string]string
+	// Owners are the owners of Keys' live leases, position for position;
+	// "" means no live lease (never held, released, or expired). A nil or
+	// short slice leaves the keys past its end without one. It is a slice
+	// rather than a map by key because a plan reads every key's owner each
+	// round: at a million keys, building and reading a map was most of a
+	// plan's time. The caller may reuse it for the next round, so a
+	// policy must not keep it past Plan.
+	Owners []string
 	// HeldSince maps the keys this worker holds to when it acquired them.
 	HeldSince map[string]time.Time
+}
+
+// Owner is the owner of the live lease of Keys[i], or "" if it has none.
+func (v View) Owner(i int) string {
+	if i < len(v.Owners) {
+		return v.Owners[i]
+	}
+	return ""
 }
 
 // Plan is what a worker does this round.
@@ -43,8 +56,9 @@ type Plan struct {
 	Release []string
 	// Target and Cap are this worker's fair share and claim limit.
 	Target, Cap int
-	// Recheck, when not zero, is when an unowned key's orphan delay ends
-	// for this worker: plan again then rather than at the next round.
+	// Recheck, when not zero, is when to plan again rather than at the
+	// next round: an unowned key's orphan delay ends for this worker, or
+	// orphans were left when it stopped at its target (see claim).
 	Recheck time.Time
 }
 
@@ -58,7 +72,8 @@ type Config struct {
 	// Epsilon is the slack above fair share before a worker stops claiming
 	// and starts shedding: cap = ceil(fair·(1+Epsilon)). Default 0.1.
 	Epsilon float64
-	// MaxKeys is a hard per-worker maximum; 0 means none.
+	// MaxKeys is a hard per-worker maximum; 0 means none. A share above
+	// it goes to the other workers.
 	MaxKeys int
 	// OrphanDelay is how long a key stays unowned before workers that do
 	// not prefer it may claim it, so its preferred worker claims first.
@@ -68,7 +83,9 @@ type Config struct {
 	// worker sees a handed-over key before anyone else may take it.
 	OrphanDelay time.Duration
 	// MinHold is how long a key is kept before it may be handed over, so
-	// the same key does not bounce. Default 30s.
+	// the same key does not bounce. Default 30s. A key taken while its
+	// preferred worker was away (a restart) goes back to it sooner, if it
+	// had stayed MinHold or more before it went.
 	MinHold time.Duration
 	// HandoffRate is the fraction of held keys a worker may hand over per
 	// round (at least one). Default 0.1.
@@ -94,9 +111,10 @@ func (c Config) withDefaults() Config {
 // Balanced is Tenure's pool policy: rendezvous preference, a cap slightly
 // above fair share, orphan claims after a delay, shedding of the least
 // preferred keys, and rate-limited handover to under-target workers. It
-// remembers since when each key has been unowned, and each key's ranking
-// against the workers, so keep one per worker: then a plan ranks every key
-// against every worker only when the workers change, not each round.
+// remembers since when each key has been unowned, each key's ranking
+// against the workers, the hand-overs it decided on and the workers it
+// has seen come and go, so keep one per worker: then a plan ranks every
+// key against every worker only when the workers change, not each round.
 type Balanced struct {
 	cfg         Config
 	orphanSince map[string]orphan
@@ -107,6 +125,13 @@ type Balanced struct {
 	gaveUp map[string]time.Time
 	cache  keyCache
 	round  uint64 // plans classified so far, to date orphan entries
+	// promised is, per worker this one hands keys to, the part it decided
+	// on and what it has released of it (see preferredParts).
+	promised map[string]promise
+	// present is, by worker name, what this worker has seen of each
+	// worker's comings and goings (see presence.go).
+	present map[string]presence
+	names   map[string]string // the active workers' names by ID, this round
 	// spare keeps the last round's lists for the next to fill: they list
 	// every held key each round, most of a plan's allocation otherwise.
 	spare planRound
@@ -123,7 +148,9 @@ type orphan struct {
 
 // NewBalanced returns the balanced policy.
 func NewBalanced(cfg Config) *Balanced {
-	return &Balanced{cfg: cfg.withDefaults(), orphanSince: make(map[string]orphan), gaveUp: make(map[string]time.Time)}
+	return &Balanced{cfg: cfg.withDefaults(), orphanSince: make(map[string]orphan),
+		gaveUp: make(map[string]time.Time), present: make(map[string]presence), names: make(map[string]string),
+		promised: make(map[string]promise)}
 }
 
 // Share is a worker's fair share of a pool's keys (weighted) and its cap,
@@ -141,21 +168,43 @@ func Shares(cfg Config, active []Worker, keys int) map[string]Share {
 	// Weights are summed relative to the largest, so that weights as
 	// large as a float holds (--weight 1e308) do not overflow the sum and
 	// leave every share zero.
-	largest, total := 0.0, 0.0
+	largest := 0.0
 	for _, w := range active {
 		largest = max(largest, w.Weight)
 	}
-	for _, w := range active {
-		total += w.Weight / largest
-	}
+	// A worker whose share by weight is above MaxKeys gets MaxKeys, and
+	// the keys it cannot hold are shared among the others, again by
+	// weight, until no share is above it. A worker left with a share it
+	// may not hold would stay under its target for good, handed keys it
+	// sheds again.
 	out := make(map[string]Share, len(active))
-	for _, w := range active {
-		fair := float64(keys) * (w.Weight / largest) / total
-		c := int(math.Ceil(fair * (1 + cfg.Epsilon)))
-		if cfg.MaxKeys > 0 && c > cfg.MaxKeys {
-			c = cfg.MaxKeys
+	left, open := float64(keys), active
+	for len(open) > 0 {
+		total := 0.0
+		for _, w := range open {
+			total += w.Weight / largest
 		}
-		out[w.ID] = Share{Fair: fair, Cap: c}
+		var next []Worker
+		capped := 0.0
+		for _, w := range open {
+			fair := left * (w.Weight / largest) / total
+			if cfg.MaxKeys > 0 && fair > float64(cfg.MaxKeys) {
+				out[w.ID] = Share{Fair: float64(cfg.MaxKeys), Cap: cfg.MaxKeys}
+				capped += float64(cfg.MaxKeys)
+				continue
+			}
+			next = append(next, w)
+			c := int(math.Ceil(fair * (1 + cfg.Epsilon)))
+			if cfg.MaxKeys > 0 && c > cfg.MaxKeys {
+				c = cfg.MaxKeys
+			}
+			out[w.ID] = Share{Fair: fair, Cap: c}
+		}
+		if capped == 0 {
+			break
+		}
+		left -= capped
+		open = next
 	}
 	return out
 }
@@ -177,14 +226,16 @@ type planRound struct {
 
 	held, preferredFree, orphans []heldKey
 	// elsewhere counts, per worker, the keys it prefers but does not hold:
-	// what it can still get from its preferences alone.
-	elsewhere map[string]int
-	released  map[string]bool
+	// what it can still get from its preferences alone. unheld counts the
+	// part of them that is free, which it claims without a hand-over.
+	elsewhere, unheld map[string]int
+	released          map[string]bool
 }
 
 // Plan implements Policy. It runs in phases: find the active workers and
 // their shares, classify every key (held, preferred and free, orphaned),
-// claim up to the cap, shed above it, hand keys over towards the workers
+// claim (preferred keys up to the cap, orphans up to the target while
+// under it), shed above the cap, hand keys over towards the workers
 // that prefer them, and list what is released.
 func (b *Balanced) Plan(v View) Plan {
 	rd := &planRound{v: v, active: b.spare.active[:0], held: b.spare.held[:0],
@@ -202,7 +253,8 @@ func (b *Balanced) Plan(v View) Plan {
 	mine := rd.shares[v.Self]
 	rd.plan.Target, rd.plan.Cap = int(math.Ceil(mine.Fair)), mine.Cap
 	b.classify(rd)
-	rd.claim()
+	b.notePresent(rd)
+	b.claim(rd)
 	rd.shed()
 	b.handOver(rd)
 	for _, k := range rd.held {
@@ -252,16 +304,23 @@ func (b *Balanced) classify(rd *planRound) {
 	}
 	b.round++
 	rd.counts = make(map[string]int, len(rd.active))
-	for _, owner := range v.Owner {
-		rd.counts[owner]++
+	for _, owner := range v.Owners[:min(len(v.Owners), len(v.Keys))] {
+		if owner != "" {
+			rd.counts[owner]++
+		}
 	}
 	elsewhere := make([]int, len(c.workers))
+	unheld := make([]int, len(c.workers))
 	for i, key := range v.Keys {
 		e := c.entries[i]
 		pref := c.workers[e.top].ID
-		owner, owned := v.Owner[key]
+		owner := v.Owner(i)
+		owned := owner != ""
 		if owner != pref {
 			elsewhere[e.top]++
+		}
+		if !owned {
+			unheld[e.top]++
 		}
 		switch {
 		case owned && owner == v.Self:
@@ -271,9 +330,11 @@ func (b *Balanced) classify(rd *planRound) {
 		}
 	}
 	rd.elsewhere = make(map[string]int, len(c.workers))
+	rd.unheld = make(map[string]int, len(c.workers))
 	for i, n := range elsewhere {
 		if n > 0 {
 			rd.elsewhere[c.workers[i].ID] += n
+			rd.unheld[c.workers[i].ID] += unheld[i]
 		}
 	}
 	for key, o := range b.orphanSince {
@@ -334,9 +395,7 @@ func (b *Balanced) classifyFree(rd *planRound, k heldKey) {
 	case v.Now.Sub(since) >= delay:
 		rd.orphans = append(rd.orphans, k)
 	default:
-		if due := since.Add(delay); rd.plan.Recheck.IsZero() || due.Before(rd.plan.Recheck) {
-			rd.plan.Recheck = due
-		}
+		rd.recheck(since.Add(delay))
 	}
 }
 
@@ -350,19 +409,48 @@ func byValueDesc(a, b heldKey) int {
 	return 0
 }
 
-// claim takes preferred keys first, then orphans, up to the cap.
-func (rd *planRound) claim() {
+// claim takes preferred keys first, up to the cap, then orphans: up to the
+// target while under it, else up to the cap.
+func (b *Balanced) claim(rd *planRound) {
 	room := rd.plan.Cap - len(rd.held)
 	slices.SortFunc(rd.preferredFree, byValueDesc)
 	slices.SortFunc(rd.orphans, byValueDesc)
-	for _, list := range [][]heldKey{rd.preferredFree, rd.orphans} {
-		for _, k := range list {
-			if room <= 0 {
-				break
-			}
-			rd.plan.Claim = append(rd.plan.Claim, k.key)
-			room--
+	for _, k := range rd.preferredFree {
+		if room <= 0 {
+			break
 		}
+		rd.plan.Claim = append(rd.plan.Claim, k.key)
+		room--
+	}
+	// A worker under its target takes orphans only up to it: every worker
+	// under target sees an orphan's delay end at about the same instant,
+	// and when each took up to its cap the ones past their target handed
+	// the surplus on, again and again. The orphans it may take were
+	// chosen by its count before this round's claims (under target: the
+	// shorter delay), so the limit is too, whatever its preferred keys
+	// bring. Workers at their target take the rest later (classifyFree),
+	// up to the cap. Claims overlap, and one that loses races is left
+	// short with orphans still free, while a store pushes no acquisitions
+	// to make it plan again: it plans again shortly.
+	if len(rd.held) < rd.plan.Target {
+		room = min(room, max(0, rd.plan.Target-len(rd.held)-len(rd.plan.Claim)))
+		if len(rd.orphans) > room {
+			rd.recheck(rd.v.Now.Add(b.cfg.OrphanDelay / 4))
+		}
+	}
+	for _, k := range rd.orphans {
+		if room <= 0 {
+			break
+		}
+		rd.plan.Claim = append(rd.plan.Claim, k.key)
+		room--
+	}
+}
+
+// recheck has the worker plan again at t, unless it plans sooner.
+func (rd *planRound) recheck(t time.Time) {
+	if rd.plan.Recheck.IsZero() || t.Before(rd.plan.Recheck) {
+		rd.plan.Recheck = t
 	}
 }
 
@@ -392,54 +480,5 @@ func (rd *planRound) shed() {
 				rd.released[k.key] = true
 			}
 		}
-	}
-}
-
-// handOver releases, after the minimum hold and a few per round, first
-// the keys another worker prefers, to that worker while it is under its
-// target; then, while this worker is above its own target and another is
-// below, its least-preferred keys, which the under-target workers claim
-// first (their orphan delay is half that of the others).
-func (b *Balanced) handOver(rd *planRound) {
-	v := rd.v
-	budget := max(1, int(math.Ceil(b.cfg.HandoffRate*float64(len(rd.held)))))
-	deficit := make(map[string]int)
-	spare := 0 // keys the under-target workers still need
-	for _, w := range rd.active {
-		d := int(math.Ceil(rd.shares[w.ID].Fair)) - rd.counts[w.ID]
-		deficit[w.ID] = d
-		// Keys a worker does not prefer go to it only while it is more than
-		// Epsilon below its share, and only the part its preferred keys
-		// cannot cover: handing more would move keys twice.
-		low := rd.counts[w.ID] < int(math.Ceil(rd.shares[w.ID].Fair*(1-b.cfg.Epsilon)))
-		if need := d - rd.elsewhere[w.ID]; w.ID != v.Self && low && need > 0 {
-			spare += need
-		}
-	}
-	holdOK := func(key string) bool {
-		since, ok := v.HeldSince[key]
-		return !ok || v.Now.Sub(since) >= b.cfg.MinHold
-	}
-	for _, k := range rd.held {
-		if budget <= 0 {
-			break
-		}
-		if rd.released[k.key] || k.preferred || deficit[k.pref] <= 0 || !holdOK(k.key) {
-			continue
-		}
-		rd.released[k.key] = true
-		deficit[k.pref]--
-		budget--
-	}
-	for _, k := range rd.held {
-		if budget <= 0 || spare <= 0 || len(rd.held)-len(rd.released) <= rd.plan.Target {
-			break
-		}
-		if rd.released[k.key] || !holdOK(k.key) {
-			continue
-		}
-		rd.released[k.key] = true
-		spare--
-		budget--
 	}
 }

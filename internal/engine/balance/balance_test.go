@@ -3,6 +3,7 @@ package balance
 import (
 	"fmt"
 	"math"
+	"slices"
 	"testing"
 	"time"
 )
@@ -13,6 +14,15 @@ func workers(n int) []Worker {
 		ws = append(ws, Worker{ID: fmt.Sprintf("w%02d", i), Weight: 1})
 	}
 	return ws
+}
+
+// ownersOf lays out a map of owners by key as View.Owners.
+func ownersOf(keys []string, owner map[string]string) []string {
+	out := make([]string, len(keys))
+	for i, k := range keys {
+		out[i] = owner[k]
+	}
+	return out
 }
 
 func keysN(n int) []string {
@@ -76,7 +86,7 @@ func TestANewWorkerClaimsItsPreferredKeysAndOthersHandThemOver(t *testing.T) {
 	ws = append(ws, Worker{ID: "new", Weight: 1})
 	// The newcomer claims nothing held, but its preferred keys are handed
 	// over by the old holders, a few per round.
-	newPlan := NewBalanced(Config{}).Plan(View{Self: "new", Now: now, Workers: ws, Keys: keys, Owner: owner})
+	newPlan := NewBalanced(Config{}).Plan(View{Self: "new", Now: now, Workers: ws, Keys: keys, Owners: ownersOf(keys, owner)})
 	if len(newPlan.Claim) != 0 || newPlan.Target != 91 {
 		t.Fatalf("newcomer plan %+v", newPlan)
 	}
@@ -87,7 +97,7 @@ func TestANewWorkerClaimsItsPreferredKeysAndOthersHandThemOver(t *testing.T) {
 			held[k] = now.Add(-time.Hour)
 		}
 	}
-	p := old.Plan(View{Self: "w00", Now: now, Workers: ws, Keys: keys, Owner: owner, HeldSince: held})
+	p := old.Plan(View{Self: "w00", Now: now, Workers: ws, Keys: keys, Owners: ownersOf(keys, owner), HeldSince: held})
 	r11 := newRanker(ws)
 	for _, k := range p.Release {
 		if r11.ids[r11.top(hashString(k))] != "new" {
@@ -107,7 +117,7 @@ func TestKeysHeldForLessThanMinHoldAreNotHandedOver(t *testing.T) {
 	for _, k := range keys {
 		owner[k], held[k] = "w00", now // just claimed everything
 	}
-	p := NewBalanced(Config{}).Plan(View{Self: "w00", Now: now, Workers: ws, Keys: keys, Owner: owner, HeldSince: held})
+	p := NewBalanced(Config{}).Plan(View{Self: "w00", Now: now, Workers: ws, Keys: keys, Owners: ownersOf(keys, owner), HeldSince: held})
 	// Above the cap (110) it sheds, but never hands a fresh key to its
 	// preferred worker for balance alone.
 	if len(p.Release) != 200-p.Cap {
@@ -115,25 +125,53 @@ func TestKeysHeldForLessThanMinHoldAreNotHandedOver(t *testing.T) {
 	}
 }
 
-func TestOrphansAreClaimedAfterTheDelayUpToTheCap(t *testing.T) {
+// An orphan goes first to the workers under their target, and only up to
+// it: every one of them sees the delay end at about the same instant, and
+// when each took up to its cap the ones past their target handed the
+// surplus on again. A worker at its target takes the rest after twice the
+// delay, up to its cap.
+func TestOrphansAreClaimedAfterTheDelayUpToTheTargetThenTheCap(t *testing.T) {
 	now := time.Unix(1000, 0)
-	keys := keysN(100)
+	keys := keysN(400)
 	ws := workers(4)
-	b := NewBalanced(Config{OrphanDelay: 2 * time.Second})
-	first := b.Plan(View{Self: "w00", Now: now, Workers: ws, Keys: keys, Owner: map[string]string{}})
-	pref := preferred(ws, keys)["w00"]
-	if len(first.Claim) != min(pref, first.Cap) {
-		t.Fatalf("first round claims %d, want only the %d preferred keys", len(first.Claim), pref)
+	// The worker preferred for the fewest keys, fewer than its target.
+	self, pref := "", len(keys)
+	for id, n := range preferred(ws, keys) {
+		if n < pref {
+			self, pref = id, n
+		}
 	}
-	later := b.Plan(View{Self: "w00", Now: now.Add(2 * time.Second), Workers: ws, Keys: keys, Owner: map[string]string{}})
-	if len(later.Claim) != later.Cap {
-		t.Fatalf("after the orphan delay claims %d, want the cap %d", len(later.Claim), later.Cap)
+	b := NewBalanced(Config{OrphanDelay: 2 * time.Second})
+	first := b.Plan(View{Self: self, Now: now, Workers: ws, Keys: keys})
+	if len(first.Claim) != min(pref, first.Cap) || pref >= first.Target {
+		t.Fatalf("first round claims %d, want only the %d preferred keys (fewer than the target %d, for this test)", len(first.Claim), pref, first.Target)
+	}
+	owner := map[string]string{}
+	held := map[string]time.Time{}
+	hold := func(ks []string) {
+		for _, k := range ks {
+			owner[k], held[k] = self, now
+		}
+	}
+	hold(first.Claim)
+	later := b.Plan(View{Self: self, Now: now.Add(2 * time.Second), Workers: ws, Keys: keys, Owners: ownersOf(keys, owner), HeldSince: held})
+	if len(later.Claim) != later.Target-pref {
+		t.Fatalf("under its target after the orphan delay, claims %d; want the %d up to the target", len(later.Claim), later.Target-pref)
+	}
+	hold(later.Claim)
+	at := b.Plan(View{Self: self, Now: now.Add(3 * time.Second), Workers: ws, Keys: keys, Owners: ownersOf(keys, owner), HeldSince: held})
+	if len(at.Claim) != 0 {
+		t.Fatalf("at its target before twice the delay, claims %d; want none", len(at.Claim))
+	}
+	last := b.Plan(View{Self: self, Now: now.Add(4 * time.Second), Workers: ws, Keys: keys, Owners: ownersOf(keys, owner), HeldSince: held})
+	if len(last.Claim) != last.Cap-last.Target {
+		t.Fatalf("at its target after twice the delay, claims %d; want the %d up to the cap", len(last.Claim), last.Cap-last.Target)
 	}
 }
 
 func TestADrainingWorkerClaimsNothing(t *testing.T) {
 	ws := []Worker{{ID: "a", Weight: 1, Draining: true}, {ID: "b", Weight: 1}}
-	p := NewBalanced(Config{}).Plan(View{Self: "a", Now: time.Unix(0, 0), Workers: ws, Keys: keysN(10), Owner: map[string]string{}})
+	p := NewBalanced(Config{}).Plan(View{Self: "a", Now: time.Unix(0, 0), Workers: ws, Keys: keysN(10)})
 	if len(p.Claim) != 0 {
 		t.Fatalf("draining worker claims %v", p.Claim)
 	}
@@ -174,5 +212,105 @@ func TestHugeWeightsStillShareTheKeys(t *testing.T) {
 	got := Shares(Config{}, []Worker{{ID: "a", Weight: 1e308}, {ID: "b", Weight: 1e308}}, 10)
 	if got["a"].Fair != 5 || got["b"].Fair != 5 || got["a"].Cap != 6 {
 		t.Errorf("shares %+v: want 5 each, cap 6", got)
+	}
+}
+
+func TestPreferredNamesTheWorkerThePolicyClaimsEachKeyFor(t *testing.T) {
+	ws := workers(7)
+	ws[3].Weight = 2
+	keys := keysN(2000)
+	pref := Preferred(ws, keys)
+	for _, w := range ws {
+		// Room for every key, and no orphan claims yet: a worker claims
+		// exactly the free keys it is preferred for.
+		p := NewBalanced(Config{Epsilon: 10}).Plan(View{Self: w.ID, Now: time.Unix(0, 0), Workers: ws, Keys: keys})
+		var want []string
+		for i, k := range keys {
+			if pref[i] == w.ID {
+				want = append(want, k)
+			}
+		}
+		slices.Sort(p.Claim)
+		slices.Sort(want)
+		if !slices.Equal(p.Claim, want) {
+			t.Fatalf("%s claims %d keys, Preferred gives it %d", w.ID, len(p.Claim), len(want))
+		}
+	}
+}
+
+// A worker whose MaxKeys is below its weighted share gets MaxKeys, and the
+// rest of the keys are shared among the others by weight. When it kept a
+// fair share above what it may hold, it stayed under its target for good:
+// the others handed it keys, it shed them above its cap, and they moved
+// round and round (1,600 moves in ten minutes at 1,100 keys).
+func TestAShareAboveMaxKeysGoesToTheOthers(t *testing.T) {
+	ws := workers(11)
+	ws[0].Weight = 2 // a fair share of 1,100 × 2/12 = 183, above MaxKeys
+	shares := Shares(Config{MaxKeys: 150}, ws, 1100)
+	if s := shares["w00"]; s.Fair != 150 || s.Cap != 150 {
+		t.Errorf("w00: %+v, want fair share and cap 150 (its MaxKeys)", s)
+	}
+	sum := 0.0
+	for _, w := range ws[1:] {
+		s := shares[w.ID]
+		if s.Fair != 95 || s.Cap != 105 {
+			t.Errorf("%s: %+v, want fair share 95 (the 950 keys left over ten) and cap 105", w.ID, s)
+		}
+		sum += s.Fair
+	}
+	if sum+shares["w00"].Fair != 1100 {
+		t.Errorf("fair shares add up to %v, want the 1,100 keys", sum+shares["w00"].Fair)
+	}
+	// Every worker capped: each holds MaxKeys, and the keys beyond stay
+	// unowned, as no worker may hold them.
+	for id, s := range Shares(Config{MaxKeys: 50}, ws, 1100) {
+		if s.Fair != 50 || s.Cap != 50 {
+			t.Errorf("all capped, %s: %+v, want 50 and 50", id, s)
+		}
+	}
+}
+
+// The orphans a worker under its target may take are chosen by its count
+// before the round's claims, and so is the limit: when its free preferred
+// keys bring it to the target, it takes no orphan at the shorter delay,
+// where it went on up to its cap.
+func TestPreferredKeysThatReachTheTargetLeaveTheOrphansToOthers(t *testing.T) {
+	now := time.Unix(1000, 0)
+	keys := keysN(400)
+	ws := workers(4)
+	r := newRanker(ws)
+	// The worker preferred for the fewest keys, fewer than its target.
+	self, target, fewest := "", 100, len(keys)
+	for id, n := range preferred(ws, keys) {
+		if n < fewest {
+			self, fewest = id, n
+		}
+	}
+	b := NewBalanced(Config{OrphanDelay: 2 * time.Second})
+	b.Plan(View{Self: self, Now: now, Workers: ws, Keys: keys}) // the orphans' clocks start
+	// It holds 97 keys, three short of its target: all its preferred keys
+	// but five, which are free, and keys it does not prefer.
+	var mine, others []string
+	for _, k := range keys {
+		if ws[r.top(hashString(k))].ID == self {
+			mine = append(mine, k)
+		} else {
+			others = append(others, k)
+		}
+	}
+	if len(mine) < 5 || len(mine)-5 > target-3 {
+		t.Fatalf("%s prefers %d keys; the test needs 5 to %d", self, len(mine), target+2)
+	}
+	owner := map[string]string{}
+	held := map[string]time.Time{}
+	for _, k := range append(mine[5:], others[:target-3-(len(mine)-5)]...) {
+		owner[k], held[k] = self, now.Add(-time.Hour)
+	}
+	p := b.Plan(View{Self: self, Now: now.Add(2 * time.Second), Workers: ws, Keys: keys, Owners: ownersOf(keys, owner), HeldSince: held})
+	if p.Target != target || len(held) != target-3 {
+		t.Fatalf("target %d holding %d, want %d holding %d", p.Target, len(held), target, target-3)
+	}
+	if len(p.Claim) != 5 {
+		t.Errorf("claims %d: want only its 5 free preferred keys, which bring it past its target (cap %d); no orphans", len(p.Claim), p.Cap)
 	}
 }

@@ -21,7 +21,7 @@ func BenchmarkPlan(b *testing.B) {
 			name = fmt.Sprintf("%dMKeys%dWorkers", size.keys/1_000_000, size.workers)
 		}
 		view := func(ws []Worker) View {
-			return View{Self: "w00", Now: time.Unix(1000, 0), Workers: ws, Keys: keys, Owner: owner, HeldSince: held}
+			return View{Self: "w00", Now: time.Unix(1000, 0), Workers: ws, Keys: keys, Owners: ownersOf(keys, owner), HeldSince: held}
 		}
 		b.Run(name+"/cold", func(b *testing.B) {
 			views := []View{view(ws[:len(ws)-1]), view(ws)}

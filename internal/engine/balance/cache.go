@@ -9,8 +9,9 @@ import (
 // keyCache keeps, for each of the source's keys, what depends only on the
 // key and the active workers: its preferred worker and this worker's score
 // for it. Ranking a key costs a hash per worker, and the workers change far
-// less often than rounds come, so a plan ranks keys again only when they
-// do, or when the source lists new keys.
+// less often than rounds come, so a plan ranks a key again only when the
+// source lists it anew, or when the worker it preferred leaves; a worker
+// that joins costs each key a comparison with it (followWorkers).
 //
 // It is a slice parallel to View.Keys rather than a map by key: the source
 // lists its keys in a stable order, so a round finds each key's entry by
@@ -31,13 +32,18 @@ type keyCache struct {
 	entries []keyEntry
 
 	scratch []Worker // canonical's, reused each round
+
+	// ranked counts the keys ranked against every worker, what a
+	// worker-set change is meant to spare; tests read it.
+	ranked int
 }
 
 // keyEntry is 16 bytes; with the copied string header, a key costs the
 // cache 32 bytes. The key's hash is not kept: only a worker-set change
-// would use it, and that ranks the key against every worker, which costs
-// many times what rehashing it does, so it would add half again to the
-// cache to save little.
+// uses it, and there rehashing a short key costs about what its two pair
+// hashes on a join do, a few milliseconds at a million keys against the
+// plan's hundred and more, while keeping it would add half again to the
+// cache.
 type keyEntry struct {
 	value float64 // this worker's score for the key
 	top   int32   // the preferred worker: an index into keyCache.workers
@@ -48,9 +54,18 @@ type keyEntry struct {
 // differ from the previous sync's.
 func (c *keyCache) sync(self string, active []Worker, keys []string) (keysChanged bool) {
 	ws := c.canonical(active)
-	if c.ranks != nil && self == c.self && slices.EqualFunc(ws, c.workers, sameRanking) {
-		return c.syncKeys(keys)
+	same := c.ranks != nil && self == c.self && slices.EqualFunc(ws, c.workers, sameRanking)
+	if !same && !c.followWorkers(self, ws) {
+		return c.rankAll(self, ws, keys)
 	}
+	// followWorkers moved the entries of the keys last synced to the new
+	// workers, so the keys the source lists anew are ranked against those.
+	return c.syncKeys(keys)
+}
+
+// rankAll ranks every key against every worker, for a first sync and for
+// the worker-set changes followWorkers leaves to it.
+func (c *keyCache) rankAll(self string, ws []Worker, keys []string) (keysChanged bool) {
 	c.self, c.workers = self, slices.Clone(ws)
 	c.ranks = newRanker(c.workers)
 	c.me = slices.IndexFunc(c.workers, func(w Worker) bool { return w.ID == self })
@@ -126,7 +141,9 @@ func (c *keyCache) syncKeys(keys []string) (changed bool) {
 	return true
 }
 
+// rank ranks a key against every worker.
 func (c *keyCache) rank(key string) keyEntry {
+	c.ranked++
 	kh := hashString(key)
 	return keyEntry{value: c.ranks.value(kh, c.me), top: int32(c.ranks.top(kh))}
 }

@@ -95,7 +95,7 @@ func (c *churn) step() View {
 	c.changeOwners()
 	ws := slices.Clone(c.workers)
 	c.rng.Shuffle(len(ws), func(i, j int) { ws[i], ws[j] = ws[j], ws[i] })
-	return View{Self: c.self, Now: c.now, Workers: ws, Keys: c.keys, Owner: maps(c.owner), HeldSince: maps(c.held)}
+	return View{Self: c.self, Now: c.now, Workers: ws, Keys: c.keys, Owners: ownersOf(c.keys, c.owner), HeldSince: maps(c.held)}
 }
 
 func maps[V any](m map[string]V) map[string]V {
@@ -242,9 +242,9 @@ func TestKeysThatLeaveTheSourceLeaveTheCache(t *testing.T) {
 	now := time.Unix(1000, 0)
 	ws := workers(3)
 	b := NewBalanced(Config{})
-	b.Plan(View{Self: "w00", Now: now, Workers: ws, Keys: keysN(10000), Owner: map[string]string{}})
+	b.Plan(View{Self: "w00", Now: now, Workers: ws, Keys: keysN(10000)})
 	few := keysN(10)
-	p := b.Plan(View{Self: "w00", Now: now, Workers: ws, Keys: few, Owner: map[string]string{}})
+	p := b.Plan(View{Self: "w00", Now: now, Workers: ws, Keys: few})
 	if len(b.cache.keys) != 10 || cap(b.cache.entries) != 10 || len(b.orphanSince) > 10 {
 		t.Fatalf("after the source shrank to 10 keys the cache holds %d keys (room for %d), %d orphans",
 			len(b.cache.keys), cap(b.cache.entries), len(b.orphanSince))
@@ -259,11 +259,11 @@ func TestKeysThatLeaveTheSourceLeaveTheCache(t *testing.T) {
 	for _, k := range few {
 		owner[k], held[k] = "w00", now.Add(-time.Hour)
 	}
-	p = b.Plan(View{Self: "w00", Now: now, Workers: ws, Keys: few, Owner: owner, HeldSince: held})
+	p = b.Plan(View{Self: "w00", Now: now, Workers: ws, Keys: few, Owners: ownersOf(few, owner), HeldSince: held})
 	if len(b.gaveUp) == 0 {
 		t.Fatalf("released nothing: %+v", p)
 	}
-	b.Plan(View{Self: "w00", Now: now, Workers: ws, Keys: keysN(1), Owner: map[string]string{}})
+	b.Plan(View{Self: "w00", Now: now, Workers: ws, Keys: keysN(1)})
 	for k := range b.gaveUp {
 		if k != few[0] {
 			t.Errorf("still remembers giving up %s, gone from the source", k)

@@ -57,7 +57,8 @@ type ranker struct {
 	ids     []string
 	hashes  []uint64
 	weights []float64
-	uniform bool // all weights equal: compare raw hashes, no logarithms
+	rest    []int // 1, 2, …: the workers top compares with the first
+	uniform bool  // all weights equal: compare raw hashes, no logarithms
 }
 
 func newRanker(workers []Worker) *ranker {
@@ -70,6 +71,9 @@ func newRanker(workers []Worker) *ranker {
 		}
 		r.hashes = append(r.hashes, hashString(name))
 		r.weights = append(r.weights, w.Weight)
+		if i > 0 {
+			r.rest = append(r.rest, i)
+		}
 		if i > 0 && w.Weight != workers[0].Weight {
 			r.uniform = false
 		}
@@ -89,21 +93,47 @@ func (r *ranker) value(keyHash uint64, i int) float64 {
 // top returns the index of the preferred worker for a key hash, or -1
 // when there are no workers.
 func (r *ranker) top(keyHash uint64) int {
+	if len(r.ids) == 0 {
+		return -1
+	}
+	return r.topAmong(keyHash, 0, r.rest)
+}
+
+// topAmong returns the preferred of worker best and the workers of
+// others for a key hash. The preferred worker of a set is the highest of
+// one order, the score and then the lower ID, so it can be found a part
+// at a time: a cache that knows a key's preferred worker finds the one of
+// a larger set by comparing it with the newcomers only.
+func (r *ranker) topAmong(keyHash uint64, best int, others []int) int {
 	if r.uniform {
 		// Equal weights: the largest raw hash wins, no logarithms.
-		best, bestH := -1, uint64(0)
-		for i, wh := range r.hashes {
-			if h := pairHash(keyHash, wh); best < 0 || h > bestH || h == bestH && r.ids[i] < r.ids[best] {
+		bestH := pairHash(keyHash, r.hashes[best])
+		for _, i := range others {
+			if h := pairHash(keyHash, r.hashes[i]); h > bestH || h == bestH && r.ids[i] < r.ids[best] {
 				best, bestH = i, h
 			}
 		}
 		return best
 	}
-	best, bestV := -1, math.Inf(-1)
-	for i := range r.ids {
-		if v := r.value(keyHash, i); best < 0 || v > bestV || v == bestV && r.ids[i] < r.ids[best] {
+	bestV := r.value(keyHash, best)
+	for _, i := range others {
+		if v := r.value(keyHash, i); v > bestV || v == bestV && r.ids[i] < r.ids[best] {
 			best, bestV = i, v
 		}
 	}
 	return best
+}
+
+// Preferred returns each key's preferred worker among ws, position for
+// position: the worker a settled pool gives it to. Tools that model a
+// pool start from it.
+func Preferred(ws []Worker, keys []string) []string {
+	r := newRanker(ws)
+	out := make([]string, len(keys))
+	for i, k := range keys {
+		if t := r.top(hashString(k)); t >= 0 {
+			out[i] = ws[t].ID
+		}
+	}
+	return out
 }

@@ -55,10 +55,11 @@ func TestAVouchNeverRevivesATermAWholeReadSawEnd(t *testing.T) {
 			t.Fatal(err)
 		}
 		var owners []string
-		b.LiveOwners(true, func(key, owner string, _, _ bool) {
+		b.LiveOwners(true, func(key, owner string, _, _ bool) bool {
 			if key == "p/1" {
 				owners = append(owners, owner)
 			}
+			return true
 		})
 		if len(owners) != 0 {
 			t.Errorf("B: believes p/1 is held by %v after giving it up", owners)

@@ -38,12 +38,12 @@ func (k *Keeper) applyLocked(ev store.Event) {
 		return
 	}
 	cur, seen := k.observed[ev.Key]
-	if seen && cur.lease.Epoch > ev.Epoch {
+	if seen && cur.epoch > ev.Epoch {
 		return
 	}
 	switch ev.Kind {
 	case store.Acquired:
-		if ev.Owner == k.owner || seen && cur.lease.Epoch == ev.Epoch {
+		if ev.Owner == k.owner || seen && cur.epoch == ev.Epoch {
 			return // our own term, or one the view already has
 		}
 		l := store.Lease{Key: ev.Key, Owner: ev.Owner, Epoch: ev.Epoch, Live: true, TimeLeft: k.timing.TTL}
@@ -55,15 +55,12 @@ func (k *Keeper) applyLocked(ev store.Event) {
 				l.TimeLeft = before.TimeLeft
 			}
 		}
-		k.observed[ev.Key] = observation{lease: l, at: k.now()}
+		k.observed[ev.Key] = k.observe(l, k.now())
 	case store.Released:
-		if seen && cur.lease.Released && cur.lease.Epoch == ev.Epoch {
+		if seen && cur.released && cur.epoch == ev.Epoch {
 			return
 		}
-		k.observed[ev.Key] = observation{
-			lease: store.Lease{Key: ev.Key, Owner: ev.Owner, Epoch: ev.Epoch, Released: true},
-			at:    k.now(),
-		}
+		k.observed[ev.Key] = k.observe(store.Lease{Key: ev.Key, Owner: ev.Owner, Epoch: ev.Epoch, Released: true}, k.now())
 	}
 }
 
@@ -117,11 +114,11 @@ func (k *Keeper) ObserveVouching(ctx context.Context, prefix string, follows fun
 	vouch := make(map[string]store.Lease, len(leases))
 	for _, l := range leases {
 		listed[l.Key] = true
-		if before, ok := k.observed[l.Key]; ok && before.lease.Live && !l.Live {
+		if before, ok := k.observed[l.Key]; ok && before.live && !l.Live {
 			lapsed = true // as listed last time, not aged: a crash counts too
 		}
 		if _, mine := k.held[l.Key]; !mine {
-			k.observed[l.Key] = observation{lease: l, at: at}
+			k.observed[l.Key] = k.observe(l, at)
 		}
 		if v, ok := vouch[l.Owner]; l.Owner != "" && !l.Released && (!ok || l.TimeLeft > v.TimeLeft) {
 			vouch[l.Owner] = l
@@ -131,15 +128,15 @@ func (k *Keeper) ObserveVouching(ctx context.Context, prefix string, follows fun
 		switch {
 		case strings.HasPrefix(key, prefix):
 			if !listed[key] {
-				lapsed = lapsed || o.lease.Live
+				lapsed = lapsed || o.live
 				delete(k.observed, key)
 			}
-		case o.lease.Released || o.lease.Owner == k.owner || !follows(key):
-		case !o.lease.Live || o.lease.TimeLeft <= at.Sub(o.at):
+		case o.released || o.owner.Value() == k.owner || !follows(key):
+		case !o.live || o.timeLeft <= k.age(o, at):
 			// Ended as last seen: a vouch must not bring it back.
 		default:
-			if v, ok := vouch[o.lease.Owner]; ok {
-				o.lease.Live, o.lease.TimeLeft, o.at = v.Live, v.TimeLeft, at
+			if v, ok := vouch[o.owner.Value()]; ok {
+				o.live, o.timeLeft, o.at = v.Live, v.TimeLeft, at.Sub(k.base)
 				k.observed[key] = o
 			}
 		}

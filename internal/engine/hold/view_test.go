@@ -79,10 +79,11 @@ func TestAMembershipVouchesForItsHoldersOtherTerms(t *testing.T) {
 			t.Fatal("B's pool key is live in A's view after B's membership expired")
 		}
 		inGrace := func() (owners []string) {
-			a.LiveOwners(true, func(key, owner string, _, _ bool) {
+			a.LiveOwners(true, func(key, owner string, _, _ bool) bool {
 				if key == "p/1" {
 					owners = append(owners, owner)
 				}
+				return true
 			})
 			return owners
 		}
@@ -174,7 +175,7 @@ func TestATermSeenExpiredLeavesGraceWithoutAnotherRead(t *testing.T) {
 		}
 		inGrace := func() bool {
 			found := false
-			a.LiveOwners(true, func(key, _ string, _, _ bool) { found = found || key == "p/1" })
+			a.LiveOwners(true, func(key, _ string, _, _ bool) bool { found = found || key == "p/1"; return true })
 			return found
 		}
 		if !inGrace() {
@@ -204,4 +205,22 @@ func TestAPushedRevocationIsOwnedByNobodyAndKeepsTheTermsExpiry(t *testing.T) {
 			t.Fatal("a revoked key still has a leader in the view")
 		}
 	})
+}
+
+func TestLiveOwnersStopsWhenItsCallerHasHadEnough(t *testing.T) {
+	st := memstore.New(memstore.Options{})
+	a, b := newKeeper(st, "A"), newKeeper(st, "B")
+	mustAcquire(t, a, "p/1")
+	for _, key := range []string{"p/2", "p/3"} {
+		mustAcquire(t, b, key)
+	}
+	if err := a.ObserveAll(context.Background(), ""); err != nil {
+		t.Fatal(err)
+	}
+	var all, first int
+	a.LiveOwners(false, func(string, string, bool, bool) bool { all++; return true })
+	a.LiveOwners(false, func(string, string, bool, bool) bool { first++; return false })
+	if all != 3 || first != 1 {
+		t.Fatalf("LiveOwners called back %d times for the whole table and %d times when told to stop; want 3 and 1", all, first)
+	}
 }

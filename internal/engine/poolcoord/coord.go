@@ -12,6 +12,7 @@ package poolcoord
 
 import (
 	"fmt"
+	"iter"
 	"strings"
 	"time"
 
@@ -47,8 +48,9 @@ type Coordinator struct {
 	memberKey     string
 
 	keys    []string // latest from the source, without repeats; nil until first loaded
-	keySet  map[string]bool
-	dups    int // keys the source listed more than once, last time
+	index   keyIndex // of keys
+	owners  []string // the last plan's View.Owners, reused by the next
+	dups    int      // keys the source listed more than once, last time
 	lastErr error
 
 	plan     balance.Plan
@@ -85,7 +87,11 @@ func (c *Coordinator) LeaseKey(k string) string { return c.keysPrefix + k }
 // pool's current keys.
 func (c *Coordinator) PoolKey(leaseKey string) (string, bool) {
 	k, ok := c.poolKey(leaseKey)
-	return k, ok && c.keySet[k]
+	if !ok {
+		return "", false
+	}
+	_, listed := c.index.find(k)
+	return k, listed
 }
 
 func (c *Coordinator) poolKey(leaseKey string) (string, bool) {
@@ -120,8 +126,7 @@ func (c *Coordinator) Loaded() bool { return c.keys != nil }
 // set stays in force. newDups reports a change in how many repeats the
 // source lists, worth a warning.
 func (c *Coordinator) SetKeys(keys []string) (dups int, newDups bool, err error) {
-	set := make(map[string]bool, len(keys))
-	uniq := make([]string, 0, len(keys))
+	index := newKeyIndex(len(keys))
 	for _, k := range keys {
 		if err := store.ValidateKey(k); err != nil {
 			c.lastErr = err
@@ -132,15 +137,12 @@ func (c *Coordinator) SetKeys(keys []string) (dups int, newDups bool, err error)
 			c.lastErr = err
 			return 0, false, err
 		}
-		if set[k] {
+		if !index.add(k) {
 			dups++
-			continue
 		}
-		set[k] = true
-		uniq = append(uniq, k)
 	}
 	newDups = dups > 0 && dups != c.dups
-	c.keys, c.keySet, c.dups, c.lastErr = uniq, set, dups, nil
+	c.keys, c.index, c.dups, c.lastErr = index.keys, index, dups, nil
 	return dups, newDups, nil
 }
 
@@ -179,31 +181,38 @@ type Round struct {
 }
 
 // Plan takes the holder's view of the lease table and plans this worker's
-// round.
-func (c *Coordinator) Plan(now time.Time, self Self, table []Entry) Round {
+// round. The table is read once, as it is iterated: the engine passes the
+// view itself rather than a copy of every lease each round.
+func (c *Coordinator) Plan(now time.Time, self Self, table iter.Seq[Entry]) Round {
 	if c.keys == nil {
 		return Round{}
 	}
-	view := balance.View{Self: c.cfg.Self, Now: now, Keys: c.keys, Owner: make(map[string]string), HeldSince: make(map[string]time.Time)}
+	if len(c.owners) != len(c.keys) {
+		c.owners = make([]string, len(c.keys))
+	}
+	clear(c.owners)
+	view := balance.View{Self: c.cfg.Self, Now: now, Keys: c.keys, Owners: c.owners, HeldSince: make(map[string]time.Time)}
 	var out Round
 	// A key whose holder crashed is still blocked during grace: counting
 	// it as owned keeps the first worker around from taking keys it does
 	// not prefer before their preferred worker can.
-	for _, e := range table {
+	for e := range table {
 		if c.isMember(e.Key) {
 			if e.Live {
 				c.addWorker(&view, &out, e, self.Member)
 			}
-		} else if k, ok := c.PoolKey(e.Key); ok {
-			view.Owner[k] = e.Owner
+		} else if k, ok := c.poolKey(e.Key); ok {
+			if i, listed := c.index.find(k); listed {
+				c.owners[i] = e.Owner
+			}
 		}
 	}
-	for k, owner := range view.Owner {
+	for i, owner := range c.owners {
 		if owner != c.cfg.Self || self.HeldSince == nil {
 			continue
 		}
-		if t, ok := self.HeldSince(c.LeaseKey(k)); ok {
-			view.HeldSince[k] = t
+		if t, ok := self.HeldSince(c.LeaseKey(c.keys[i])); ok {
+			view.HeldSince[c.keys[i]] = t
 		}
 	}
 	c.plan = balance.Plan{}
@@ -251,9 +260,9 @@ type Status struct {
 }
 
 // Status counts the pool's keys per live worker in the table.
-func (c *Coordinator) Status(table []Entry) Status {
+func (c *Coordinator) Status(table iter.Seq[Entry]) Status {
 	st := Status{Name: c.cfg.Pool, Keys: len(c.keys), Target: c.plan.Target, Cap: c.plan.Cap, Workers: map[string]int{}, Error: c.lastErr}
-	for _, e := range table {
+	for e := range table {
 		if c.isMember(e.Key) {
 			if m, err := poolkey.ParseMember(e.Key); err == nil && m.Owner == e.Owner {
 				st.Workers[e.Owner] += 0

@@ -2,6 +2,7 @@ package poolcoord
 
 import (
 	"errors"
+	"iter"
 	"slices"
 	"testing"
 	"time"
@@ -20,7 +21,7 @@ func newCoord(t *testing.T, self string) *Coordinator {
 	return c
 }
 
-func tableOf(entries ...Entry) []Entry { return entries }
+func tableOf(entries ...Entry) iter.Seq[Entry] { return slices.Values(entries) }
 
 func member(owner, weight string) Entry {
 	return Entry{Key: "app/~workers/mail/" + owner + "@" + weight, Owner: owner, Live: true, Running: true}

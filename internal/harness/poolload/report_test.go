@@ -4,16 +4,15 @@ package poolload
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/tenure-dev/tenure"
+	"github.com/tenure-dev/tenure/internal/harness/testenv"
 )
 
 // minHold is Pool.MinHold's default: a key is handed over to the worker
@@ -33,39 +32,12 @@ type knobs struct {
 func readKnobs(t *testing.T) knobs {
 	t.Helper()
 	k := knobs{
-		keys: envInt(t, "POOLLOAD_KEYS", 100000), workers: envInt(t, "POOLLOAD_WORKERS", 10),
-		ttl: envDur(t, "POOLLOAD_TTL", tenure.DefaultTTL), window: envDur(t, "POOLLOAD_WINDOW", time.Minute),
-		startMax: envDur(t, "POOLLOAD_START_MAX", 15*time.Minute), settleMax: envDur(t, "POOLLOAD_SETTLE_MAX", 2*time.Minute),
+		keys: testenv.PositiveInt(t, "POOLLOAD_KEYS", 100000), workers: testenv.PositiveInt(t, "POOLLOAD_WORKERS", 10),
+		ttl: testenv.PositiveDuration(t, "POOLLOAD_TTL", tenure.DefaultTTL), window: testenv.PositiveDuration(t, "POOLLOAD_WINDOW", time.Minute),
+		startMax: testenv.PositiveDuration(t, "POOLLOAD_START_MAX", 15*time.Minute), settleMax: testenv.PositiveDuration(t, "POOLLOAD_SETTLE_MAX", 2*time.Minute),
 		stores: envList("POOLLOAD_STORES", "postgres,redis"), modes: envList("POOLLOAD_MODES", "following,every-round"),
 	}
-	if k.keys < 1 || k.workers < 1 || k.window <= 0 {
-		t.Fatalf("POOLLOAD_KEYS, POOLLOAD_WORKERS and POOLLOAD_WINDOW must be positive")
-	}
 	return k
-}
-
-func envInt(t *testing.T, name string, def int) int {
-	v := os.Getenv(name)
-	if v == "" {
-		return def
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil {
-		t.Fatalf("%s=%q: %v", name, v, err)
-	}
-	return n
-}
-
-func envDur(t *testing.T, name string, def time.Duration) time.Duration {
-	v := os.Getenv(name)
-	if v == "" {
-		return def
-	}
-	d, err := time.ParseDuration(v)
-	if err != nil {
-		t.Fatalf("%s=%q: %v", name, v, err)
-	}
-	return d
 }
 
 func envList(name, def string) []string {
@@ -104,9 +76,7 @@ func fullReadEvery(t *testing.T, mode string, ttl time.Duration) time.Duration {
 // _MODES (following,every-round), _START_MAX, _SETTLE_MAX, _REDIS_URL and
 // _KEYS_POSTGRES or _KEYS_REDIS (a store's own key count) change it.
 func TestPoolLoadReport(t *testing.T) {
-	if !strings.Contains(flag.Lookup("test.run").Value.String(), "TestPoolLoadReport") {
-		t.Skip("runs only with -run TestPoolLoadReport")
-	}
+	testenv.ReportOnly(t)
 	k := readKnobs(t)
 	began := time.Now()
 	loadBefore := loadAvg()
@@ -162,7 +132,7 @@ type row struct {
 func runMode(t *testing.T, k knobs, srv *server, mode string) *row {
 	fre := fullReadEvery(t, mode, k.ttl)
 	// POOLLOAD_KEYS_POSTGRES, _REDIS: a store's own key count.
-	k.keys = envInt(t, "POOLLOAD_KEYS_"+strings.ToUpper(srv.name), k.keys)
+	k.keys = testenv.PositiveInt(t, "POOLLOAD_KEYS_"+strings.ToUpper(srv.name), k.keys)
 	sp := srv.newSpace(t)
 	specs := make([]childSpec, k.workers)
 	for i := range specs {

@@ -48,7 +48,13 @@ func TestAGracefulLeaveWhoseReleasesOverflowTheWatchIsHandedOverAsFastAsReadingE
 		every := leaveWithBuffer(t, 5*time.Second)
 		following := leaveWithBuffer(t, 0)
 		t.Logf("longest unowned after a graceful leave: %v reading every round (%+v), %v following (%+v)", every.MaxUnowned, every.Totals, following.MaxUnowned, following.Totals)
-		if following.MaxUnowned > every.MaxUnowned+5*time.Second {
+		// Workers racing in one instant sometimes hand a few keys over
+		// after the leave, in either mode; such a key waits out the
+		// engine's orphan delay (1.5 rounds). A leave whose releases
+		// were lost waited 17-24 s.
+		round := 5 * time.Second // the simulator's default ClaimInterval
+		limit := max(every.MaxUnowned, 3*round/2) + round/2
+		if following.MaxUnowned > limit {
 			t.Errorf("following: a released key waited %v to run again, reading every round %v", following.MaxUnowned, every.MaxUnowned)
 		}
 	})

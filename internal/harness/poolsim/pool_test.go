@@ -152,23 +152,31 @@ func TestBalancedDefaultsSettleAJoinWithinSixRoundsOnAPushStore(t *testing.T) {
 // preferred worker must then wait MinHold for it to be handed over again.
 // This is why the default OrphanDelay (1.5 rounds) is longer than a
 // round: this test shows the cost of a short delay and that the default
-// avoids it.
+// avoids it. Goroutines interleave differently from run to run, so one
+// seed's join may lose few handovers (102 moves for 90 was seen); the
+// cost is asserted over the seeds together, side by side with the default.
 func TestAnOrphanDelayShorterThanARoundLosesHandoversOnAPollingStore(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
+		const seeds = 4
 		short := BalancedPolicy("orphan delay 2s", balance.Config{OrphanDelay: 2 * time.Second})
-		for _, r := range joinRounds(t, short, false, 3) {
-			if float64(r.Moves) <= 1.15*float64(r.MinMoves) {
-				t.Errorf("OrphanDelay 2s: %d moves for a join that needs %d; expected peers to win handovers", r.Moves, r.MinMoves)
-			}
+		var shortMoves, defaultMoves, minMoves int
+		for _, r := range joinRounds(t, short, false, seeds) {
+			shortMoves += r.Moves
+			minMoves += r.MinMoves
 		}
-		for _, r := range joinRounds(t, defaults, false, 3) {
+		for _, r := range joinRounds(t, defaults, false, seeds) {
+			defaultMoves += r.Moves
 			if n := r.RoundsToConverge(); n < 0 || n > 3 {
 				t.Errorf("default OrphanDelay: %d rounds to converge, want ≤ 3", n)
 			}
 			if float64(r.Moves) > 1.15*float64(r.MinMoves) {
 				t.Errorf("default OrphanDelay: %d moves, want ≤ 1.15 × %d", r.Moves, r.MinMoves)
 			}
+		}
+		if float64(shortMoves) <= 1.2*float64(minMoves) || shortMoves <= defaultMoves {
+			t.Errorf("over %d joins that need %d moves: OrphanDelay 2s made %d, the default %d; expected peers to win handovers from the short delay",
+				seeds, minMoves, shortMoves, defaultMoves)
 		}
 	})
 }

@@ -1,11 +1,11 @@
 package poolsim
 
 import (
-	"flag"
-	"strings"
 	"testing"
 	"testing/synctest"
 	"time"
+
+	"github.com/tenure-dev/tenure/internal/harness/testenv"
 )
 
 // readsAtRest starts workers on a push store, lets them settle and
@@ -62,9 +62,7 @@ func TestOnAPushStoreAWorkerAtRestReadsTheMembershipsNotEveryKey(t *testing.T) {
 //
 //	go test ./internal/harness/poolsim -run TestReadsReport -v
 func TestReadsReport(t *testing.T) {
-	if !strings.Contains(flag.Lookup("test.run").Value.String(), "TestReadsReport") {
-		t.Skip("runs only with -run TestReadsReport")
-	}
+	testenv.ReportOnly(t)
 	for _, size := range []struct{ keys, workers int }{{10_000, 10}, {10_000, 30}} {
 		synctest.Test(t, func(t *testing.T) {
 			every := readsAtRest(t, size.keys, size.workers, 5*time.Second)

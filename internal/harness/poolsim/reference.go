@@ -36,7 +36,7 @@ type ReferenceConfig struct {
 type Reference struct {
 	cfg ReferenceConfig
 
-	scan    []string // this worker's scan order
+	scan    []int    // this worker's scan order: positions in scanSrc
 	scanSrc []string // the key slice scan was built from
 
 	claims    []string // held keys, oldest claim first
@@ -98,14 +98,14 @@ func (r *Reference) Plan(v balance.View) balance.Plan {
 	}
 
 	room := r.cfg.MaxAccountsPerWorker - (len(r.claims) - len(shed))
-	for _, k := range r.scanOrder(v) {
+	for _, i := range r.scanOrder(v) {
 		if room <= 0 {
 			break
 		}
-		if _, owned := v.Owner[k]; owned {
+		if v.Owner(i) != "" {
 			continue
 		}
-		plan.Claim = append(plan.Claim, k)
+		plan.Claim = append(plan.Claim, v.Keys[i])
 		room--
 	}
 	r.lastClaim = plan.Claim
@@ -117,9 +117,9 @@ func (r *Reference) Plan(v balance.View) balance.Plan {
 // end in the order they were claimed.
 func (r *Reference) track(v balance.View) {
 	held := make(map[string]bool)
-	for k, o := range v.Owner {
+	for i, o := range v.Owners {
 		if o == v.Self {
-			held[k] = true
+			held[v.Keys[i]] = true
 		}
 	}
 	r.claims = slices.DeleteFunc(r.claims, func(k string) bool {
@@ -157,17 +157,18 @@ func (r *Reference) track(v balance.View) {
 
 // scanOrder is this worker's stable pseudo-random order of the keys,
 // rebuilt only when the key slice changes.
-func (r *Reference) scanOrder(v balance.View) []string {
+func (r *Reference) scanOrder(v balance.View) []int {
 	if len(r.scanSrc) == len(v.Keys) && (len(v.Keys) == 0 || &r.scanSrc[0] == &v.Keys[0]) {
 		return r.scan
 	}
 	type ranked struct {
 		key  string
 		rank uint64
+		i    int
 	}
 	rs := make([]ranked, len(v.Keys))
 	for i, k := range v.Keys {
-		rs[i] = ranked{k, balance.Score(k, v.Self)}
+		rs[i] = ranked{k, balance.Score(k, v.Self), i}
 	}
 	slices.SortFunc(rs, func(a, b ranked) int {
 		switch {
@@ -178,9 +179,9 @@ func (r *Reference) scanOrder(v balance.View) []string {
 		}
 		return strings.Compare(a.key, b.key)
 	})
-	r.scan = make([]string, len(rs))
+	r.scan = make([]int, len(rs))
 	for i, x := range rs {
-		r.scan[i] = x.key
+		r.scan[i] = x.i
 	}
 	r.scanSrc = v.Keys
 	return r.scan

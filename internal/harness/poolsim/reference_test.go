@@ -22,7 +22,7 @@ func TestReferenceClaimsFreeKeysInItsOwnStableOrderUpToItsMax(t *testing.T) {
 	plan := func(self string) []string {
 		p := NewReference(ReferenceConfig{MaxAccountsPerWorker: 30}).Plan(balance.View{
 			Self: self, Now: now, Workers: members("a", "b"), Keys: keys,
-			Owner: map[string]string{keys[0]: "b", keys[1]: "b"},
+			Owners: []string{"b", "b"},
 		})
 		return p.Claim
 	}
@@ -52,7 +52,7 @@ func TestReferenceShedsItsNewestClaimsAboveTheThresholdOncePerInterval(t *testin
 	for _, k := range keys[:60] {
 		owner[k], held[k] = "a", start.Add(-time.Hour)
 	}
-	p := ref.Plan(balance.View{Self: "a", Now: start, Workers: ws, Keys: keys, Owner: owner, HeldSince: held})
+	p := ref.Plan(balance.View{Self: "a", Now: start, Workers: ws, Keys: keys, Owners: ownersOf(keys, owner), HeldSince: held})
 	if len(p.Claim) != 40 || len(p.Release) != 0 {
 		t.Fatalf("first plan claims %d and releases %d, want 40 and 0", len(p.Claim), len(p.Release))
 	}
@@ -60,7 +60,7 @@ func TestReferenceShedsItsNewestClaimsAboveTheThresholdOncePerInterval(t *testin
 		owner[k], held[k] = "a", start
 	}
 	view := func(at time.Time) balance.View {
-		return balance.View{Self: "a", Now: at, Workers: ws, Keys: keys, Owner: owner, HeldSince: held}
+		return balance.View{Self: "a", Now: at, Workers: ws, Keys: keys, Owners: ownersOf(keys, owner), HeldSince: held}
 	}
 	if p := ref.Plan(view(start.Add(59 * time.Second))); len(p.Release) != 0 {
 		t.Fatalf("shed %d keys before its first rebalance", len(p.Release))
@@ -86,8 +86,17 @@ func TestReferenceThresholdLeavesANewcomerIdleAtFairShare(t *testing.T) {
 }
 
 func TestReferenceClaimsNothingWhenNotAMember(t *testing.T) {
-	p := NewReference(ReferenceConfig{}).Plan(balance.View{Self: "a", Now: time.Unix(0, 0), Workers: members("b"), Keys: Keys(10), Owner: map[string]string{}})
+	p := NewReference(ReferenceConfig{}).Plan(balance.View{Self: "a", Now: time.Unix(0, 0), Workers: members("b"), Keys: Keys(10)})
 	if len(p.Claim) != 0 {
 		t.Fatalf("a non-member claims %v", p.Claim)
 	}
+}
+
+// ownersOf lays out a map of owners by key as balance.View.Owners.
+func ownersOf(keys []string, owner map[string]string) []string {
+	out := make([]string, len(keys))
+	for i, k := range keys {
+		out[i] = owner[k]
+	}
+	return out
 }

@@ -2,7 +2,6 @@ package poolsim
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"log/slog"
 	"runtime"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/tenure-dev/tenure"
 	"github.com/tenure-dev/tenure/internal/engine/balance"
+	"github.com/tenure-dev/tenure/internal/harness/testenv"
 	"github.com/tenure-dev/tenure/store/memstore"
 )
 
@@ -31,9 +31,7 @@ var (
 //
 //	go test ./internal/harness/poolsim -run TestReport -v
 func TestReport(t *testing.T) {
-	if !strings.Contains(flag.Lookup("test.run").Value.String(), "TestReport") {
-		t.Skip("runs only with -run TestReport")
-	}
+	testenv.ReportOnly(t)
 	type job struct {
 		p    Policy
 		su   Setup
@@ -213,16 +211,16 @@ func BenchmarkReferencePlan100kKeys50Workers(b *testing.B) {
 	for i := range 50 {
 		ws = append(ws, balance.Worker{ID: WorkerID(i), Weight: 1})
 	}
-	owner := make(map[string]string, len(keys))
+	owners := make([]string, len(keys))
 	held := map[string]time.Time{}
 	for i, k := range keys {
-		owner[k] = ws[i%50].ID
+		owners[i] = ws[i%50].ID
 		if i%50 == 0 {
 			held[k] = time.Unix(0, 0)
 		}
 	}
 	pol := NewReference(ReferenceConfig{})
-	v := balance.View{Self: "w00", Now: time.Unix(1000, 0), Workers: ws, Keys: keys, Owner: owner, HeldSince: held}
+	v := balance.View{Self: "w00", Now: time.Unix(1000, 0), Workers: ws, Keys: keys, Owners: owners, HeldSince: held}
 	for b.Loop() {
 		pol.Plan(v)
 	}
@@ -232,9 +230,7 @@ func BenchmarkReferencePlan100kKeys50Workers(b *testing.B) {
 //
 //	go test ./internal/harness/poolsim -run TestMemoryPerHeldKey -v
 func TestMemoryPerHeldKey(t *testing.T) {
-	if !strings.Contains(flag.Lookup("test.run").Value.String(), "TestMemoryPerHeldKey") {
-		t.Skip("runs only with -run TestMemoryPerHeldKey")
-	}
+	testenv.ReportOnly(t)
 	m := heldKeyMemory(t, 100_000)
 	t.Logf("heap %.0f B, stack %.0f B, total %.0f B per held key", m.heap, m.stack, m.heap+m.stack)
 }

@@ -417,8 +417,14 @@ func (p *seeded) Plan(v balance.View) balance.Plan {
 		return p.then.Plan(v)
 	}
 	var plan balance.Plan
+	owned := make(map[string]bool, len(v.Owners))
+	for i, k := range v.Keys {
+		if v.Owner(i) != "" {
+			owned[k] = true
+		}
+	}
 	for _, k := range p.share {
-		if _, owned := v.Owner[k]; !owned {
+		if !owned[k] {
 			plan.Claim = append(plan.Claim, k)
 		}
 	}

@@ -1,0 +1,188 @@
+package balance
+
+import (
+	"math"
+	"time"
+)
+
+// Hand-overs: the keys a worker releases so that they land where they
+// belong, and how much of a low worker's need each holder gives.
+
+// promise is a hand-over this worker decided on: at when the receiving
+// worker held count keys, part keys to give it in all, given of them
+// released so far.
+type promise struct {
+	at                 time.Time
+	count, part, given int
+}
+
+// handOver releases, after the minimum hold and a few per round, first
+// the keys another worker prefers, to that worker while it is under its
+// target. A key this worker took while that worker was away from the pool
+// after a stay of MinHold or more (a rolling restart) goes back before the
+// minimum hold: holding it longer only keeps the returning worker short,
+// as it moves back in the end anyway. Then, while this worker is above
+// its own target and another is below, its least-preferred keys, which
+// the under-target workers claim first (their orphan delay is half that
+// of the others).
+func (b *Balanced) handOver(rd *planRound) {
+	v := rd.v
+	budget := max(1, int(math.Ceil(b.cfg.HandoffRate*float64(len(rd.held)))))
+	deficit := make(map[string]int)
+	spare := 0 // keys the under-target workers still need
+	for _, w := range rd.active {
+		d := int(math.Ceil(rd.shares[w.ID].Fair)) - rd.counts[w.ID]
+		deficit[w.ID] = d
+		// Keys a worker does not prefer go to it only while it is more than
+		// Epsilon below its share, and only the part its preferred keys
+		// cannot cover: handing more would move keys twice.
+		low := rd.counts[w.ID] < int(math.Ceil(rd.shares[w.ID].Fair*(1-b.cfg.Epsilon)))
+		if need := d - rd.elsewhere[w.ID]; w.ID != v.Self && low && need > 0 {
+			spare += need
+		}
+	}
+	holdOK := func(key string) bool {
+		since, ok := v.HeldSince[key]
+		return !ok || v.Now.Sub(since) >= b.cfg.MinHold
+	}
+	tookWhileAway := func(k heldKey) bool {
+		since, ok := v.HeldSince[k.key]
+		return ok && b.takenWhileAway(k.pref, since)
+	}
+	toGive := b.preferredParts(rd, deficit)
+	defer b.keepPromises(toGive)
+	for _, k := range rd.held {
+		if budget <= 0 {
+			break
+		}
+		if rd.released[k.key] || k.preferred || toGive[k.pref] <= 0 || !(holdOK(k.key) || tookWhileAway(k)) {
+			continue
+		}
+		rd.released[k.key] = true
+		toGive[k.pref]--
+		budget--
+	}
+	spare = b.partOf(rd, spare)
+	for _, k := range rd.held {
+		if budget <= 0 || spare <= 0 || len(rd.held)-len(rd.released) <= rd.plan.Target {
+			break
+		}
+		if rd.released[k.key] || !holdOK(k.key) {
+			continue
+		}
+		rd.released[k.key] = true
+		spare--
+		budget--
+	}
+}
+
+// preferredParts is, per worker under its target, how many of the keys it
+// prefers and this worker holds are still to be handed to it: what is
+// left of the part decided on. Rendezvous gives a
+// worker about ±10 % of its share at a thousand keys, so a newcomer may
+// prefer more keys than its target; every holder plans on the same view,
+// and when each handed over all it held, the newcomer got them all, went
+// above its cap, and the surplus moved on again. So each holder gives its
+// part of the need: the deficit less the preferred keys that are free
+// (the worker claims those itself), in proportion to the keys this worker
+// holds among those the others hold. Keys it shed this round above its cap
+// are part of what it gives.
+//
+// A part, once decided, stands until the receiving worker's count changes
+// (it claimed what it was given) or an orphan delay passes. On a store
+// with push every worker replans at each release, many times before the
+// newcomer's next round, while the other holders' releases are still on
+// their way and look held: a part of what looks left at each replan added
+// up to half again what the newcomer needed.
+func (b *Balanced) preferredParts(rd *planRound, deficit map[string]int) map[string]int {
+	mine := make(map[string]int)
+	shed := make(map[string]int) // released already this round, above the cap
+	for _, k := range rd.held {
+		if !k.preferred {
+			mine[k.pref]++
+			if rd.released[k.key] {
+				shed[k.pref]++
+			}
+		}
+	}
+	for w := range b.promised {
+		if _, ok := mine[w]; !ok {
+			delete(b.promised, w)
+		}
+	}
+	parts := make(map[string]int, len(mine))
+	for w, n := range mine {
+		p, ok := b.promised[w]
+		if !ok || p.count != rd.counts[w] || rd.v.Now.Sub(p.at) >= b.cfg.OrphanDelay || rd.v.Now.Before(p.at) {
+			p = promise{at: rd.v.Now, count: rd.counts[w], part: b.partFor(rd, w, n, deficit[w])}
+		}
+		p.given += shed[w]
+		b.promised[w] = p
+		parts[w] = p.part - p.given
+	}
+	return parts
+}
+
+// partFor is how many of the n keys this worker holds that w prefers to
+// hand w, for a deficit d (see preferredParts).
+func (b *Balanced) partFor(rd *planRound, w string, n, d int) int {
+	need := d - rd.unheld[w]
+	held := rd.elsewhere[w] - rd.unheld[w] // by other workers, this one included
+	switch {
+	case need <= 0:
+		return 0
+	case held <= need:
+		return n
+	}
+	return b.draw(rd, w, float64(need)*float64(n)/float64(held))
+}
+
+// keepPromises records what this round released of each part: left is
+// what remains of each after the round.
+func (b *Balanced) keepPromises(left map[string]int) {
+	for w, p := range b.promised {
+		if l, ok := left[w]; ok {
+			p.given = p.part - max(l, 0)
+			b.promised[w] = p
+		}
+	}
+}
+
+// partOf is this worker's part of need, the keys the under-target workers
+// still need: every worker above its target plans on the same view, so
+// each gives a part in proportion to what it can give, and together they
+// give about need. When each gave all of it, a worker coming back to a
+// pool of a hundred was handed a hundred times what it needed, and the
+// surplus moved on again as orphans. What a worker can give is measured
+// alike for all, this one included, from the table's counts: its excess
+// over target, at most its hand-over budget. The fraction of a key left
+// over is drawn (see draw).
+func (b *Balanced) partOf(rd *planRound, need int) int {
+	canGive := func(id string) int {
+		n := rd.counts[id]
+		over := n - int(math.Ceil(rd.shares[id].Fair))
+		return min(over, max(1, int(math.Ceil(b.cfg.HandoffRate*float64(n)))))
+	}
+	mine := canGive(rd.v.Self)
+	if need <= 0 || mine <= 0 {
+		return 0
+	}
+	all := 0
+	for _, w := range rd.active {
+		all += max(0, canGive(w.ID))
+	}
+	return b.draw(rd, "", float64(need)*float64(mine)/float64(all))
+}
+
+// draw rounds a part of a key count: down, or up with the probability of
+// its fraction, drawn from this worker, the instant and salt (the worker
+// the part is for), so that a small need spread over many workers is met
+// on average without any two of them having to agree.
+func (b *Balanced) draw(rd *planRound, salt string, exact float64) int {
+	part := int(exact)
+	x := mix(hashString(rd.v.Self) ^ hashString(salt) ^ uint64(rd.v.Now.UnixNano()))
+	if float64(x>>11)/(1<<53) < exact-float64(part) {
+		part++
+	}
+	return part
+}
