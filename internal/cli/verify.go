@@ -184,7 +184,7 @@ could not be carried out; 2 usage error.`,
 	f.IntVar(&replicas, "replicas", 3, "replica processes running at once")
 	f.IntVar(&keys, "keys", 4, "keys every replica wants")
 	f.StringVar(&timeline, "timeline", "", "write an SVG timeline of the run to FILE")
-	f.StringVar(&history, "history", "", "keep the run's history (logs, schedule) in DIR")
+	f.StringVar(&history, "history", "", "keep the run's history (logs, schedule) in DIR, a new or empty one")
 	f.StringSliceVar(&faults, "faults", nil, "fault kinds to inject, comma-separated (default all: "+
 		strings.Join(verifyFaults(false), ",")+", and store-restart with --failover-cmd)")
 	f.StringVar(&failoverCmd, "failover-cmd", "", "shell command that fails the store over (store-restart faults)")

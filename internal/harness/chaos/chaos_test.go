@@ -87,9 +87,7 @@ func runChaosWith(t *testing.T, url string, d time.Duration, adjust func(*Option
 	if v := os.Getenv("TENURE_CHAOS_FAULTS"); v != "" {
 		opts.Faults = strings.Split(v, ",")
 	}
-	if dir := os.Getenv("TENURE_CHAOS_HISTORY"); dir != "" {
-		opts.HistoryDir = filepath.Join(dir, t.Name())
-	}
+	opts.HistoryDir = keptHistoryDir(t)
 	start := time.Now()
 	rep, err := Run(context.Background(), opts)
 	if err != nil {
@@ -136,6 +134,25 @@ func TestAReplicaThatCannotStartEndsTheRunWithWhatItPrinted(t *testing.T) {
 	}
 }
 
+// A history directory with an earlier run's files in it would merge two
+// runs' logs into one history (the logs are appended to): the run refuses
+// it, naming the directory, before it starts anything.
+func TestARunRefusesAHistoryDirectoryAnotherRunFilled(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "r1.jsonl"), []byte("{}\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Run(context.Background(), Options{
+		Store:      "sqlite:" + filepath.Join(t.TempDir(), "leases.db"),
+		Duration:   time.Second,
+		HistoryDir: dir,
+		Executable: "/bin/false", // would end the run with another error
+	})
+	if err == nil || !strings.Contains(err.Error(), dir+" is not empty (it holds r1.jsonl)") {
+		t.Fatalf("Run: %v; want it to refuse the directory", err)
+	}
+}
+
 // TestARunCatchesARunnerThatOutlivesItsLease proves the whole pipeline can
 // fail: runners that go on working 4s after their context ends overlap
 // their successors (or cut the fail-closed margin) once a partition takes
@@ -158,7 +175,7 @@ func TestARunCatchesARunnerThatOutlivesItsLease(t *testing.T) {
 		t.Fatalf("Run: %v", err)
 	}
 	if rep.HistoryDir != "" {
-		t.Cleanup(func() { os.RemoveAll(rep.HistoryDir) })
+		removeHistoryIfPassed(t, rep.HistoryDir)
 	}
 	// A late runner shows as an overlap when a peer took its key, or as a
 	// short fail-closed margin when its successor came sooner than the
@@ -195,23 +212,45 @@ func TestSameOwnerNamesPassWhenTheStoreSeesAnIDPerProcess(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs replicas under faults for seconds")
 	}
+	// Kept whatever Run thinks of it: a run without violations may still
+	// fail this test by measuring no takeover, and its history tells why.
+	history := keptHistoryDir(t)
+	if history == "" {
+		var err error
+		if history, err = os.MkdirTemp("", "tenure-chaos-same-owner-*"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	removeHistoryIfPassed(t, history)
 	rep, err := Run(context.Background(), Options{
 		Store: "sqlite:" + filepath.Join(t.TempDir(), "leases.db"),
 		// Long enough that a kill is followed by a takeover within the run
 		// (a kill 8s into a 10s run left none to measure, once in CI).
-		Duration:  20 * time.Second,
-		Keys:      2,
-		Faults:    []string{FaultSameOwner, FaultKill},
-		uniqueIDs: true,
+		Duration:   20 * time.Second,
+		Keys:       2,
+		Faults:     []string{FaultSameOwner, FaultKill},
+		uniqueIDs:  true,
+		HistoryDir: history,
 	})
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	if rep.HistoryDir != "" {
-		t.Cleanup(func() { os.RemoveAll(rep.HistoryDir) })
-	}
 	if !rep.OK() {
 		t.Fatalf("violations:\n%s", text(rep))
+	}
+	// The replicas outlive the last fault by the takeover bound, so that a
+	// kill late in the run still has its takeover measured.
+	var lastFault, runEnd int64
+	for _, e := range rep.History.Events {
+		switch e.Ev {
+		case evFaultEnd:
+			lastFault = max(lastFault, e.T)
+		case evRunEnd:
+			runEnd = e.T
+		}
+	}
+	if tail, bound := time.Duration(runEnd-lastFault), rep.Takeover.Bound; lastFault == 0 || tail < bound {
+		t.Errorf("the run ended %v after its last fault; want the takeover bound, %v", tail, bound)
 	}
 	if rep.SameOwners == 0 || rep.SharedIDs != 0 || rep.Takeover.N == 0 {
 		t.Fatalf("same-owner faults %d (shared ids %d), takeovers after a kill %d; want some, none, some:\n%s",

@@ -319,7 +319,12 @@ var expiryLag = map[string]time.Duration{kindEtcd: 500 * time.Millisecond}
 
 // takeoverBound is how soon a crashed holder's keys must run elsewhere.
 func (c *checker) takeoverBound() time.Duration {
-	return c.t.TTL + c.t.Grace + c.t.RenewEvery + TakeoverSlack + expiryLag[c.rep.History.Kind]
+	return takeoverBoundOf(c.t, c.rep.History.Kind)
+}
+
+// takeoverBoundOf is the takeover bound of a store kind under timing t.
+func takeoverBoundOf(t Timing, kind string) time.Duration {
+	return t.TTL + t.Grace + t.RenewEvery + TakeoverSlack + expiryLag[kind]
 }
 
 // crashTakeovers: each key a killed replica was running is running on
@@ -359,7 +364,7 @@ func (c *checker) crashTakeovers() {
 			lat = append(lat, d)
 			if d > bound {
 				c.violate(InvTakeover, ivs[next].start, key, ivs[next].r.name, d-bound,
-					"%s took over %v after %s was killed (bound %v)", ivs[next].r.name, d, r.name, bound)
+					"%s took over %v after %s was killed (bound %v)%s", ivs[next].r.name, d, r.name, bound, c.trail(key, r, f.from, ivs[next].start))
 			}
 		}
 	}

@@ -82,8 +82,8 @@ func (c *checker) abandons() {
 		lat = append(lat, d)
 		if d > bound {
 			c.violate(InvAbandoned, ivs[next].start, e.Key, ivs[next].r.name, d-bound,
-				"%s ran the key %v after %s's last call naming epoch %d, which it abandoned (bound %v)",
-				ivs[next].r.name, d, r.name, e.Epoch, bound)
+				"%s ran the key %v after %s's last call naming epoch %d, which it abandoned (bound %v)%s",
+				ivs[next].r.name, d, r.name, e.Epoch, bound, c.trail(e.Key, r, last, ivs[next].start))
 		}
 	}
 	a.set(lat)

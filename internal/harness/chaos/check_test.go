@@ -259,9 +259,12 @@ func TestASlowTakeoverAfterAKillIsCaught(t *testing.T) {
 	s.add(Event{T: s.at(1010), Ev: evFaultEnd, Fault: FaultKill, Target: "r1"})
 	s.run("r2", 2, 1000+6000, 9000, causeStopping)
 	rep := s.check(t)
-	requireOnly(t, rep, InvTakeover)
+	v := requireOnly(t, rep, InvTakeover)
 	if rep.Takeover.Max != 6*time.Second {
 		t.Errorf("takeover measured %v, want 6s", rep.Takeover.Max)
+	}
+	if want := "r2 +5.998s ok (answered +5.999s); run started +6s"; !strings.Contains(v.Detail, want) {
+		t.Errorf("detail %q\nwant it to tell the peer's grant: %q", v.Detail, want)
 	}
 }
 

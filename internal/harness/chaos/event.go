@@ -100,6 +100,9 @@ type Event struct {
 	// replica started with the target's owner name (same-owner).
 	Peer string `json:"peer,omitempty"`
 	Dur  int64  `json:"dur,omitempty"` // ns: a fault's planned length or added latency
+	// Left is, on a refused Acquire, the time the store said the
+	// holder's term had left (ns; negative within its grace).
+	Left int64 `json:"left,omitempty"`
 	// Latency is a slow-store fault's round-trip latency (ns).
 	Latency int64  `json:"latency,omitempty"`
 	Err     string `json:"err,omitempty"`

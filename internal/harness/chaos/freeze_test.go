@@ -30,22 +30,55 @@ func freezeRun(t *testing.T, adjust func(*Options)) *Report {
 	return oneStepRun(t, opts, adjust)
 }
 
+// keptHistoryDir is where a test keeps its run's history when
+// TENURE_CHAOS_HISTORY names a directory: a new one under it per run, so
+// that -count=N keeps every run's; "" otherwise (Run's own temporary
+// one, kept only when the run fails).
+func keptHistoryDir(t *testing.T) string {
+	root := os.Getenv("TENURE_CHAOS_HISTORY")
+	if root == "" {
+		return ""
+	}
+	parent := filepath.Join(root, t.Name())
+	if err := os.MkdirAll(parent, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	dir, err := os.MkdirTemp(parent, "run-*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// removeHistoryIfPassed removes a run's history once the test is over,
+// unless the test failed or TENURE_CHAOS_HISTORY asked to keep it.
+func removeHistoryIfPassed(t *testing.T, dir string) {
+	t.Cleanup(func() {
+		if os.Getenv("TENURE_CHAOS_HISTORY") != "" {
+			return // asked for
+		}
+		if t.Failed() {
+			t.Logf("history kept in %s", dir)
+			return
+		}
+		os.RemoveAll(dir)
+	})
+}
+
 // oneStepRun runs opts, changed by adjust, keeping its history under
-// TENURE_CHAOS_HISTORY when set (else a failed run's until the test ends).
+// TENURE_CHAOS_HISTORY when set (else a failed test's).
 func oneStepRun(t *testing.T, opts Options, adjust func(*Options)) *Report {
 	t.Helper()
 	if adjust != nil {
 		adjust(&opts)
 	}
-	if dir := os.Getenv("TENURE_CHAOS_HISTORY"); dir != "" {
-		opts.HistoryDir = filepath.Join(dir, t.Name())
-	}
+	opts.HistoryDir = keptHistoryDir(t)
 	rep, err := Run(context.Background(), opts)
 	if err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	if rep.HistoryDir != "" && opts.HistoryDir == "" {
-		t.Cleanup(func() { os.RemoveAll(rep.HistoryDir) })
+	if rep.HistoryDir != "" {
+		removeHistoryIfPassed(t, rep.HistoryDir)
 	}
 	return rep
 }

@@ -76,8 +76,9 @@ type Options struct {
 	// that forgot to call ReplicaMain runs no tests instead of recursing.
 	ReplicaArgs []string
 	// HistoryDir keeps the run's history (logs, schedule, report, SVG
-	// timeline) there. Default: a temporary directory, removed when the
-	// run passes and kept (named in the report) when it fails.
+	// timeline) there; it must be empty or new. Default: a temporary
+	// directory, removed when the run passes and kept (named in the
+	// report) when it fails.
 	HistoryDir string
 	// Logger receives progress (faults as they happen). Default: silent.
 	Logger *slog.Logger
@@ -246,7 +247,7 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	if autoDir {
 		dir, err = os.MkdirTemp("", fmt.Sprintf("tenure-chaos-%d-*", o.Seed))
 	} else {
-		err = os.MkdirAll(dir, 0o700)
+		err = emptyDir(dir)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("chaos: history directory: %w", err)
@@ -355,7 +356,12 @@ func (h *harness) run(ctx context.Context) (err error) {
 	}
 	h.log.Info("replicas up; injecting faults", "duration", h.opts.Duration, "store", h.hist.Store)
 	h.hl.add(clockEvent(evRunBegin))
-	h.inject(ctx)
+	last := h.inject(ctx)
+	// A fault that ended just now has its takeover still to come: a run
+	// that ended first would measure none (a kill 2.5 s before the end
+	// once left a test with nothing to check). The replicas run on, without
+	// faults, until every fault's bound has passed.
+	_ = sleepCtx(ctx, time.Until(last.Add(takeoverBoundOf(h.opts.Timing, h.backend.Kind))))
 	h.hl.add(clockEvent(evRunEnd))
 	return h.writeMeta()
 }
@@ -368,18 +374,24 @@ func (h *harness) writeMeta() error {
 	return os.WriteFile(filepath.Join(h.dir, metaFile), b, 0o600)
 }
 
-// inject runs fault steps from the seed until the duration is up. One at
-// a time, each fault is followed by a wait until every key has a holder
-// again, so takeovers are measured one by one; with Concurrency above one,
-// a new fault starts a gap after the last one started, on replicas no
-// other fault is using.
-func (h *harness) inject(ctx context.Context) {
+// inject runs fault steps from the seed until the duration is up, and
+// returns when the last fault ended. One at a time, each fault is
+// followed by a wait until every key has a holder again, so takeovers are
+// measured one by one; with Concurrency above one, a new fault starts a
+// gap after the last one started, on replicas no other fault is using.
+func (h *harness) inject(ctx context.Context) (lastEnd time.Time) {
 	pl := newPlanner(h.opts.Seed, h.opts.Timing, h.opts.Keys, h.opts.Faults)
 	end := time.Now().Add(h.opts.Duration)
 	settleMax := 2*(h.opts.Timing.TTL+h.opts.Timing.Grace) + 2*time.Second
 	slots := make(chan struct{}, h.opts.Concurrency)
 	var running sync.WaitGroup
-	defer running.Wait()
+	var mu sync.Mutex // lastEnd, which concurrent faults set
+	ended := func() {
+		mu.Lock()
+		lastEnd = time.Now()
+		mu.Unlock()
+	}
+	defer running.Wait() // before lastEnd is returned: faults still running set it
 	for ctx.Err() == nil && time.Now().Before(end) {
 		s := pl.next()
 		if !slices.Contains(h.opts.Faults, s.Fault) {
@@ -398,6 +410,7 @@ func (h *harness) inject(ctx context.Context) {
 		h.hist.Plan = append(h.hist.Plan, s)
 		if h.opts.Concurrency == 1 {
 			h.apply(ctx, s, targets)
+			ended()
 			h.unclaim(targets)
 			<-slots
 			h.replaceCrashed()
@@ -406,10 +419,29 @@ func (h *harness) inject(ctx context.Context) {
 			running.Go(func() {
 				defer func() { <-slots }()
 				h.apply(ctx, s, targets)
+				ended()
 				h.unclaim(targets)
 			})
 			h.replaceCrashed()
 		}
 		_ = sleepCtx(ctx, min(s.Gap, max(time.Until(end), 0)))
 	}
+	return // lastEnd, once the deferred Wait has let every fault set it
+}
+
+// emptyDir makes dir, or checks that it is empty: a run appends to its
+// logs, so an earlier run's records would merge with its own into one
+// history that makes no sense.
+func emptyDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	if len(entries) > 0 {
+		return fmt.Errorf("%s is not empty (it holds %s): name a new directory, or empty it", dir, entries[0].Name())
+	}
+	return nil
 }

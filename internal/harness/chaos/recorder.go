@@ -128,7 +128,7 @@ func (r *recorder) Acquire(ctx context.Context, req store.AcquireRequest) (store
 	case res.Acquired:
 		e.Outcome = outOK
 	default:
-		e.Epoch, e.Owner = res.Holder.Epoch, res.Holder.Owner
+		e.Epoch, e.Owner, e.Left = res.Holder.Epoch, res.Holder.Owner, int64(res.Holder.TimeLeft)
 	}
 	r.log.add(e)
 	return res, err
