@@ -335,15 +335,44 @@ func queryOnce(ctx context.Context, port int, sql string, dst any) error {
 	return conn.QueryRow(ctx, sql).Scan(dst)
 }
 
+// start starts n on its port. The port was free when the pair chose it,
+// seconds ago (initdb, a base backup); should something have bound it
+// since, n moves to another port, and its link with it.
 func (p *PostgresPair) start(n *pgNode) error {
-	if err := p.appendConf(n, fmt.Sprintf("port = %d\n", n.port)); err != nil {
-		return err
+	for attempt := 1; ; attempt++ {
+		if err := p.appendConf(n, fmt.Sprintf("port = %d\n", n.port)); err != nil {
+			return err
+		}
+		err := p.run("pg_ctl", "start", "-w", "-t", "60", "-D", n.data, "-l", n.data+".log")
+		if err == nil {
+			n.up = true
+			return nil
+		}
+		// pg_ctl says only "Examine the log output", which the test's
+		// temporary directory takes with it.
+		log := logTail(n.data+".log", 20)
+		if attempt == 3 || !strings.Contains(log, "Address already in use") {
+			return fmt.Errorf("%w\n%s's server log ends:\n%s", err, n.name, log)
+		}
+		addr, aerr := closedAddr()
+		if aerr != nil {
+			return aerr
+		}
+		if n.port, aerr = strconv.Atoi(strings.TrimPrefix(addr, "127.0.0.1:")); aerr != nil {
+			return aerr
+		}
+		p.links[slices.Index(p.nodes[:], n)].SetUpstream(addr)
 	}
-	if err := p.run("pg_ctl", "start", "-w", "-t", "60", "-D", n.data, "-l", n.data+".log"); err != nil {
-		return err
+}
+
+// logTail returns the last lines of the file at path, or why it cannot.
+func logTail(path string, lines int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
 	}
-	n.up = true
-	return nil
+	all := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	return strings.Join(all[max(0, len(all)-lines):], "\n")
 }
 
 func (p *PostgresPair) appendConf(n *pgNode, text string) error {

@@ -68,13 +68,23 @@ func Open[S interface{ Close() error }](t testing.TB, open func(context.Context)
 // ClosedAddr returns a 127.0.0.1 address where nothing listens.
 func ClosedAddr(t testing.TB) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	addr, err := closedAddr()
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := ln.Addr().String()
-	ln.Close()
 	return addr
+}
+
+// closedAddr is ClosedAddr's address. Nothing listens there now, but
+// anything may bind it before the caller does, an outgoing connection's
+// local port included.
+func closedAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
 }
 
 // WithPassword parses raw, a test server's URL, and gives its user (or
