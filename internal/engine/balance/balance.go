@@ -230,6 +230,10 @@ type planRound struct {
 	// part of them that is free, which it claims without a hand-over.
 	elsewhere, unheld map[string]int
 	released          map[string]bool
+	// leaving are the held keys an earlier plan released whose runners
+	// are still stopping: gone as far as this plan is concerned, and not
+	// released, shed or counted against a hand-over again.
+	leaving map[string]bool
 }
 
 // Plan implements Policy. It runs in phases: find the active workers and
@@ -255,6 +259,7 @@ func (b *Balanced) Plan(v View) Plan {
 	b.classify(rd)
 	b.notePresent(rd)
 	b.claim(rd)
+	b.noteLeaving(rd)
 	rd.shed()
 	b.handOver(rd)
 	for _, k := range rd.held {
@@ -265,6 +270,10 @@ func (b *Balanced) Plan(v View) Plan {
 	}
 	return rd.plan
 }
+
+// staying is how many held keys this plan neither released nor found
+// leaving.
+func (rd *planRound) staying() int { return len(rd.held) - len(rd.released) - len(rd.leaving) }
 
 // reuse empties a list for the next round, or lets it go if this round
 // used less than half of it, so that a burst (every key free at startup)
@@ -345,6 +354,23 @@ func (b *Balanced) classify(rd *planRound) {
 	for key, at := range b.gaveUp {
 		if v.Now.Sub(at) >= b.cfg.MinHold {
 			delete(b.gaveUp, key)
+		}
+	}
+}
+
+// noteLeaving finds the held keys that an earlier plan released during
+// their current term: the engine stops their runners before it releases
+// them, and on a store with push this worker plans again many times
+// meanwhile. Released again at each such plan, the same keys were counted
+// again and again against a hand-over part and the budget, and the
+// worker they went to was left short until its count changed.
+func (b *Balanced) noteLeaving(rd *planRound) {
+	rd.leaving = make(map[string]bool)
+	for _, k := range rd.held {
+		gave, ok := b.gaveUp[k.key]
+		since, held := rd.v.HeldSince[k.key]
+		if ok && held && !gave.Before(since) {
+			rd.leaving[k.key] = true
 		}
 	}
 }
@@ -473,10 +499,10 @@ func (rd *planRound) shed() {
 	rd.released = make(map[string]bool)
 	for class := 0; class <= 2; class++ {
 		for _, k := range rd.held {
-			if len(rd.held)-len(rd.released) <= rd.plan.Cap {
+			if rd.staying() <= rd.plan.Cap {
 				break
 			}
-			if shedClass(k) == class && !rd.released[k.key] {
+			if shedClass(k) == class && !rd.released[k.key] && !rd.leaving[k.key] {
 				rd.released[k.key] = true
 			}
 		}

@@ -142,6 +142,41 @@ func TestAHolderReplanningBeforeTheNewcomerClaimsGivesItsPartOnce(t *testing.T) 
 	}
 }
 
+// TestKeysStillStoppingCountOnceAgainstAHandOver replays a holder whose
+// released keys take a while to stop: the engine releases a key only once
+// its runner returns, and on a store with push the holder plans again
+// meanwhile, seeing them still held. Its budget lets it give w10 three
+// keys a plan; over six plans it must give its whole part once each, not
+// the same three keys again and again until the part is used up.
+func TestKeysStillStoppingCountOnceAgainstAHandOver(t *testing.T) {
+	ws, r, keys, owner, held := newcomerPool()
+	b := NewBalanced(Config{HandoffRate: 0.03}) // 3 keys a plan of the ~100 held
+	now := time.Unix(10_000, 0)
+	w10s := 0
+	for k := range held["w00"] {
+		if ws[r.top(hashString(k))].ID == "w10" {
+			w10s++
+		}
+	}
+	released := map[string]int{}
+	for i := range 6 {
+		v := View{Self: "w00", Now: now.Add(time.Duration(i) * time.Millisecond), Workers: ws, Keys: keys,
+			Owners: ownersOf(keys, owner), HeldSince: held["w00"]}
+		for _, k := range b.Plan(v).Release {
+			released[k]++ // still stopping: held in the next view
+		}
+	}
+	for k, n := range released {
+		if n > 1 {
+			t.Errorf("%s released in %d plans while it was stopping", k, n)
+		}
+	}
+	// Its part is about 91/120 of what it holds that w10 prefers.
+	if want := w10s * 91 / 120; len(released) < want-1 {
+		t.Errorf("w00 released %d keys over six plans, its part of the %d keys it holds that w10 prefers is about %d", len(released), w10s, want)
+	}
+}
+
 // TestANewcomerPreferredForMoreThanItsTargetIsHandedItsTargetNotAll builds
 // a join where rendezvous prefers the newcomer w10 for 120 of 1,000 keys,
 // a third above its target of 91: the ten holders plan on the same view
