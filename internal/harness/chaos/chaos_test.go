@@ -87,7 +87,7 @@ func runChaosWith(t *testing.T, url string, d time.Duration, adjust func(*Option
 	if v := os.Getenv("TENURE_CHAOS_FAULTS"); v != "" {
 		opts.Faults = strings.Split(v, ",")
 	}
-	opts.HistoryDir = keptHistoryDir(t)
+	opts.HistoryDir = keptHistoryDir(t, false)
 	start := time.Now()
 	rep, err := Run(context.Background(), opts)
 	if err != nil {
@@ -214,13 +214,7 @@ func TestSameOwnerNamesPassWhenTheStoreSeesAnIDPerProcess(t *testing.T) {
 	}
 	// Kept whatever Run thinks of it: a run without violations may still
 	// fail this test by measuring no takeover, and its history tells why.
-	history := keptHistoryDir(t)
-	if history == "" {
-		var err error
-		if history, err = os.MkdirTemp("", "tenure-chaos-same-owner-*"); err != nil {
-			t.Fatal(err)
-		}
-	}
+	history := keptHistoryDir(t, true)
 	removeHistoryIfPassed(t, history)
 	rep, err := Run(context.Background(), Options{
 		Store: "sqlite:" + filepath.Join(t.TempDir(), "leases.db"),

@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -30,7 +31,7 @@ func (c *checker) trail(key string, r *replicaInfo, from, at int64) string {
 			}
 		}
 	}
-	slices.SortFunc(calls, func(a, b Event) int { return int(a.Sent - b.Sent) })
+	slices.SortFunc(calls, func(a, b Event) int { return cmp.Compare(a.Sent, b.Sent) })
 	var b strings.Builder
 	b.WriteString("; peers' acquisitions after it:")
 	if len(calls) == 0 {

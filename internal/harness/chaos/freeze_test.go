@@ -30,14 +30,22 @@ func freezeRun(t *testing.T, adjust func(*Options)) *Report {
 	return oneStepRun(t, opts, adjust)
 }
 
-// keptHistoryDir is where a test keeps its run's history when
-// TENURE_CHAOS_HISTORY names a directory: a new one under it per run, so
-// that -count=N keeps every run's; "" otherwise (Run's own temporary
-// one, kept only when the run fails).
-func keptHistoryDir(t *testing.T) string {
+// keptHistoryDir is where a test keeps its run's history. When
+// TENURE_CHAOS_HISTORY names a directory it is a new one under it per run,
+// so that -count=N keeps every run's. Otherwise, with always, a temporary
+// one the test removes unless it fails; else "" (Run's own temporary one,
+// kept only when the run fails).
+func keptHistoryDir(t *testing.T, always bool) string {
 	root := os.Getenv("TENURE_CHAOS_HISTORY")
 	if root == "" {
-		return ""
+		if !always {
+			return ""
+		}
+		dir, err := os.MkdirTemp("", "tenure-chaos-*")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return dir
 	}
 	parent := filepath.Join(root, t.Name())
 	if err := os.MkdirAll(parent, 0o700); err != nil {
@@ -72,7 +80,7 @@ func oneStepRun(t *testing.T, opts Options, adjust func(*Options)) *Report {
 	if adjust != nil {
 		adjust(&opts)
 	}
-	opts.HistoryDir = keptHistoryDir(t)
+	opts.HistoryDir = keptHistoryDir(t, false)
 	rep, err := Run(context.Background(), opts)
 	if err != nil {
 		t.Fatalf("Run: %v", err)
