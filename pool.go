@@ -280,10 +280,13 @@ func (s *Supervisor) planPool(ps *poolState) {
 		return time.Time{}, false
 	}}
 	// The coordinator reads the keeper's view in place, under the
-	// keeper's lock as well as ours. A copy read before taking our lock
-	// spared a renewal that lost a lease from waiting for the scan, but a
-	// renewal waits for the keeper's lock during the scan either way, and
-	// the copy was 40 bytes per key of the pool, made again every round.
+	// keeper's lock as well as ours, instead of a copy made before taking
+	// ours (40 bytes per key of the namespace, every round). The cost:
+	// each pool scans the whole view; a renewal that lost a lease waits
+	// for the scan (tens of milliseconds at 100,000 keys) to stop the
+	// runner early; and a run's watchdog, which asks the keeper whether a
+	// renewal came before it stops the run at StopAt, waits for it too.
+	// StopAt is a renewal period before the deadline, which absorbs that.
 	round := ps.coord.Plan(now, self, s.leaseTable(true))
 	for _, key := range round.Malformed {
 		s.logLocked(slog.LevelWarn, "ignored a pool member whose membership lease is malformed (its weight must be a finite positive number)", "pool", ps.cfg.Name, "lease", key)
