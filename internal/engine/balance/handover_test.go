@@ -109,6 +109,28 @@ func newcomerPool() (ws []Worker, r *ranker, keys []string, owner map[string]str
 	return ws, r, keys, owner, held
 }
 
+// w00Replans has w00 of newcomerPool plan n times with b, a millisecond
+// apart, handing each key it releases to released, which may change the
+// next view's owners and w00's held keys. It returns how many of the keys
+// w00 held at first w10 prefers.
+func w00Replans(b *Balanced, n int, released func(key string, owner map[string]string, held map[string]time.Time)) (w10s int) {
+	ws, r, keys, owner, held := newcomerPool()
+	for k := range held["w00"] {
+		if ws[r.top(hashString(k))].ID == "w10" {
+			w10s++
+		}
+	}
+	now := time.Unix(10_000, 0)
+	for i := range n {
+		v := View{Self: "w00", Now: now.Add(time.Duration(i) * time.Millisecond), Workers: ws, Keys: keys,
+			Owners: ownersOf(keys, owner), HeldSince: held["w00"]}
+		for _, k := range b.Plan(v).Release {
+			released(k, owner, held["w00"])
+		}
+	}
+	return w10s
+}
+
 // TestAHolderReplanningBeforeTheNewcomerClaimsGivesItsPartOnce replays
 // what a store with push does: w00 plans the instant w10 joins, its
 // releases show as free at once while the nine other holders' are still
@@ -117,25 +139,12 @@ func newcomerPool() (ws []Worker, r *ranker, keys []string, owner map[string]str
 // left at each replan would add up to every key it holds that w10
 // prefers.
 func TestAHolderReplanningBeforeTheNewcomerClaimsGivesItsPartOnce(t *testing.T) {
-	ws, r, keys, owner, held := newcomerPool()
-	b := NewBalanced(Config{HandoffRate: 0.5})
-	now := time.Unix(10_000, 0)
-	w10s := 0
-	for k := range held["w00"] {
-		if ws[r.top(hashString(k))].ID == "w10" {
-			w10s++
-		}
-	}
 	given := map[string]bool{}
-	for i := range 10 {
-		v := View{Self: "w00", Now: now.Add(time.Duration(i) * time.Millisecond), Workers: ws, Keys: keys,
-			Owners: ownersOf(keys, owner), HeldSince: held["w00"]}
-		for _, k := range b.Plan(v).Release {
-			given[k] = true
-			delete(owner, k) // released: free in the next view
-			delete(held["w00"], k)
-		}
-	}
+	w10s := w00Replans(NewBalanced(Config{HandoffRate: 0.5}), 10, func(k string, owner map[string]string, held map[string]time.Time) {
+		given[k] = true
+		delete(owner, k) // released: free in the next view
+		delete(held, k)
+	})
 	// Its part is about 91/120 of what it holds that w10 prefers.
 	if want := (w10s*91 + 119) / 120; len(given) > want+1 {
 		t.Errorf("over ten replans w00 gave %d of the %d keys it held that w10 prefers; its part is about %d", len(given), w10s, want)
@@ -149,23 +158,11 @@ func TestAHolderReplanningBeforeTheNewcomerClaimsGivesItsPartOnce(t *testing.T) 
 // keys a plan; over six plans it must give its whole part once each, not
 // the same three keys again and again until the part is used up.
 func TestKeysStillStoppingCountOnceAgainstAHandOver(t *testing.T) {
-	ws, r, keys, owner, held := newcomerPool()
-	b := NewBalanced(Config{HandoffRate: 0.03}) // 3 keys a plan of the ~100 held
-	now := time.Unix(10_000, 0)
-	w10s := 0
-	for k := range held["w00"] {
-		if ws[r.top(hashString(k))].ID == "w10" {
-			w10s++
-		}
-	}
 	released := map[string]int{}
-	for i := range 6 {
-		v := View{Self: "w00", Now: now.Add(time.Duration(i) * time.Millisecond), Workers: ws, Keys: keys,
-			Owners: ownersOf(keys, owner), HeldSince: held["w00"]}
-		for _, k := range b.Plan(v).Release {
-			released[k]++ // still stopping: held in the next view
-		}
-	}
+	b := NewBalanced(Config{HandoffRate: 0.03}) // 3 keys a plan of the ~100 held
+	w10s := w00Replans(b, 6, func(k string, _ map[string]string, _ map[string]time.Time) {
+		released[k]++ // still stopping: held in the next view
+	})
 	for k, n := range released {
 		if n > 1 {
 			t.Errorf("%s released in %d plans while it was stopping", k, n)
@@ -298,51 +295,48 @@ func TestKeysTakenWhileTheirWorkerWasAwayGoBackBeforeMinHold(t *testing.T) {
 	if want == 0 {
 		t.Fatal("w00 is next in line for none of w10's keys; the test needs some")
 	}
-	cfg := Config{HandoffRate: 0.5}
-
-	// A stay of minutes, away, back nine seconds after w00 took its keys.
-	b := NewBalanced(cfg)
-	plan(b, 0, pool(true), long)
-	plan(b, 5, without, long)
-	if n := gaveBack(plan(b, 15, pool(true), t0.Add(6*time.Second))); n < want*3/4 {
-		t.Errorf("after a long stay: w00 gave back %d of the %d keys it took while w10 was away; want most of them", n, want)
+	// step is one plan of w00: at seconds after t0, w10 back under a new
+	// ID ("new"), as before ("same") or missing ("gone"), and w00 having
+	// taken w10's keys at took.
+	type step struct {
+		at   int
+		w10  string
+		took time.Time
 	}
-
-	// Gone and its keys taken within one instant (a store with push has
-	// every worker replan at each release): they were taken while it was
-	// away all the same.
-	b = NewBalanced(cfg)
-	plan(b, 0, pool(true), long)
-	plan(b, 5, pool(false), long)
-	plan(b, 5, without, long)
-	if n := gaveBack(plan(b, 14, pool(true), t0.Add(5*time.Second))); n < want*3/4 {
-		t.Errorf("taken the instant it went: w00 gave back %d of the %d keys; want most of them", n, want)
-	}
-
-	// A crash loop: back, gone again after ten seconds, back once more.
-	b = NewBalanced(cfg)
-	plan(b, 0, pool(true), long)
-	plan(b, 5, without, long)
-	plan(b, 10, pool(true), long)
-	plan(b, 20, without, long)
-	if n := gaveBack(plan(b, 30, pool(true), t0.Add(21*time.Second))); n != 0 {
-		t.Errorf("after a ten-second stay: w00 gave back %d keys held for nine seconds; want none before MinHold", n)
-	}
-
-	// Never seen away.
-	b = NewBalanced(cfg)
-	plan(b, 0, pool(false), long)
-	if n := gaveBack(plan(b, 15, pool(false), t0.Add(6*time.Second))); n != 0 {
-		t.Errorf("never away: w00 gave back %d keys held for nine seconds; want none before MinHold", n)
-	}
-
-	// Taken while w10 was there; then w10 misses one plan.
-	b = NewBalanced(cfg)
-	plan(b, 0, pool(false), long)
-	plan(b, 8, pool(false), t0.Add(6*time.Second))
-	plan(b, 10, without, t0.Add(6*time.Second))
-	if n := gaveBack(plan(b, 15, pool(false), t0.Add(6*time.Second))); n != 0 {
-		t.Errorf("taken while w10 was there: w00 gave back %d keys held for nine seconds; want none before MinHold", n)
+	for _, c := range []struct {
+		name  string
+		steps []step // the last plan's releases are judged
+		most  bool   // most of w10's keys go back; else none, before MinHold
+	}{
+		{"a stay of minutes, away, back nine seconds after w00 took its keys",
+			[]step{{0, "new", long}, {5, "gone", long}, {15, "new", t0.Add(6 * time.Second)}}, true},
+		// A store with push has every worker replan at each release: w10
+		// gone and its keys taken in one instant were taken while it was
+		// away all the same.
+		{"gone and its keys taken within one instant",
+			[]step{{0, "new", long}, {5, "same", long}, {5, "gone", long}, {14, "new", t0.Add(5 * time.Second)}}, true},
+		{"a crash loop: back, gone again after ten seconds, back once more",
+			[]step{{0, "new", long}, {5, "gone", long}, {10, "new", long}, {20, "gone", long}, {30, "new", t0.Add(21 * time.Second)}}, false},
+		{"never seen away",
+			[]step{{0, "same", long}, {15, "same", t0.Add(6 * time.Second)}}, false},
+		{"taken while w10 was there, then it misses one plan",
+			[]step{{0, "same", long}, {8, "same", t0.Add(6 * time.Second)}, {10, "gone", t0.Add(6 * time.Second)}, {15, "same", t0.Add(6 * time.Second)}}, false},
+	} {
+		b := NewBalanced(Config{HandoffRate: 0.5})
+		var last Plan
+		for _, st := range c.steps {
+			ps := without
+			if st.w10 != "gone" {
+				ps = pool(st.w10 == "new")
+			}
+			last = plan(b, st.at, ps, st.took)
+		}
+		switch n := gaveBack(last); {
+		case c.most && n < want*3/4:
+			t.Errorf("%s: w00 gave back %d of the %d keys it took while w10 was away; want most of them", c.name, n, want)
+		case !c.most && n != 0:
+			t.Errorf("%s: w00 gave back %d keys it took recently; want none before MinHold", c.name, n)
+		}
 	}
 }
 
