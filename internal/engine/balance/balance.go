@@ -231,8 +231,8 @@ type planRound struct {
 	elsewhere, unheld map[string]int
 	released          map[string]bool
 	// leaving are the held keys an earlier plan released whose runners
-	// are still stopping: gone as far as this plan is concerned, and not
-	// released, shed or counted against a hand-over again.
+	// are still stopping: not handed over again against a part (see
+	// noteLeaving).
 	leaving map[string]bool
 }
 
@@ -270,10 +270,6 @@ func (b *Balanced) Plan(v View) Plan {
 	}
 	return rd.plan
 }
-
-// staying is how many held keys this plan neither released nor found
-// leaving.
-func (rd *planRound) staying() int { return len(rd.held) - len(rd.released) - len(rd.leaving) }
 
 // reuse empties a list for the next round, or lets it go if this round
 // used less than half of it, so that a burst (every key free at startup)
@@ -361,9 +357,14 @@ func (b *Balanced) classify(rd *planRound) {
 // noteLeaving finds the held keys that an earlier plan released during
 // their current term: the engine stops their runners before it releases
 // them, and on a store with push this worker plans again many times
-// meanwhile. Released again at each such plan, the same keys were counted
-// again and again against a hand-over part and the budget, and the
-// worker they went to was left short until its count changed.
+// meanwhile. Handed over again at each such plan, the same keys were
+// counted again and again against the part promised to the worker that
+// prefers them, which was left short until its count changed. Shedding
+// above the cap and giving spare keys to low workers still see them as
+// held and may pick them again, as before: the spare part is decided
+// afresh at each plan, with no promise to count against, so skipping the
+// leaving keys there would make every replan give another part of new
+// keys.
 func (b *Balanced) noteLeaving(rd *planRound) {
 	rd.leaving = make(map[string]bool)
 	for _, k := range rd.held {
@@ -499,10 +500,10 @@ func (rd *planRound) shed() {
 	rd.released = make(map[string]bool)
 	for class := 0; class <= 2; class++ {
 		for _, k := range rd.held {
-			if rd.staying() <= rd.plan.Cap {
+			if len(rd.held)-len(rd.released) <= rd.plan.Cap {
 				break
 			}
-			if shedClass(k) == class && !rd.released[k.key] && !rd.leaving[k.key] {
+			if shedClass(k) == class && !rd.released[k.key] {
 				rd.released[k.key] = true
 			}
 		}

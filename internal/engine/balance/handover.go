@@ -64,10 +64,10 @@ func (b *Balanced) handOver(rd *planRound) {
 	}
 	spare = b.partOf(rd, spare)
 	for _, k := range rd.held {
-		if budget <= 0 || spare <= 0 || rd.staying() <= rd.plan.Target {
+		if budget <= 0 || spare <= 0 || len(rd.held)-len(rd.released) <= rd.plan.Target {
 			break
 		}
-		if rd.released[k.key] || rd.leaving[k.key] || !holdOK(k.key) {
+		if rd.released[k.key] || !holdOK(k.key) {
 			continue
 		}
 		rd.released[k.key] = true
