@@ -245,25 +245,44 @@ func (s *Supervisor) refreshPool(ctx context.Context, ps *poolState) {
 // planPools runs every pool's policy on the last observed lease table and
 // marks the keys to claim and to give back.
 func (s *Supervisor) planPools() {
-	s.mu.Lock()
-	pools := make([]*poolState, 0, len(s.pools.byName))
-	for _, ps := range s.pools.byName {
-		pools = append(pools, ps)
-	}
-	s.pools.replan, s.pools.replanAt = false, time.Time{}
-	s.unlock()
-	for _, ps := range pools {
-		s.planPool(ps)
-	}
-}
-
-func (s *Supervisor) planPool(ps *poolState) {
 	now := time.Now()
 	s.mu.Lock()
 	defer s.unlock()
-	if !ps.coord.Loaded() {
+	s.pools.replan, s.pools.replanAt = false, time.Time{}
+	type planning struct {
+		ps *poolState
+		p  *poolcoord.Planning
+	}
+	var plans []planning
+	for _, ps := range s.pools.byName {
+		if p := ps.coord.Begin(now, s.poolSelf(ps, now)); p != nil {
+			plans = append(plans, planning{ps, p})
+		}
+	}
+	if len(plans) == 0 {
 		return
 	}
+	// The coordinators read the keeper's view in place, in one pass for
+	// every pool, under the keeper's lock as well as ours, instead of a
+	// copy made before taking ours (40 bytes per key of the namespace,
+	// every round). The cost: a renewal that lost a lease waits for the
+	// pass (tens of milliseconds at 100,000 keys) to stop the runner
+	// early, and so does a run's watchdog, which asks the keeper whether
+	// a renewal came before it stops the run at StopAt. StopAt is a
+	// renewal period before the deadline, which absorbs that.
+	for e := range s.leaseTable(true) {
+		for _, pl := range plans {
+			pl.p.Observe(e)
+		}
+	}
+	for _, pl := range plans {
+		s.applyRound(pl.ps, pl.p.Finish())
+	}
+	s.poke()
+}
+
+// poolSelf is this worker's standing in ps now. s.mu is held.
+func (s *Supervisor) poolSelf(ps *poolState, now time.Time) poolcoord.Self {
 	memberKey := ps.coord.MemberKey()
 	// Claim only once membership has been held for a round, so peers
 	// starting together see each other first: otherwise the first one up
@@ -273,21 +292,17 @@ func (s *Supervisor) planPool(ps *poolState) {
 	if mk := s.keys[memberKey]; mk != nil && member {
 		settled = now.Sub(mk.heldSince) >= s.cfg.RenewEvery
 	}
-	self := poolcoord.Self{Member: member, Settled: settled, HeldSince: func(key string) (time.Time, bool) {
+	return poolcoord.Self{Member: member, Settled: settled, HeldSince: func(key string) (time.Time, bool) {
 		if ks := s.keys[key]; ks != nil {
 			return ks.heldSince, true
 		}
 		return time.Time{}, false
 	}}
-	// The coordinator reads the keeper's view in place, under the
-	// keeper's lock as well as ours, instead of a copy made before taking
-	// ours (40 bytes per key of the namespace, every round). The cost:
-	// each pool scans the whole view; a renewal that lost a lease waits
-	// for the scan (tens of milliseconds at 100,000 keys) to stop the
-	// runner early; and a run's watchdog, which asks the keeper whether a
-	// renewal came before it stops the run at StopAt, waits for it too.
-	// StopAt is a renewal period before the deadline, which absorbs that.
-	round := ps.coord.Plan(now, self, s.leaseTable(true))
+}
+
+// applyRound marks the keys ps's round claims and gives back, and forgets
+// those it no longer manages. s.mu is held.
+func (s *Supervisor) applyRound(ps *poolState, round poolcoord.Round) {
 	for _, key := range round.Malformed {
 		s.logLocked(slog.LevelWarn, "ignored a pool member whose membership lease is malformed (its weight must be a finite positive number)", "pool", ps.cfg.Name, "lease", key)
 	}
@@ -321,7 +336,6 @@ func (s *Supervisor) planPool(ps *poolState) {
 			}
 		}
 	}
-	s.poke()
 }
 
 // leaseTable is the holder's view of the lease table for the pool

@@ -51,6 +51,49 @@ func TestPoolsWithTheSameKeyNamesNeverShareALease(t *testing.T) {
 	})
 }
 
+// A supervisor plans all its pools from one pass over its view of the
+// table: two pools with the same key names, on each of two replicas, are
+// each shared between the replicas, every key of each running once.
+func TestEveryPoolOfASupervisorIsPlannedFromOnePass(t *testing.T) {
+	bubble(t, func(t *testing.T, st *memstore.Store) {
+		names := poolKeys(12)
+		logs := map[string]*runLog{"mail": {}, "chat": {}}
+		for _, name := range []string{"r1", "r2"} {
+			r := newReplica(t, st, name)
+			for pool, log := range logs {
+				if err := r.AddPool(tenure.Pool{Name: pool, Source: tenure.StaticKeys(names...), Runner: log.runner(name),
+					OrphanDelay: 2 * time.Second}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			r.start()
+			defer r.stop()
+		}
+		advance(8 * renew)
+		for pool, log := range logs {
+			perReplica := map[string]int{}
+			for _, key := range names {
+				live := 0
+				for _, r := range log.of(key) {
+					if r.ended.IsZero() {
+						live++
+						perReplica[r.replica]++
+					}
+				}
+				if live != 1 {
+					t.Errorf("%s key %s runs %d times, want once", pool, key, live)
+				}
+			}
+			if perReplica["r1"] < 5 || perReplica["r2"] < 5 {
+				t.Errorf("%s's 12 keys run %v, want about 6 on each", pool, perReplica)
+			}
+			if o := log.overlaps(); len(o) > 0 {
+				t.Errorf("%s: %v", pool, o)
+			}
+		}
+	})
+}
+
 // With Config.Prefix, everything a supervisor must see — its keys, its
 // pools' keys and memberships — lives under the prefix, and a key that
 // could not be seen there is refused.

@@ -41,9 +41,9 @@ func BenchmarkPlan(b *testing.B) {
 			long := time.Unix(0, 0)
 			self := Self{Member: true, Settled: true, HeldSince: func(string) (time.Time, bool) { return long, true }}
 			now := time.Unix(1000, 0)
-			c.Plan(now, self, slices.Values(table))
+			plan(c, now, self, slices.Values(table))
 			for b.Loop() {
-				c.Plan(now, self, slices.Values(table))
+				plan(c, now, self, slices.Values(table))
 			}
 		})
 	}

@@ -180,43 +180,64 @@ type Round struct {
 	Malformed []string
 }
 
-// Plan takes the holder's view of the lease table and plans this worker's
-// round. The table is read once, as it is iterated: the engine passes the
-// view itself rather than a copy of every lease each round.
-func (c *Coordinator) Plan(now time.Time, self Self, table iter.Seq[Entry]) Round {
+// Planning is a round's plan being made: Begin starts it, Observe reads
+// each entry of the lease table into it, Finish plans. The engine plans
+// all its pools from one pass over its view of the table, which holds
+// every key of every pool: a pass per pool was as many scans, each under
+// the locks a renewal and a run's watchdog wait for.
+type Planning struct {
+	c    *Coordinator
+	self Self
+	view balance.View
+	out  Round
+}
+
+// Begin starts the round's plan, or returns nil before the source's keys
+// are loaded (nothing to plan).
+func (c *Coordinator) Begin(now time.Time, self Self) *Planning {
 	if c.keys == nil {
-		return Round{}
+		return nil
 	}
 	if len(c.owners) != len(c.keys) {
 		c.owners = make([]string, len(c.keys))
 	}
 	clear(c.owners)
-	view := balance.View{Self: c.cfg.Self, Now: now, Keys: c.keys, Owners: c.owners, HeldSince: make(map[string]time.Time)}
-	var out Round
-	// A key whose holder crashed is still blocked during grace: counting
-	// it as owned keeps the first worker around from taking keys it does
-	// not prefer before their preferred worker can.
-	for e := range table {
-		if c.isMember(e.Key) {
-			if e.Live {
-				c.addWorker(&view, &out, e, self.Member)
-			}
-		} else if k, ok := c.poolKey(e.Key); ok {
-			if i, listed := c.index.find(k); listed {
-				c.owners[i] = e.Owner
-			}
+	return &Planning{c: c, self: self,
+		view: balance.View{Self: c.cfg.Self, Now: now, Keys: c.keys, Owners: c.owners, HeldSince: make(map[string]time.Time)}}
+}
+
+// Observe reads one entry of the lease table; one of another pool, or of
+// no pool, changes nothing.
+//
+// A key whose holder crashed is still blocked during grace: counting it
+// as owned keeps the first worker around from taking keys it does not
+// prefer before their preferred worker can.
+func (p *Planning) Observe(e Entry) {
+	c := p.c
+	if c.isMember(e.Key) {
+		if e.Live {
+			c.addWorker(&p.view, &p.out, e, p.self.Member)
+		}
+	} else if k, ok := c.poolKey(e.Key); ok {
+		if i, listed := c.index.find(k); listed {
+			c.owners[i] = e.Owner
 		}
 	}
+}
+
+// Finish plans the round from what was observed.
+func (p *Planning) Finish() Round {
+	c, view, out := p.c, p.view, p.out
 	for i, owner := range c.owners {
-		if owner != c.cfg.Self || self.HeldSince == nil {
+		if owner != c.cfg.Self || p.self.HeldSince == nil {
 			continue
 		}
-		if t, ok := self.HeldSince(c.LeaseKey(c.keys[i])); ok {
+		if t, ok := p.self.HeldSince(c.LeaseKey(c.keys[i])); ok {
 			view.HeldSince[c.keys[i]] = t
 		}
 	}
 	c.plan = balance.Plan{}
-	if self.Settled {
+	if p.self.Settled {
 		c.plan = c.cfg.Policy.Plan(view)
 	}
 	out.Recheck = c.plan.Recheck

@@ -79,7 +79,7 @@ func TestASourceIsDeduplicatedAndABadReadKeepsTheLastGoodSet(t *testing.T) {
 func TestAWorkerClaimsOnlyOnceSettledAndCountsKeysInGraceAsOwned(t *testing.T) {
 	c := newCoord(t, "w1")
 	now := time.Unix(1_700_000_000, 0)
-	if r := c.Plan(now, Self{Member: true, Settled: true}, tableOf(member("w1", "1"))); len(r.Claim) != 0 {
+	if r := plan(c, now, Self{Member: true, Settled: true}, tableOf(member("w1", "1"))); len(r.Claim) != 0 {
 		t.Fatalf("planned %v before the source was read", r.Claim)
 	}
 	keys := []string{"a", "b", "c", "d"}
@@ -91,10 +91,10 @@ func TestAWorkerClaimsOnlyOnceSettledAndCountsKeysInGraceAsOwned(t *testing.T) {
 		Entry{Key: "app/~pool/mail/b", Owner: "gone", Live: false, Running: true},
 		// The same name in another pool says nothing about this one.
 		Entry{Key: "app/~pool/other/c", Owner: "x", Live: true, Running: true})
-	if r := c.Plan(now, Self{Member: true}, table); len(r.Claim) != 0 {
+	if r := plan(c, now, Self{Member: true}, table); len(r.Claim) != 0 {
 		t.Fatalf("claimed %v before membership settled", r.Claim)
 	}
-	r := c.Plan(now, Self{Member: true, Settled: true}, table)
+	r := plan(c, now, Self{Member: true, Settled: true}, table)
 	want := []string{"app/~pool/mail/a", "app/~pool/mail/c", "app/~pool/mail/d"}
 	got := slices.Clone(r.Claim)
 	slices.Sort(got)
@@ -110,7 +110,7 @@ func TestAMalformedPeerIsIgnoredAndReportedOnce(t *testing.T) {
 	}
 	now := time.Unix(1_700_000_000, 0)
 	table := tableOf(member("w1", "1"), member("w2", "Inf"), member("w3", "NaN"))
-	r := c.Plan(now, Self{Member: true, Settled: true}, table)
+	r := plan(c, now, Self{Member: true, Settled: true}, table)
 	slices.Sort(r.Malformed)
 	if want := []string{"app/~workers/mail/w2@Inf", "app/~workers/mail/w3@NaN"}; !slices.Equal(r.Malformed, want) {
 		t.Errorf("Malformed = %v, want %v", r.Malformed, want)
@@ -118,7 +118,7 @@ func TestAMalformedPeerIsIgnoredAndReportedOnce(t *testing.T) {
 	if len(r.Claim) != 4 {
 		t.Errorf("claimed %d of 4 keys; malformed peers must not take a share", len(r.Claim))
 	}
-	if r := c.Plan(now, Self{Member: true, Settled: true}, table); len(r.Malformed) != 0 {
+	if r := plan(c, now, Self{Member: true, Settled: true}, table); len(r.Malformed) != 0 {
 		t.Errorf("reported again: %v", r.Malformed)
 	}
 }
@@ -132,14 +132,27 @@ func TestAWorkerWithoutItsMembershipClaimsNothing(t *testing.T) {
 	held := Entry{Key: "app/~pool/mail/a", Owner: "w1", Live: true, Running: true}
 	since := func(string) (time.Time, bool) { return now.Add(-time.Hour), true }
 	table := tableOf(member("w1", "1"), held)
-	if r := c.Plan(now, Self{Member: false, Settled: true, HeldSince: since}, table); len(r.Claim) != 0 {
+	if r := plan(c, now, Self{Member: false, Settled: true, HeldSince: since}, table); len(r.Claim) != 0 {
 		t.Errorf("Claim = %v; a worker that lost its membership is draining", r.Claim)
 	}
-	if r := c.Plan(now, Self{Member: true, Settled: true, HeldSince: since}, table); len(r.Claim) == 0 {
+	if r := plan(c, now, Self{Member: true, Settled: true, HeldSince: since}, table); len(r.Claim) == 0 {
 		t.Error("claimed nothing as a member with a free key; the test proves nothing")
 	}
 	st := c.Status(tableOf(member("w1", "1"), member("w2", "1"), held))
 	if st.Held != 1 || st.Workers["w1"] != 1 || st.Workers["w2"] != 0 || len(st.Workers) != 2 {
 		t.Errorf("Status = %+v", st)
 	}
+}
+
+// plan plans c's round from table as the engine does: Begin, Observe each
+// entry, Finish.
+func plan(c *Coordinator, now time.Time, self Self, table iter.Seq[Entry]) Round {
+	p := c.Begin(now, self)
+	if p == nil {
+		return Round{}
+	}
+	for e := range table {
+		p.Observe(e)
+	}
+	return p.Finish()
 }
