@@ -47,14 +47,23 @@ func StartRedis(t testing.TB, extra ...string) *RedisServer {
 	return startRedisServer(t, bin, &RedisServer{port: freePort(t), dir: t.TempDir(), args: extra})
 }
 
+// startRedisServer starts s. Its port was free when the caller chose it;
+// should something have bound it since (an outgoing connection's local
+// port, another test's server), s moves to another, up to three times.
 func startRedisServer(t testing.TB, bin string, s *RedisServer) *RedisServer {
 	t.Helper()
 	s.t, s.bin = t, bin
-	if err := s.Start(); err != nil {
-		t.Fatal(err)
-	}
 	t.Cleanup(s.Kill)
-	return s
+	for attempt := 1; ; attempt++ {
+		err := s.Start()
+		if err == nil {
+			return s
+		}
+		if attempt == 3 || !strings.Contains(err.Error(), "Address already in use") {
+			t.Fatal(err)
+		}
+		s.port = freePort(t)
+	}
 }
 
 // freePort returns a TCP port on 127.0.0.1 with nothing listening.
@@ -102,6 +111,14 @@ func (s *RedisServer) Start() error {
 		cancel()
 		if err == nil {
 			return nil
+		}
+		select {
+		case <-s.done:
+			// It exited (a port taken, a bad argument): waiting on would
+			// only ping whatever else listens there.
+			s.cmd = nil
+			return fmt.Errorf("redis-server on %s exited: %v\n%s", s.Addr(), err, s.LogTail())
+		default:
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("redis-server on %s did not answer: %v\n%s", s.Addr(), err, s.LogTail())
