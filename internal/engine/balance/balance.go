@@ -365,13 +365,18 @@ func (b *Balanced) classify(rd *planRound) {
 // afresh at each plan, with no promise to count against, so skipping the
 // leaving keys there would make every replan give another part of new
 // keys.
+//
+// It walks the given-up keys, not the held ones: there are none at all in
+// a settled pool, where a walk of the held keys cost two lookups for each
+// of them at every plan.
 func (b *Balanced) noteLeaving(rd *planRound) {
-	rd.leaving = make(map[string]bool)
-	for _, k := range rd.held {
-		gave, ok := b.gaveUp[k.key]
-		since, held := rd.v.HeldSince[k.key]
-		if ok && held && !gave.Before(since) {
-			rd.leaving[k.key] = true
+	rd.leaving = nil
+	for key, gave := range b.gaveUp {
+		if since, held := rd.v.HeldSince[key]; held && !gave.Before(since) {
+			if rd.leaving == nil {
+				rd.leaving = make(map[string]bool)
+			}
+			rd.leaving[key] = true
 		}
 	}
 }
