@@ -50,6 +50,14 @@ func StartEtcdCluster(t testing.TB, n int, extra ...string) *EtcdCluster {
 	if err != nil {
 		Unavailable(t, "etcd binary not found on PATH; install etcd-server to run this test")
 	}
+	c := newEtcdCluster(t, bin, n, extra)
+	c.run(t)
+	return c
+}
+
+// newEtcdCluster lays out n members, each on ports free now, without
+// starting them.
+func newEtcdCluster(t testing.TB, bin string, n int, extra []string) *EtcdCluster {
 	c := &EtcdCluster{bin: bin, token: UniqueName("tenure-test-")}
 	var initial []string
 	for i := range n {
@@ -64,16 +72,72 @@ func StartEtcdCluster(t testing.TB, n int, extra ...string) *EtcdCluster {
 		initial = append(initial, m.Name+"=http://"+m.peer)
 	}
 	c.initial = strings.Join(initial, ",")
-	for _, m := range c.members {
-		if err := c.start(m); err != nil {
-			t.Fatal(err)
-		}
-	}
+	return c
+}
+
+// run starts c's members and waits until they have a leader. Should a
+// member find one of its ports taken, every member moves: the others were
+// told its peer address, so the cluster is laid out anew (onFreePort).
+func (c *EtcdCluster) run(t testing.TB) {
+	t.Helper()
 	t.Cleanup(c.stopAll)
-	if _, err := c.WaitLeader(30 * time.Second); err != nil {
+	err := onFreePort(func() error {
+		for _, m := range c.members {
+			if err := c.start(m); err != nil {
+				return err
+			}
+		}
+		return c.waitUp(30 * time.Second)
+	}, func() error {
+		c.stopAll()
+		moved := newEtcdCluster(t, c.bin, len(c.members), c.members[0].extraArgs)
+		c.members, c.initial = moved.members, moved.initial
+		return nil
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
-	return c
+}
+
+// waitUp waits until every member answers and one of them leads: a
+// cluster of three has a leader while one member still fails to bind its
+// ports. It gives up at once, with its log, when a member has exited (a
+// port taken, a bad flag).
+func (c *EtcdCluster) waitUp(d time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	for {
+		for _, m := range c.members {
+			select {
+			case <-m.done:
+				return fmt.Errorf("etcd member %s exited while the cluster started; its log ends:\n%s",
+					m.Name, logTail(filepath.Join(m.dir, "etcd.log"), 20))
+			default:
+			}
+		}
+		err := c.allUp(ctx)
+		switch {
+		case err == nil:
+			return nil
+		case ctx.Err() != nil:
+			return fmt.Errorf("etcd cluster %s: not up within %v: %w", c.URL(), d, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// allUp reports why not every member answers with a leader known.
+func (c *EtcdCluster) allUp(ctx context.Context) error {
+	for _, m := range c.members {
+		st, err := m.status(ctx)
+		if err != nil {
+			return fmt.Errorf("member %s: %w", m.Name, err)
+		}
+		if st.Leader == 0 {
+			return fmt.Errorf("member %s knows no leader", m.Name)
+		}
+	}
+	return nil
 }
 
 // URL is an etcd:// URL listing every member.
@@ -143,15 +207,7 @@ func (c *EtcdCluster) Restart(m *EtcdMember) error {
 func (c *EtcdCluster) Leader(ctx context.Context) (*EtcdMember, error) {
 	var errs []error
 	for _, m := range c.members {
-		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{m.Client}, DialTimeout: time.Second, Logger: zap.NewNop()})
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		sctx, cancel := context.WithTimeout(ctx, time.Second)
-		st, err := cli.Status(sctx, m.Client)
-		cancel()
-		cli.Close()
+		st, err := m.status(ctx)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -164,6 +220,18 @@ func (c *EtcdCluster) Leader(ctx context.Context) (*EtcdMember, error) {
 		}
 	}
 	return nil, fmt.Errorf("no member says it leads: %w", errors.Join(errs...))
+}
+
+// status asks m for its status, giving it a second.
+func (m *EtcdMember) status(ctx context.Context) (*clientv3.StatusResponse, error) {
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{m.Client}, DialTimeout: time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		return nil, err
+	}
+	defer cli.Close()
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	return cli.Status(ctx, m.Client)
 }
 
 // WaitLeader waits up to d for a member to lead.

@@ -337,32 +337,26 @@ func queryOnce(ctx context.Context, port int, sql string, dst any) error {
 
 // start starts n on its port. The port was free when the pair chose it,
 // seconds ago (initdb, a base backup); should something have bound it
-// since, n moves to another port, and its link with it.
+// since, n moves to another port, and its link with it (onFreePort).
 func (p *PostgresPair) start(n *pgNode) error {
-	for attempt := 1; ; attempt++ {
+	return onFreePort(func() error {
 		if err := p.appendConf(n, fmt.Sprintf("port = %d\n", n.port)); err != nil {
 			return err
 		}
-		err := p.run("pg_ctl", "start", "-w", "-t", "60", "-D", n.data, "-l", n.data+".log")
-		if err == nil {
-			n.up = true
-			return nil
+		if err := p.run("pg_ctl", "start", "-w", "-t", "60", "-D", n.data, "-l", n.data+".log"); err != nil {
+			// pg_ctl says only "Examine the log output", which the test's
+			// temporary directory takes with it.
+			return fmt.Errorf("%w\n%s's server log ends:\n%s", err, n.name, logTail(n.data+".log", 20))
 		}
-		// pg_ctl says only "Examine the log output", which the test's
-		// temporary directory takes with it.
-		log := logTail(n.data+".log", 20)
-		if attempt == 3 || !strings.Contains(log, "Address already in use") {
-			return fmt.Errorf("%w\n%s's server log ends:\n%s", err, n.name, log)
+		n.up = true
+		return nil
+	}, func() (err error) {
+		if n.port, err = pickPort(); err != nil {
+			return err
 		}
-		addr, aerr := closedAddr()
-		if aerr != nil {
-			return aerr
-		}
-		if n.port, aerr = strconv.Atoi(strings.TrimPrefix(addr, "127.0.0.1:")); aerr != nil {
-			return aerr
-		}
-		p.links[slices.Index(p.nodes[:], n)].SetUpstream(addr)
-	}
+		p.links[slices.Index(p.nodes[:], n)].SetUpstream("127.0.0.1:" + strconv.Itoa(n.port))
+		return nil
+	})
 }
 
 // logTail returns the last lines of the file at path, or why it cannot.

@@ -47,34 +47,20 @@ func StartRedis(t testing.TB, extra ...string) *RedisServer {
 	return startRedisServer(t, bin, &RedisServer{port: freePort(t), dir: t.TempDir(), args: extra})
 }
 
-// startRedisServer starts s. Its port was free when the caller chose it;
-// should something have bound it since (an outgoing connection's local
-// port, another test's server), s moves to another, up to three times.
+// startRedisServer starts s, on another port should something have bound
+// the one the caller chose (onFreePort).
 func startRedisServer(t testing.TB, bin string, s *RedisServer) *RedisServer {
 	t.Helper()
 	s.t, s.bin = t, bin
 	t.Cleanup(s.Kill)
-	for attempt := 1; ; attempt++ {
-		err := s.Start()
-		if err == nil {
-			return s
-		}
-		if attempt == 3 || !strings.Contains(err.Error(), "Address already in use") {
-			t.Fatal(err)
-		}
-		s.port = freePort(t)
-	}
-}
-
-// freePort returns a TCP port on 127.0.0.1 with nothing listening.
-func freePort(t testing.TB) int {
-	t.Helper()
-	_, port, _ := net.SplitHostPort(ClosedAddr(t))
-	n, err := strconv.Atoi(port)
+	err := onFreePort(s.Start, func() (err error) {
+		s.port, err = pickPort()
+		return err
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return n
+	return s
 }
 
 // Addr is the server's host:port.
