@@ -56,7 +56,7 @@ type keyState struct {
 	pending phase     // starting or releasing while that action is in flight, else idle
 
 	termStart
-	fails       failureLog
+	fails       *failureLog   // nil until the first failure (failed, failures)
 	nextAcquire time.Time     // no acquisition attempt before this
 	restart     bool          // start again at once when the runner returns
 	removed     chan struct{} // closed when a removal has finished
@@ -89,6 +89,25 @@ type failureLog struct {
 	coolUntil time.Time   // handed over after a crash loop: not wanted here before this
 }
 
+// failed is the key's record of failed runs, empty for a key that has not
+// failed.
+func (ks *keyState) failed() failureLog {
+	if ks.fails == nil {
+		return failureLog{}
+	}
+	return *ks.fails
+}
+
+// failures is the key's record of failed runs for writing, made at its
+// first failure: most keys never fail, and a record in each was 96 of the
+// bytes every key of a 100,000-key pool costs.
+func (ks *keyState) failures() *failureLog {
+	if ks.fails == nil {
+		ks.fails = new(failureLog)
+	}
+	return ks.fails
+}
+
 // phase is the key's phase now.
 func (ks *keyState) phase() phase {
 	switch {
@@ -113,7 +132,7 @@ func (ks *keyState) intent() intent {
 		return paused
 	case ks.ctl.moved:
 		return moved
-	case !ks.fails.coolUntil.IsZero() && time.Now().Before(ks.fails.coolUntil):
+	case ks.fails != nil && !ks.fails.coolUntil.IsZero() && time.Now().Before(ks.fails.coolUntil):
 		// The clock is read only for a key that has cooled: a round asks
 		// every key's intent several times, and at 10,000 keys reading
 		// the clock each time was a third of the round.
@@ -223,7 +242,7 @@ func (s *Supervisor) reconcileIdle(ks *keyState, now, keeperNow time.Time) {
 		return
 	}
 	leased := s.leased && ks.job.Mode == Exclusive
-	if !now.Before(ks.fails.retryAt) && (!leased || s.keeper.HoldsAt(ks.key, keeperNow)) {
+	if !now.Before(ks.failed().retryAt) && (!leased || s.keeper.HoldsAt(ks.key, keeperNow)) {
 		ks.pending = starting
 		s.actions.Go(func() { s.start(ks.key) })
 	}
@@ -318,7 +337,7 @@ func (s *Supervisor) start(key string) {
 	}
 	switch {
 	case ctlErr != nil:
-		ks.fails.retryAt = time.Now().Add(s.cfg.RenewEvery)
+		ks.failures().retryAt = time.Now().Add(s.cfg.RenewEvery)
 		s.logLocked(slog.LevelWarn, "runner not started: could not read the key's pause and move records; trying again in a round", "key", key, "err", ctlErr)
 		return
 	case barred:
@@ -384,7 +403,7 @@ func (s *Supervisor) startLocked(ks *keyState, runner Runner) error {
 	if leased {
 		s.guard(r, s.loopClock())
 	}
-	restart := ks.fails.count > 0
+	restart := ks.failed().count > 0
 	s.observeLocked(func(o Observer) { o.RunnerStarted(restart) })
 	s.logLocked(slog.LevelInfo, "runner started", "key", ks.key, "epoch", lease.Epoch)
 	s.actions.Go(func() { s.runRunner(ctx, ks, r, runner) })
@@ -418,13 +437,18 @@ func (s *Supervisor) runRunner(ctx context.Context, ks *keyState, r *runState, r
 		s.logLocked(slog.LevelInfo, "runner stopped", "key", ks.key, "epoch", r.lease.Epoch, "cause", r.stopCause())
 		if ks.restart {
 			ks.restart = false
-			ks.fails.retryAt = time.Time{}
+			if ks.fails != nil {
+				ks.fails.retryAt = time.Time{}
+			}
 		}
 	case errors.Is(err, ErrDone):
 		s.logLocked(slog.LevelInfo, "runner finished; releasing its lease", "key", ks.key, "epoch", r.lease.Epoch)
-		ks.done, ks.fails.count, ks.fails.last = true, 0, nil
+		ks.done = true
+		if ks.fails != nil {
+			ks.fails.count, ks.fails.last = 0, nil
+		}
 	default:
-		if ranFor >= s.cfg.BackoffMax {
+		if ranFor >= s.cfg.BackoffMax && ks.fails != nil {
 			ks.fails.count = 0
 		}
 		if err == nil {
@@ -442,19 +466,20 @@ func (s *Supervisor) runRunner(ctx context.Context, ks *keyState, r *runState, r
 // startFailed records a failed start and schedules the next try with
 // exponential backoff.
 func (s *Supervisor) startFailed(ks *keyState, err error) {
-	ks.fails.count++
-	ks.fails.last = err
+	f := ks.failures()
+	f.count++
+	f.last = err
 	delay := s.cfg.BackoffMin
-	for i := 1; i < ks.fails.count && delay < s.cfg.BackoffMax; i++ {
+	for i := 1; i < f.count && delay < s.cfg.BackoffMax; i++ {
 		delay *= 2
 	}
 	delay = min(delay, s.cfg.BackoffMax)
-	ks.fails.retryAt = time.Now().Add(delay)
+	f.retryAt = time.Now().Add(delay)
 	s.observeLocked(Observer.RunnerFailed)
 	if s.crashLooping(ks) {
 		return
 	}
-	s.logLocked(slog.LevelWarn, "runner failed; retrying with backoff", "key", ks.key, "failures", ks.fails.count, "retry_in", delay, "err", err)
+	s.logLocked(slog.LevelWarn, "runner failed; retrying with backoff", "key", ks.key, "failures", f.count, "retry_in", delay, "err", err)
 	s.poke()
 }
 
@@ -469,19 +494,20 @@ func (s *Supervisor) crashLooping(ks *keyState) bool {
 		return false
 	}
 	now := time.Now()
-	recent := ks.fails.recent[:0]
-	for _, t := range ks.fails.recent {
+	f := ks.failures()
+	recent := f.recent[:0]
+	for _, t := range f.recent {
 		if now.Sub(t) < limits.FailureWindow {
 			recent = append(recent, t)
 		}
 	}
-	ks.fails.recent = append(recent, now)
-	if len(ks.fails.recent) < limits.MaxFailures {
+	f.recent = append(recent, now)
+	if len(f.recent) < limits.MaxFailures {
 		return false
 	}
-	ks.fails = failureLog{last: ks.fails.last, coolUntil: now.Add(limits.Cooldown)}
+	*f = failureLog{last: f.last, coolUntil: now.Add(limits.Cooldown)}
 	s.logLocked(slog.LevelError, "runner keeps failing; handing the key over to a peer",
-		"key", ks.key, "failures", limits.MaxFailures, "within", limits.FailureWindow, "cooldown", limits.Cooldown, "err", ks.fails.last)
+		"key", ks.key, "failures", limits.MaxFailures, "within", limits.FailureWindow, "cooldown", limits.Cooldown, "err", f.last)
 	s.poke()
 	return true
 }

@@ -143,7 +143,9 @@ func (s *Supervisor) Restart(ctx context.Context, key string) (bool, error) {
 		return false, nil
 	}
 	r := ks.run
-	ks.fails.count, ks.fails.retryAt = 0, time.Time{}
+	if ks.fails != nil {
+		ks.fails.count, ks.fails.retryAt = 0, time.Time{}
+	}
 	if r != nil {
 		ks.restart = true
 		r.stop(ErrRestart)
@@ -217,7 +219,9 @@ func (s *Supervisor) EnsureRunning(ctx context.Context, key string) (bool, error
 		return false, nil
 	}
 	ks.pending = starting
-	ks.fails.retryAt = time.Time{}
+	if ks.fails != nil {
+		ks.fails.retryAt = time.Time{}
+	}
 	s.unlock()
 	s.start(key)
 	s.mu.Lock()

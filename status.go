@@ -85,12 +85,12 @@ func (s *Supervisor) statusLocked(key string) KeyStatus {
 		if st.Running {
 			st.RunningOn = s.owner
 		}
-		if ks.fails.last != nil {
-			st.LastError = ks.fails.last.Error()
+		if f := ks.failed(); f.last != nil {
+			st.LastError = f.last.Error()
 		}
 		st.Paused = ks.ctl.paused
 		if ks.intent() == cooling {
-			st.CoolingUntil = ks.fails.coolUntil
+			st.CoolingUntil = ks.failed().coolUntil
 		}
 	}
 	if !s.leased || st.Mode == Everywhere && st.Configured {

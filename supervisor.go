@@ -478,6 +478,9 @@ func (s *Supervisor) nextDue() (time.Time, bool) {
 		if s.leased && ks.wantsLease() && ks.run == nil && !s.keeper.HoldsAt(key, clk.now()) {
 			consider(ks.nextAcquire)
 		}
+		if ks.fails == nil {
+			continue
+		}
 		if ks.run == nil && ks.fails.retryAt.After(now) && ks.wantsRun() {
 			consider(ks.fails.retryAt)
 		}

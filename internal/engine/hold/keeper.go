@@ -75,7 +75,7 @@ type Keeper struct {
 	owner  string
 	timing Timing
 	now    func() time.Time
-	base   time.Time // observation.at counts from here
+	base   time.Time // observation.ends counts from here
 
 	// applying lets one whole read at a time write its table into
 	// observed (ObserveAll): each drops what it did not write. The engine
@@ -459,15 +459,7 @@ func (k *Keeper) observedAtLocked(key string, now time.Time) (store.Lease, bool)
 	if !ok {
 		return store.Lease{}, false
 	}
-	// Every term ages, also one already over: an expired term's time
-	// left goes on falling, which is what says when its grace ends, also
-	// for a view that follows events and reads it no more.
-	l := o.lease(key)
-	l.TimeLeft -= k.age(o, now)
-	if l.TimeLeft <= 0 {
-		l.Live = false
-	}
-	return l, true
+	return k.leaseAt(key, o, now), true
 }
 
 // LeaderOf returns the owner of key's live lease as last seen, or "".
@@ -517,24 +509,19 @@ func (k *Keeper) ObservedKeys() []string {
 }
 
 // ObservedWhere returns, as Observed would, the last observed lease of
-// every key whose lease as read (its time left not yet aged) match
-// accepts, in no particular order: one pass under one lock, and the clock
-// read only for the leases returned, for a round that looks for a few
+// every key that match accepts, in no particular order: one pass under
+// one lock and one reading of the clock, for a round that looks for a few
 // records among thousands.
 func (k *Keeper) ObservedWhere(match func(l store.Lease) bool) []store.Lease {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	var out []store.Lease
-	var now time.Time
+	now := k.now()
 	for key, o := range k.observed {
-		if !match(o.lease(key)) {
-			continue
-		}
-		if now.IsZero() {
-			now = k.now()
-		}
-		if l, ok := k.observedAtLocked(key, now); ok {
-			out = append(out, l)
+		if l := k.leaseAt(key, o, now); match(l) {
+			if _, mine := k.held[key]; !mine {
+				out = append(out, l)
+			}
 		}
 	}
 	return out

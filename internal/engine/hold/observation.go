@@ -10,15 +10,16 @@ import (
 // observation is a peer's lease as last read, with the local time of the
 // read so time left can be aged. The view holds one for every key of the
 // namespace — every key of a pool, not only this replica's share — so it
-// is kept small: the key is the map's; the owner is interned, as a
-// unique.Handle of one pointer (a store answers every read with strings
-// of its own, one per lease, where a pool has a few owners); and the read
-// time is an offset from the keeper's clock base, not a time.Time.
+// is kept small, 32 bytes: the key is the map's; the owner is interned,
+// as a unique.Handle of one pointer (a store answers every read with
+// strings of its own, one per lease, where a pool has a few owners); and
+// the time left as read is kept as when it runs out, an offset from the
+// keeper's clock base, not as a time.Time, nor as the time left and the
+// time of the read apart: aging needs only their sum.
 type observation struct {
 	owner                   unique.Handle[string]
 	epoch                   int64
-	timeLeft                time.Duration // as read, not aged
-	at                      time.Duration // when read, since Keeper.base
+	ends                    time.Duration // when its time left as read runs out, since Keeper.base
 	gen                     uint32        // Keeper.gen when it was written: which whole read it survives
 	live, released, running bool
 }
@@ -27,22 +28,25 @@ type observation struct {
 // generation. k.mu is held.
 func (k *Keeper) observe(l store.Lease, at time.Time) observation {
 	return observation{
-		owner: k.intern(l.Owner), epoch: l.Epoch, timeLeft: l.TimeLeft, at: at.Sub(k.base),
+		owner: k.intern(l.Owner), epoch: l.Epoch, ends: at.Sub(k.base) + l.TimeLeft,
 		gen: k.gen, live: l.Live, released: l.Released, running: l.Running,
 	}
 }
 
-// lease is the observation of key as read, its time left not aged.
-func (o observation) lease(key string) store.Lease {
-	return store.Lease{
+// leaseAt is the observation of key at now: its time left aged, and
+// not live once that has run out. Every term ages, also one already
+// over: an expired term's time left goes on falling, which is what says
+// when its grace ends, also for a view that follows events and reads it
+// no more.
+func (k *Keeper) leaseAt(key string, o observation, now time.Time) store.Lease {
+	l := store.Lease{
 		Key: key, Owner: o.owner.Value(), Epoch: o.epoch, Live: o.live, Released: o.released,
-		Running: o.running, TimeLeft: o.timeLeft,
+		Running: o.running, TimeLeft: o.ends - now.Sub(k.base),
 	}
-}
-
-// age is how long before now the observation was read.
-func (k *Keeper) age(o observation, now time.Time) time.Duration {
-	return now.Sub(k.base) - o.at
+	if l.TimeLeft <= 0 {
+		l.Live = false
+	}
+	return l
 }
 
 // intern returns the handle of owner. unique.Make costs a few map lookups

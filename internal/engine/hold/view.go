@@ -132,11 +132,11 @@ func (k *Keeper) ObserveVouching(ctx context.Context, prefix string, follows fun
 				delete(k.observed, key)
 			}
 		case o.released || o.owner.Value() == k.owner || !follows(key):
-		case !o.live || o.timeLeft <= k.age(o, at):
+		case !o.live || o.ends <= at.Sub(k.base):
 			// Ended as last seen: a vouch must not bring it back.
 		default:
 			if v, ok := vouch[o.owner.Value()]; ok {
-				o.live, o.timeLeft, o.at = v.Live, v.TimeLeft, at.Sub(k.base)
+				o.live, o.ends = v.Live, at.Sub(k.base)+v.TimeLeft
 				k.observed[key] = o
 			}
 		}
