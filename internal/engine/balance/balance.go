@@ -25,7 +25,10 @@ type View struct {
 	Now  time.Time
 	// Workers are the live members, this worker included.
 	Workers []Worker
-	// Keys are the pool's keys from its source.
+	// Keys are the pool's keys from its source. The policy keeps the
+	// slice between plans (its ranking cache is parallel to it, and a
+	// copy was 16 bytes a key): a caller replaces it with a new one to
+	// change the keys, and never writes to one it has passed.
 	Keys []string
 	// Owners are the owners of Keys' live leases, position for position;
 	// "" means no live lease (never held, released, or expired). A nil or

@@ -26,8 +26,8 @@ type keyCache struct {
 	ranks   *ranker
 	me      int
 
-	// keys copies View.Keys (the headers; the strings are shared), so a
-	// caller that rewrites its slice in place is noticed.
+	// keys is View.Keys as last synced, shared with the caller, who
+	// replaces it rather than writing to it (View.Keys).
 	keys    []string
 	entries []keyEntry
 
@@ -38,8 +38,8 @@ type keyCache struct {
 	ranked int
 }
 
-// keyEntry is 16 bytes; with the copied string header, a key costs the
-// cache 32 bytes. The key's hash is not kept: only a worker-set change
+// keyEntry is 16 bytes, all a key costs the cache: the keys are the
+// caller's. The key's hash is not kept: only a worker-set change
 // uses it, and there rehashing a short key costs about what its two pair
 // hashes on a join do, a few milliseconds at a million keys against the
 // plan's hundred and more, while keeping it would add half again to the
@@ -70,10 +70,10 @@ func (c *keyCache) rankAll(self string, ws []Worker, keys []string) (keysChanged
 	c.ranks = newRanker(c.workers)
 	c.me = slices.IndexFunc(c.workers, func(w Worker) bool { return w.ID == self })
 	keysChanged = !slices.Equal(c.keys, keys)
-	if len(c.keys) != len(keys) {
-		c.keys, c.entries = make([]string, len(keys)), make([]keyEntry, len(keys))
+	if len(c.entries) != len(keys) {
+		c.entries = make([]keyEntry, len(keys))
 	}
-	copy(c.keys, keys)
+	c.keys = keys
 	for i, key := range c.keys {
 		c.entries[i] = c.rank(key)
 	}
@@ -112,10 +112,10 @@ func (c *keyCache) syncKeys(keys []string) (changed bool) {
 		p++
 	}
 	if p == len(old) && p == len(keys) {
-		// The same keys, perhaps read afresh: share the caller's strings so
+		// The same keys, perhaps read afresh: keep the caller's slice so
 		// the previous read's can be freed, and so the next round's check
 		// compares pointers.
-		copy(c.keys, keys)
+		c.keys = keys
 		return false
 	}
 	s := 0
@@ -137,7 +137,7 @@ func (c *keyCache) syncKeys(keys []string) (changed bool) {
 			entries[i] = c.rank(keys[i])
 		}
 	}
-	c.keys, c.entries = slices.Clone(keys), entries
+	c.keys, c.entries = keys, entries
 	return true
 }
 

@@ -15,7 +15,7 @@ import (
 // churn is a pool that changes at random between rounds: workers join,
 // leave, drain and change weight, some sharing a name; keys come and go
 // from the source, at its ends, in the middle, reordered, repeated,
-// reread as fresh strings or rewritten in place; owners change behind the
+// reread as fresh strings or one replaced; owners change behind the
 // planning worker's back, which carries out its own plans.
 type churn struct {
 	rng     *rand.Rand
@@ -134,8 +134,9 @@ func (c *churn) changeKeys() {
 			fresh[i] = strings.Clone(k)
 		}
 		c.keys = fresh
-	case 5: // rewritten in place by a careless caller
+	case 5: // one replaced where it stood
 		if n > 0 {
+			c.keys = slices.Clone(c.keys)
 			c.keys[c.rng.IntN(n)] = c.newKey()
 		}
 	case 6: // listed twice
