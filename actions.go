@@ -47,7 +47,7 @@ const (
 // keyState is the supervisor's record of one key. Guarded by Supervisor.mu.
 type keyState struct {
 	key        string
-	job        Job
+	job        *Job     // shared by a pool's keys: replaced, never written to
 	configured bool     // false once removed; the record lives on until released
 	done       bool     // the runner returned ErrDone: finished until Set again
 	ctl        controls // the operator's records in the store (Pause, Move)
@@ -307,7 +307,7 @@ func (s *Supervisor) start(key string) {
 		s.unlock()
 		return
 	}
-	job, reload := ks.job, ks.newTerm && ks.job.Reload != nil || ks.job.Runner == nil
+	job, reload := *ks.job, ks.newTerm && ks.job.Reload != nil || ks.job.Runner == nil
 	// Every start of a singleton key reads its pause and move records
 	// straight from the store, last thing before the fence: the last read
 	// of the table may predate a pause or a move — a new term, a restart

@@ -42,8 +42,8 @@ func (s *Supervisor) Set(key string, job Job) error {
 		ks = &keyState{key: key}
 		s.keys[key] = ks
 	}
-	changed := ks.configured && ks.run != nil && !sameJob(ks.job, job)
-	ks.job, ks.configured, ks.done = job, true, false
+	changed := ks.configured && ks.run != nil && !sameJob(*ks.job, job)
+	ks.job, ks.configured, ks.done = &job, true, false
 	if changed {
 		ks.restart = true
 		ks.run.stop(ErrRestart)
@@ -71,13 +71,18 @@ func sameRunner(a, b Runner) (same bool) {
 // Remove stops key's runner, releases its lease once the runner has
 // returned, and forgets the key. It waits up to StopTimeout (or ctx); a
 // runner still alive then keeps its lease renewed until it returns, and
-// Remove reports ErrStopTimeout.
+// Remove reports ErrStopTimeout. A pool's keys are refused (ErrConfig):
+// its source says which of them run.
 func (s *Supervisor) Remove(ctx context.Context, key string) error {
 	s.mu.Lock()
 	ks := s.keys[key]
 	if ks == nil || !ks.configured {
 		s.unlock()
 		return fmt.Errorf("key %q: %w", key, ErrUnknownKey)
+	}
+	if err := poolOwned(ks); err != nil {
+		s.unlock()
+		return err
 	}
 	ks.configured = false
 	if ks.removed == nil {
@@ -99,7 +104,8 @@ func (s *Supervisor) Remove(ctx context.Context, key string) error {
 }
 
 // SetEnabled enables or disables key. Disabling stops its runner and
-// releases its lease once the runner has returned.
+// releases its lease once the runner has returned. A pool's keys are
+// refused (ErrConfig): its source says which of them run.
 func (s *Supervisor) SetEnabled(key string, enabled bool) error {
 	s.mu.Lock()
 	ks := s.keys[key]
@@ -107,12 +113,31 @@ func (s *Supervisor) SetEnabled(key string, enabled bool) error {
 		s.unlock()
 		return fmt.Errorf("key %q: %w", key, ErrUnknownKey)
 	}
-	ks.job.Disabled = !enabled
+	if err := poolOwned(ks); err != nil {
+		s.unlock()
+		return err
+	}
+	job := *ks.job // replaced, not written to (keyState.job)
+	job.Disabled = !enabled
+	ks.job = &job
 	if ks.run != nil && !enabled {
 		ks.run.stop(ErrKeyRemoved)
 	}
 	s.unlock()
 	s.poke()
+	return nil
+}
+
+// poolOwned refuses to remove or disable ks on its own when a pool
+// manages it: the pool's next plan would claim it again at once, so the
+// call would seem to work and be undone within a round. s.mu is held.
+func poolOwned(ks *keyState) error {
+	switch {
+	case ks.pool != nil:
+		return fmt.Errorf("key %q belongs to pool %s, whose source says which keys it runs: change the source instead: %w", ks.key, ks.pool.cfg.Name, ErrConfig)
+	case ks.member:
+		return fmt.Errorf("key %q is this worker's membership of a pool: %w", ks.key, ErrConfig)
+	}
 	return nil
 }
 

@@ -119,6 +119,7 @@ func (p *poolSet) concerns(leaseKey string) bool {
 // coordinator, which Supervisor.mu guards.
 type poolState struct {
 	cfg     Pool
+	job     *Job // every key's: one, not 80 bytes in each of 100,000 keys
 	coord   *poolcoord.Coordinator
 	refresh chan struct{}
 }
@@ -170,7 +171,7 @@ func (s *Supervisor) AddPool(p Pool) error {
 	if err != nil {
 		return fmt.Errorf("pool %s: %w", p.Name, err)
 	}
-	ps := &poolState{cfg: p, coord: coord, refresh: make(chan struct{}, 1)}
+	ps := &poolState{cfg: p, job: &Job{Runner: p.Runner}, coord: coord, refresh: make(chan struct{}, 1)}
 	member := coord.MemberKey()
 	s.mu.Lock()
 	defer s.unlock()
@@ -183,7 +184,7 @@ func (s *Supervisor) AddPool(p Pool) error {
 	s.pools.byName[p.Name] = ps
 	// Membership is a lease like any other, renewed in the same batch; its
 	// runner only marks the worker as running (not draining).
-	s.keys[member] = &keyState{key: member, poolRole: poolRole{member: true}, configured: true, job: Job{Runner: RunnerFunc(func(ctx context.Context, _ Lease) error {
+	s.keys[member] = &keyState{key: member, poolRole: poolRole{member: true}, configured: true, job: &Job{Runner: RunnerFunc(func(ctx context.Context, _ Lease) error {
 		<-ctx.Done()
 		return nil
 	})}}
@@ -315,7 +316,7 @@ func (s *Supervisor) applyRound(ps *poolState, round poolcoord.Round) {
 			s.keys[key] = ks
 		}
 		ks.pool, ks.configured, ks.claim = ps, true, true
-		ks.job = Job{Runner: ps.cfg.Runner}
+		ks.job = ps.job
 		ks.nextAcquire = time.Time{}
 	}
 	for _, key := range round.Release {

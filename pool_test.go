@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -261,6 +262,38 @@ func TestAStoppingPoolWorkerIsMarkedDrainingBeforeItsKeysStop(t *testing.T) {
 		}
 		if l := lease(t, st, member); !l.Released {
 			t.Fatalf("membership after stop %+v, want released", l)
+		}
+	})
+}
+
+// TestAPoolKeyCannotBeDisabledOrRemovedOnItsOwn: the pool's next plan
+// claims such a key again, so disabling or removing it seemed to work and
+// was undone within a round (disabling b restarted it at once). Both are
+// refused, and every key keeps running.
+func TestAPoolKeyCannotBeDisabledOrRemovedOnItsOwn(t *testing.T) {
+	bubble(t, func(t *testing.T, st *memstore.Store) {
+		l := newLedger(t)
+		w := poolWorker(t, st, "w0", tenure.StaticKeys("a", "b", "c"), l).start()
+		defer w.stop()
+		advance(renew)
+		if n := l.total(); n != 3 {
+			t.Fatalf("%d of 3 keys run", n)
+		}
+		b := tenure.PoolPrefix + "mail/b"
+		if err := w.SetEnabled(b, false); !errors.Is(err, tenure.ErrConfig) {
+			t.Errorf("SetEnabled(%s, false) = %v, want ErrConfig", b, err)
+		}
+		if err := w.Remove(context.Background(), b); !errors.Is(err, tenure.ErrConfig) {
+			t.Errorf("Remove(%s) = %v, want ErrConfig", b, err)
+		}
+		advance(renew)
+		for _, ks := range w.Status() {
+			if strings.HasPrefix(ks.Key, tenure.PoolPrefix) && (!ks.Enabled || !ks.Configured) {
+				t.Errorf("%s: enabled %v, configured %v", ks.Key, ks.Enabled, ks.Configured)
+			}
+		}
+		if n, starts := l.total(), l.starts["b"]; n != 3 || starts != 1 {
+			t.Errorf("%d of 3 keys run, b started %d times, want once", n, starts)
 		}
 	})
 }
