@@ -345,16 +345,38 @@ func (b *Balanced) classify(rd *planRound) {
 			rd.unheld[c.workers[i].ID] += unheld[i]
 		}
 	}
+	dropped := 0
 	for key, o := range b.orphanSince {
 		if o.round != b.round {
 			delete(b.orphanSince, key)
+			dropped++
 		}
 	}
+	b.orphanSince = shrunk(b.orphanSince, dropped)
+	dropped = 0
 	for key, at := range b.gaveUp {
 		if v.Now.Sub(at) >= b.cfg.MinHold {
 			delete(b.gaveUp, key)
+			dropped++
 		}
 	}
+	b.gaveUp = shrunk(b.gaveUp, dropped)
+}
+
+// shrunk returns m, or a copy of it once more keys were just dropped from
+// it than it still has. A Go map keeps the room it grew to: the orphans
+// of one worker that left, thousands of keys that are soon claimed, would
+// otherwise stay allocated for good, about 90 bytes a key. The copy costs
+// no more than the deletes did.
+func shrunk[V any](m map[string]V, dropped int) map[string]V {
+	if dropped <= len(m) {
+		return m
+	}
+	kept := make(map[string]V, len(m))
+	for k, v := range m {
+		kept[k] = v
+	}
+	return kept
 }
 
 // noteLeaving finds the held keys that an earlier plan released during
