@@ -386,8 +386,8 @@ func TestALateRefusalNeverDropsANewerTerm(t *testing.T) {
 	})
 }
 
-// ObservedWhere picks leases by what the table read said, leaves out the
-// keeper's own keys, and ages what it returns like Observed.
+// ObservedWhere picks leases as Observed would return them (aged), leaves
+// out the keeper's own keys, and ages what it returns like Observed.
 func TestObservedWherePicksPeersLeasesAndAgesThem(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		st := memstore.New(memstore.Options{})

@@ -7,8 +7,8 @@ import (
 	"github.com/tenure-dev/tenure/store"
 )
 
-// observation is a peer's lease as last read, with the local time of the
-// read so time left can be aged. The view holds one for every key of the
+// observation is a peer's lease as last read, with when its time left
+// runs out on the local clock, so that it can be aged. The view holds one for every key of the
 // namespace — every key of a pool, not only this replica's share — so it
 // is kept small, 32 bytes: the key is the map's; the owner is interned,
 // as a unique.Handle of one pointer (a store answers every read with

@@ -41,7 +41,8 @@ type EtcdMember struct {
 	extraArgs []string
 }
 
-// StartEtcdCluster starts n members and waits until they have a leader.
+// StartEtcdCluster starts n members and waits until every one answers and
+// knows a leader.
 // It skips (fails under CI=true) without the etcd binary. extra flags go
 // to every member (say --auth-token).
 func StartEtcdCluster(t testing.TB, n int, extra ...string) *EtcdCluster {
@@ -75,7 +76,7 @@ func newEtcdCluster(t testing.TB, bin string, n int, extra []string) *EtcdCluste
 	return c
 }
 
-// run starts c's members and waits until they have a leader. Should a
+// run starts c's members and waits until they are up (waitUp). Should a
 // member find one of its ports taken, every member moves: the others were
 // told its peer address, so the cluster is laid out anew (onFreePort).
 func (c *EtcdCluster) run(t testing.TB) {

@@ -350,10 +350,12 @@ func (p *PostgresPair) start(n *pgNode) error {
 		}
 		n.up = true
 		return nil
-	}, func() (err error) {
-		if n.port, err = pickPort(); err != nil {
+	}, func() error {
+		port, err := pickPort()
+		if err != nil {
 			return err
 		}
+		n.port = port
 		p.links[slices.Index(p.nodes[:], n)].SetUpstream("127.0.0.1:" + strconv.Itoa(n.port))
 		return nil
 	})

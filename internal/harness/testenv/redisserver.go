@@ -53,8 +53,11 @@ func startRedisServer(t testing.TB, bin string, s *RedisServer) *RedisServer {
 	t.Helper()
 	s.t, s.bin = t, bin
 	t.Cleanup(s.Kill)
-	err := onFreePort(s.Start, func() (err error) {
-		s.port, err = pickPort()
+	err := onFreePort(s.Start, func() error {
+		port, err := pickPort()
+		if err == nil {
+			s.port = port
+		}
 		return err
 	})
 	if err != nil {
