@@ -398,7 +398,7 @@ func (s *Supervisor) startLocked(ks *keyState, runner Runner) error {
 		ks.acquiredAt = time.Time{}
 	}
 	ctx, cancel := context.WithCancelCause(s.runCtx)
-	r := newRunState(ks.key, lease, leased, cancel)
+	r := newRunState(ks.key, lease, leased, cancel, s.dogs)
 	ks.run = r
 	if leased {
 		s.guard(r, s.loopClock())

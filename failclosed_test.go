@@ -476,3 +476,45 @@ func leaseRunner() (tenure.Runner, <-chan tenure.Lease, <-chan error) {
 		return nil
 	}), leases, stopped
 }
+
+// The watchdogs of every run share one timer, and the runs due at one
+// moment are stopped, then reported, by one goroutine. A report that
+// blocks (a stalled log sink) must hold up no later deadline: here the
+// first key's stop is reported into a stalled sink, and a second key,
+// acquired half a period later and so due half a period later, must
+// still stop at its own deadline.
+func TestAStalledDeadlineReportNeverDelaysALaterDeadline(t *testing.T) {
+	bubble(t, func(t *testing.T, st *memstore.Store) {
+		var g gate
+		runs := &runLog{}
+		cut := &testenv.Partition{Store: st}
+		a := newReplica(t, cut, "A", withLogger(g.logger()))
+		a.Set("first", tenure.Job{Runner: runs.runner("A")})
+		a.start()
+		defer func() {
+			g.open()
+			a.stop()
+		}()
+
+		advance(renew) // the last renewal of first that is confirmed
+		confirmed := time.Now()
+		advance(renew / 2)
+		a.Set("second", tenure.Job{Runner: runs.runner("A")})
+		synctest.Wait()
+		acquired := time.Now()
+		g.stall()
+		cut.Cut.Store(true)
+		advance(ttl)
+
+		first, second := runs.of("first"), runs.of("second")
+		if len(first) != 1 || len(second) != 1 {
+			t.Fatalf("runs: first %+v, second %+v; want one each", first, second)
+		}
+		if want := confirmed.Add(ttl - renew); !first[0].ended.Equal(want) || !errors.Is(first[0].cause, tenure.ErrDeadline) {
+			t.Errorf("first stopped %v after its last renewal with %v, want %v with ErrDeadline", first[0].ended.Sub(confirmed), first[0].cause, want.Sub(confirmed))
+		}
+		if want := acquired.Add(ttl - renew); !second[0].ended.Equal(want) || !errors.Is(second[0].cause, tenure.ErrDeadline) {
+			t.Errorf("second stopped %v after it was acquired with %v, want %v with ErrDeadline", second[0].ended.Sub(acquired), second[0].cause, want.Sub(acquired))
+		}
+	})
+}

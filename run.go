@@ -15,15 +15,16 @@ type runState struct {
 	key     string // the lease key (lease.Key is the pool's own key for pool keys)
 	lease   Lease
 	leased  bool // runs under a lease (false: Everywhere or single-instance)
+	ended   bool // the runner has returned; guarded by mu
+	slot    int32
 	cancel  context.CancelCauseFunc
 	done    chan struct{}
 	started time.Time
+	dogs    *watchdogs // where the watchdog is set (slot is its place there; watchdogs.mu guards it)
 
 	mu       sync.Mutex
-	cause    error // why it was stopped, nil while running normally
-	ended    bool  // the runner has returned
-	watchdog *time.Timer
-	armedFor time.Time // when the watchdog was last set to fire, on time.Now's clock
+	cause    error     // why it was stopped, nil while running normally
+	armedFor time.Time // when the watchdog was last set to fire, on time.Now's clock; zero: never set
 	stopAt   time.Time // when the watchdog cancels the runner, on time.Now's clock
 	// changed is closed when stopAt changes, the run stops or it ends; made
 	// only when StopAt hands it out, so that a renewal of 10,000 keys nobody
@@ -44,8 +45,8 @@ func keepsLease(cause error) bool {
 	return false
 }
 
-func newRunState(key string, lease Lease, leased bool, cancel context.CancelCauseFunc) *runState {
-	r := &runState{key: key, lease: lease, leased: leased, cancel: cancel, done: make(chan struct{}), started: time.Now()}
+func newRunState(key string, lease Lease, leased bool, cancel context.CancelCauseFunc, dogs *watchdogs) *runState {
+	r := &runState{key: key, lease: lease, leased: leased, cancel: cancel, done: make(chan struct{}), started: time.Now(), dogs: dogs, slot: -1}
 	if leased {
 		r.lease.run = r
 	}
@@ -64,9 +65,7 @@ func (r *runState) stop(cause error) bool {
 		return false
 	}
 	r.cause = cause
-	if r.watchdog != nil {
-		r.watchdog.Stop()
-	}
+	r.dogs.remove(r)
 	if cause == errReturned {
 		cause = nil // context.Canceled, for anything the runner left behind
 	}
@@ -137,7 +136,6 @@ func (s *Supervisor) guard(r *runState, clk loopClock) {
 	slept := max(clk.slept, time.Duration(s.sleptSeen.Load()))
 	local := at.Add(-slept)
 	now := time.Now()
-	wait := local.Sub(now)
 	if r.ended || r.cause != nil && !keepsLease(r.cause) {
 		return
 	}
@@ -158,32 +156,41 @@ func (s *Supervisor) guard(r *runState, clk loopClock) {
 	// timer being due now, sets it again. It is never late: the deadline
 	// only moves earlier when the host has slept (local is then before
 	// armedFor), and that resets it.
-	if r.watchdog != nil && !local.Before(r.armedFor) && r.armedFor.Sub(now) > s.keeper.Timing().RenewEvery {
+	if !r.armedFor.IsZero() && !local.Before(r.armedFor) && r.armedFor.Sub(now) > s.keeper.Timing().RenewEvery {
 		return
 	}
-	r.armedFor = local
-	if r.watchdog == nil {
-		r.watchdog = time.AfterFunc(wait, func() { s.watchdogFired(r) })
-		return
-	}
-	r.watchdog.Reset(wait)
+	r.dogs.set(r, local)
 }
 
-// watchdogFired cancels the runner unless a renewal was confirmed meanwhile,
-// and only then logs: a log call may block.
-func (s *Supervisor) watchdogFired(r *runState) {
-	if s.keeper.HoldsTerm(r.key, r.lease.Epoch) {
-		s.guard(r, s.loopClock()) // renewed meanwhile
-		return
+// watchdogsFired cancels each runner that came due unless a renewal was
+// confirmed meanwhile, and reports the ones it stopped only once it has
+// stopped them all: a report (an Observer, a log call) may block.
+func (s *Supervisor) watchdogsFired(due []*runState) {
+	var stopped []*runState
+	clk := s.loopClock()
+	for _, r := range due {
+		if s.watchdogFired(r, clk) {
+			stopped = append(stopped, r)
+		}
 	}
-	if t, held := s.keeper.Term(r.key); !held || t.Epoch != r.lease.Epoch {
-		r.stop(ErrLeaseLost)
-		return
-	}
-	if r.stop(ErrDeadline) {
+	for _, r := range stopped {
 		s.obs.DeadlineStop()
 		s.log.Warn("stopped runner: no renewal confirmed before the lease's safety deadline", "key", r.key, "epoch", r.lease.Epoch)
 	}
+}
+
+// watchdogFired cancels r's runner unless a renewal was confirmed
+// meanwhile, and reports whether its deadline stopped it.
+func (s *Supervisor) watchdogFired(r *runState, clk loopClock) bool {
+	if s.keeper.HoldsTerm(r.key, r.lease.Epoch) {
+		s.guard(r, clk) // renewed meanwhile
+		return false
+	}
+	if t, held := s.keeper.Term(r.key); !held || t.Epoch != r.lease.Epoch {
+		r.stop(ErrLeaseLost)
+		return false
+	}
+	return r.stop(ErrDeadline)
 }
 
 // StopAt reports when the runner's context will be cancelled unless a

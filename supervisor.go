@@ -93,6 +93,7 @@ type Supervisor struct {
 	// earlier, so that a caller whose reading predates a suspend cannot
 	// move a deadline later once watchSuspend has moved it earlier.
 	sleptSeen atomic.Int64
+	dogs      *watchdogs      // every leased run's watchdog
 	lost      map[string]bool // keys lost since the last table read: say to whom
 	// pending are the log records and observer calls made under mu, run
 	// once it is released (see unlock).
@@ -149,6 +150,7 @@ func New(cfg Config) (*Supervisor, error) {
 		suspended: clock.Suspended,
 		table:     newTableReads(cfg.Prefix),
 	}
+	s.dogs = &watchdogs{fire: s.watchdogsFired}
 	if leased {
 		// Deadlines are measured on a clock that counts the time the host
 		// spends suspended: a VM resumed after a pause must find its
