@@ -14,13 +14,14 @@ import (
 type runState struct {
 	key     string // the lease key (lease.Key is the pool's own key for pool keys)
 	lease   Lease
-	leased  bool // runs under a lease (false: Everywhere or single-instance)
-	ended   bool // the runner has returned; guarded by mu
-	slot    int32
+	leased  bool          // runs under a lease (false: Everywhere or single-instance)
+	ended   bool          // the runner has returned; guarded by mu
+	slot    int32         // the run's place among the watchdogs due (watchdogs.mu guards it, and due)
+	due     time.Duration // when its place there comes due, since watchdogs.base: armedFor, or earlier
 	cancel  context.CancelCauseFunc
 	done    chan struct{}
 	started time.Time
-	dogs    *watchdogs // where the watchdog is set (slot is its place there; watchdogs.mu guards it)
+	dogs    *watchdogs // where the watchdog is set
 
 	mu       sync.Mutex
 	cause    error     // why it was stopped, nil while running normally

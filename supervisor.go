@@ -150,7 +150,7 @@ func New(cfg Config) (*Supervisor, error) {
 		suspended: clock.Suspended,
 		table:     newTableReads(cfg.Prefix),
 	}
-	s.dogs = &watchdogs{fire: s.watchdogsFired}
+	s.dogs = newWatchdogs(s.watchdogsFired)
 	if leased {
 		// Deadlines are measured on a clock that counts the time the host
 		// spends suspended: a VM resumed after a pause must find its

@@ -15,10 +15,18 @@ import (
 // moment are handled in turn by one goroutine, which stops every one of
 // them before it reports any (fire).
 //
+// A watchdog moved later, what every renewal does, is not moved in the
+// heap: its entry comes due at the earlier time and is put back for the
+// later one then. A renewal thus costs each run a lock and a store, not a
+// walk down the heap (which made a renewal of 10,000 keys 1 ms slower
+// than resetting 10,000 timers), and the runs renewed together are put
+// back together, by one goroutine, off the renewal's path.
+//
 // Lock order: a run's mu, then watchdogs.mu; fire takes no run's lock
 // while it holds watchdogs.mu.
 type watchdogs struct {
 	fire func(due []*runState) // runs in the timer's goroutine
+	base time.Time             // runState.due counts from here
 
 	mu    sync.Mutex
 	due   dueHeap
@@ -26,15 +34,25 @@ type watchdogs struct {
 	armed time.Time // when timer fires; zero while it is not set
 }
 
+func newWatchdogs(fire func(due []*runState)) *watchdogs {
+	return &watchdogs{fire: fire, base: time.Now()}
+}
+
 // set makes r's watchdog due at at, on time.Now's clock. r.mu is held.
 func (w *watchdogs) set(r *runState, at time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	r.armedFor = at
-	if r.slot < 0 {
+	due := at.Sub(w.base)
+	switch {
+	case r.slot < 0:
+		r.due = due
 		heap.Push(&w.due, r)
-	} else {
+	case due < r.due:
+		r.due = due
 		heap.Fix(&w.due, int(r.slot))
+	default:
+		return // later: put back when its entry comes due
 	}
 	if w.armed.IsZero() || at.Before(w.armed) {
 		w.armTimerLocked(at)
@@ -62,14 +80,20 @@ func (w *watchdogs) remove(r *runState) {
 // the timer for the next, and hands the runs to fire.
 func (w *watchdogs) fired() {
 	w.mu.Lock()
-	now := time.Now()
+	now := time.Since(w.base)
 	var due []*runState
-	for len(w.due) > 0 && !w.due[0].armedFor.After(now) {
-		due = append(due, heap.Pop(&w.due).(*runState))
+	for len(w.due) > 0 && w.due[0].due <= now {
+		r := heap.Pop(&w.due).(*runState)
+		if later := r.armedFor.Sub(w.base); later > now {
+			r.due = later // moved later since it was put here
+			heap.Push(&w.due, r)
+			continue
+		}
+		due = append(due, r)
 	}
 	w.armed = time.Time{}
 	if len(w.due) > 0 {
-		w.armTimerLocked(w.due[0].armedFor)
+		w.armTimerLocked(w.base.Add(w.due[0].due))
 	}
 	w.mu.Unlock()
 	if len(due) > 0 {
@@ -93,7 +117,7 @@ func (w *watchdogs) armTimerLocked(at time.Time) {
 type dueHeap []*runState
 
 func (h dueHeap) Len() int           { return len(h) }
-func (h dueHeap) Less(i, j int) bool { return h[i].armedFor.Before(h[j].armedFor) }
+func (h dueHeap) Less(i, j int) bool { return h[i].due < h[j].due }
 func (h dueHeap) Swap(i, j int) {
 	h[i], h[j] = h[j], h[i]
 	h[i].slot, h[j].slot = int32(i), int32(j)

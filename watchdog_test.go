@@ -23,7 +23,7 @@ func TestWatchdogsFireEachRunWhenDueAndNoneTakenOff(t *testing.T) {
 		var got []firing
 		var batches [][]string
 		start := time.Now()
-		w := &watchdogs{}
+		w := newWatchdogs(nil)
 		w.fire = func(due []*runState) {
 			mu.Lock()
 			defer mu.Unlock()
@@ -79,6 +79,122 @@ func TestWatchdogsFireEachRunWhenDueAndNoneTakenOff(t *testing.T) {
 		defer mu.Unlock()
 		if last := slices.Sorted(slices.Values(batches[len(batches)-1])); !slices.Equal(last, []string{"g", "h"}) {
 			t.Errorf("the last batch was %v, want [g h]", last)
+		}
+	})
+}
+
+// BenchmarkWatchdogs10000Runs compares the shared timer with a timer per
+// run, the design it replaced, at 10,000 runs: setting every watchdog
+// (what acquiring 10,000 keys does, and its memory), moving every one a
+// period later (what a renewal at the default timing does, and, for the
+// shared timer, putting each back once its earlier time comes), and every
+// one coming due at once (what a late renewal makes happen).
+//
+//	go test -run '^$' -bench Watchdogs10000Runs -benchmem .
+func BenchmarkWatchdogs10000Runs(b *testing.B) {
+	const n = 10_000
+	runs := make([]*runState, n)
+	for i := range runs {
+		runs[i] = &runState{slot: -1}
+	}
+	// Due far ahead, so that nothing fires while the watchdogs are set
+	// and moved.
+	later := func(i int) time.Time { return time.Now().Add(time.Hour + time.Duration(i)) }
+	b.Run("set/shared-timer", func(b *testing.B) {
+		for b.Loop() {
+			w := newWatchdogs(func([]*runState) {})
+			for i, r := range runs {
+				r.slot = -1
+				w.set(r, later(i))
+			}
+			w.timer.Stop()
+		}
+	})
+	b.Run("set/timer-per-run", func(b *testing.B) {
+		timers := make([]*time.Timer, n)
+		for b.Loop() {
+			for i := range timers {
+				timers[i] = time.AfterFunc(time.Until(later(i)), func() {})
+			}
+			for _, t := range timers {
+				t.Stop()
+			}
+		}
+	})
+	b.Run("move/shared-timer", func(b *testing.B) {
+		w := newWatchdogs(func([]*runState) {})
+		for i, r := range runs {
+			r.slot = -1
+			w.set(r, later(i))
+		}
+		defer w.timer.Stop()
+		for b.Loop() {
+			for i, r := range runs {
+				w.set(r, later(i))
+			}
+		}
+	})
+	b.Run("move/timer-per-run", func(b *testing.B) {
+		timers := make([]*time.Timer, n)
+		for i := range timers {
+			timers[i] = time.AfterFunc(time.Until(later(i)), func() {})
+		}
+		defer func() {
+			for _, t := range timers {
+				t.Stop()
+			}
+		}()
+		for b.Loop() {
+			for i, t := range timers {
+				t.Reset(time.Until(later(i)))
+			}
+		}
+	})
+	// What the moves above leave for later: each entry comes due at its
+	// earlier time and is put back, by the timer's goroutine.
+	b.Run("put-back/shared-timer", func(b *testing.B) {
+		for range b.N {
+			b.StopTimer()
+			// Runs of its own, due late enough that the timer does not
+			// fire before they are all moved and it is stopped.
+			w := newWatchdogs(func([]*runState) { b.Error("none is due") })
+			at := time.Now().Add(100 * time.Millisecond)
+			own := make([]*runState, n)
+			for i := range own {
+				own[i] = &runState{slot: -1}
+				w.set(own[i], at)
+			}
+			for i, r := range own {
+				w.set(r, later(i))
+			}
+			w.timer.Stop()
+			time.Sleep(time.Until(at))
+			b.StartTimer()
+			w.fired()
+		}
+	})
+	b.Run("all-due/shared-timer", func(b *testing.B) {
+		for b.Loop() {
+			var fired sync.WaitGroup
+			fired.Add(n)
+			w := newWatchdogs(func(due []*runState) { fired.Add(-len(due)) })
+			at := time.Now().Add(time.Millisecond)
+			for _, r := range runs {
+				r.slot = -1
+				w.set(r, at)
+			}
+			fired.Wait()
+		}
+	})
+	b.Run("all-due/timer-per-run", func(b *testing.B) {
+		for b.Loop() {
+			var fired sync.WaitGroup
+			fired.Add(n)
+			at := time.Now().Add(time.Millisecond)
+			for range n {
+				time.AfterFunc(time.Until(at), fired.Done)
+			}
+			fired.Wait()
 		}
 	})
 }
