@@ -155,7 +155,7 @@ func (ks *keyState) wantsLease() bool {
 // The clock is read once for the pass: a lease whose deadline passes
 // during it is still seen as held, for at most the pass's few
 // milliseconds, which is safe because nothing here is what stops a run on
-// time (each run's watchdog does, on its own timer) and a start reads the
+// time (each run's watchdog does, on the watchdogs' timer) and a start reads the
 // clock afresh before the runner begins.
 func (s *Supervisor) reconcile() {
 	s.mu.Lock()

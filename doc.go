@@ -20,10 +20,12 @@
 //     writes from a stale term.
 //   - Fail closed: a runner's context is cancelled before any peer may take
 //     its key, whether or not the store answers (the timing rule below).
-//     The cancellation comes from a timer per runner that takes no lock of
-//     the supervisor, writes no log and waits for no store call and no
-//     supervision round first: a blocked log handler (a full stderr pipe, a
-//     stuck shipper), a slow store or a busy loop cannot delay it. Work the
+//     The cancellation comes from a watchdog timer, shared by the runners
+//     and fired for each at its own deadline, that takes no lock of the
+//     supervisor and waits for no store call and no supervision round
+//     first, and logs only once every runner due has been cancelled: a
+//     blocked log handler (a full stderr pipe, a stuck shipper), a slow
+//     store or a busy loop cannot delay it. Work the
 //     supervisor cannot cancel itself (a child process) gets the deadline
 //     through [Lease.StopAt]; `tenure run` hands it to a guard process that
 //     stops the command on its own when tenure is frozen.
