@@ -479,10 +479,10 @@ func leaseRunner() (tenure.Runner, <-chan tenure.Lease, <-chan error) {
 
 // The watchdogs of every run share one timer, and the runs due at one
 // moment are stopped, then reported, by one goroutine. A report that
-// blocks (a stalled log sink) must hold up no later deadline: here the
-// first key's stop is reported into a stalled sink, and a second key,
-// acquired half a period later and so due half a period later, must
-// still stop at its own deadline.
+// blocks (a stalled log sink) must hold up no deadline: here the stop of
+// first and of its twin, due at the same moment, is reported into a
+// stalled sink, and both must stop on time, and so must a second key,
+// acquired half a period later and so due half a period later.
 func TestAStalledDeadlineReportNeverDelaysALaterDeadline(t *testing.T) {
 	bubble(t, func(t *testing.T, st *memstore.Store) {
 		var g gate
@@ -490,13 +490,14 @@ func TestAStalledDeadlineReportNeverDelaysALaterDeadline(t *testing.T) {
 		cut := &testenv.Partition{Store: st}
 		a := newReplica(t, cut, "A", withLogger(g.logger()))
 		a.Set("first", tenure.Job{Runner: runs.runner("A")})
+		a.Set("twin", tenure.Job{Runner: runs.runner("A")})
 		a.start()
 		defer func() {
 			g.open()
 			a.stop()
 		}()
 
-		advance(renew) // the last renewal of first that is confirmed
+		advance(renew) // the last renewal of first and twin that is confirmed
 		confirmed := time.Now()
 		advance(renew / 2)
 		a.Set("second", tenure.Job{Runner: runs.runner("A")})
@@ -506,13 +507,18 @@ func TestAStalledDeadlineReportNeverDelaysALaterDeadline(t *testing.T) {
 		cut.Cut.Store(true)
 		advance(ttl)
 
-		first, second := runs.of("first"), runs.of("second")
-		if len(first) != 1 || len(second) != 1 {
-			t.Fatalf("runs: first %+v, second %+v; want one each", first, second)
+		for _, key := range []string{"first", "twin", "second"} {
+			if got := runs.of(key); len(got) != 1 {
+				t.Fatalf("runs of %s: %+v; want one", key, got)
+			}
 		}
-		if want := confirmed.Add(ttl - renew); !first[0].ended.Equal(want) || !errors.Is(first[0].cause, tenure.ErrDeadline) {
-			t.Errorf("first stopped %v after its last renewal with %v, want %v with ErrDeadline", first[0].ended.Sub(confirmed), first[0].cause, want.Sub(confirmed))
+		for _, key := range []string{"first", "twin"} {
+			got := runs.of(key)[0]
+			if want := confirmed.Add(ttl - renew); !got.ended.Equal(want) || !errors.Is(got.cause, tenure.ErrDeadline) {
+				t.Errorf("%s stopped %v after its last renewal with %v, want %v with ErrDeadline", key, got.ended.Sub(confirmed), got.cause, want.Sub(confirmed))
+			}
 		}
+		second := runs.of("second")
 		if want := acquired.Add(ttl - renew); !second[0].ended.Equal(want) || !errors.Is(second[0].cause, tenure.ErrDeadline) {
 			t.Errorf("second stopped %v after it was acquired with %v, want %v with ErrDeadline", second[0].ended.Sub(acquired), second[0].cause, want.Sub(acquired))
 		}

@@ -25,7 +25,7 @@ type runState struct {
 
 	mu       sync.Mutex
 	cause    error     // why it was stopped, nil while running normally
-	armedFor time.Time // when the watchdog was last set to fire, on time.Now's clock; zero: never set
+	armedFor time.Time // when the watchdog is set to fire, on time.Now's clock: written under mu and watchdogs.mu, read under either
 	stopAt   time.Time // when the watchdog cancels the runner, on time.Now's clock
 	// changed is closed when stopAt changes, the run stops or it ends; made
 	// only when StopAt hands it out, so that a renewal of 10,000 keys nobody
@@ -66,14 +66,15 @@ func (r *runState) stop(cause error) bool {
 		return false
 	}
 	r.cause = cause
-	r.dogs.remove(r)
 	if cause == errReturned {
 		cause = nil // context.Canceled, for anything the runner left behind
 	}
 	// Cancel before signalling StopAt's watchers, so that one woken by
-	// the signal finds the context already done.
+	// the signal finds the context already done, and before taking the
+	// watchdog off, which waits for the watchdogs' lock.
 	r.cancel(cause)
 	r.signal()
+	r.dogs.remove(r)
 	return true
 }
 
@@ -147,20 +148,11 @@ func (s *Supervisor) guard(r *runState, clk loopClock) {
 	if r.cause != nil {
 		return // winding down: the deadline moves for what the runner handed on; the context is done already
 	}
-	// A watchdog set for this time or earlier, and not due before the
-	// next renewal, is left alone: a renewal moves every deadline later,
-	// once a period, and resetting every key's timer each time was most of
-	// a renewal's cost at 10,000 keys. It is reset once it is due within a
-	// renewal period, so it seldom fires early (a fire — a goroutine and
-	// a clock reading by system call — costs more than a reset); if it
-	// does, it finds the lease renewed and calls this again, which, the
-	// timer being due now, sets it again. It is never late: the deadline
-	// only moves earlier when the host has slept (local is then before
-	// armedFor), and that resets it.
-	if !r.armedFor.IsZero() && !local.Before(r.armedFor) && r.armedFor.Sub(now) > s.keeper.Timing().RenewEvery {
-		return
-	}
-	r.dogs.set(r, local)
+	// A renewal moves every watchdog later, which only records the new
+	// time (watchdogs.set): the cost of a renewal at 10,000 keys was
+	// mostly resetting a timer per key. A deadline moved earlier (the host
+	// slept) moves the watchdog at once, so it is never late.
+	r.dogs.set(r, local, now)
 }
 
 // watchdogsFired cancels each runner that came due unless a renewal was

@@ -38,12 +38,13 @@ func newWatchdogs(fire func(due []*runState)) *watchdogs {
 	return &watchdogs{fire: fire, base: time.Now()}
 }
 
-// set makes r's watchdog due at at, on time.Now's clock. r.mu is held.
-func (w *watchdogs) set(r *runState, at time.Time) {
+// set makes r's watchdog due at at, on time.Now's clock, read as now.
+// r.mu is held.
+func (w *watchdogs) set(r *runState, at, now time.Time) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	r.armedFor = at
-	due := at.Sub(w.base)
+	due := w.offset(at, now)
 	switch {
 	case r.slot < 0:
 		r.due = due
@@ -80,11 +81,12 @@ func (w *watchdogs) remove(r *runState) {
 // the timer for the next, and hands the runs to fire.
 func (w *watchdogs) fired() {
 	w.mu.Lock()
-	now := time.Since(w.base)
+	t := time.Now()
+	now := t.Sub(w.base)
 	var due []*runState
 	for len(w.due) > 0 && w.due[0].due <= now {
 		r := heap.Pop(&w.due).(*runState)
-		if later := r.armedFor.Sub(w.base); later > now {
+		if later := w.offset(r.armedFor, t); later > now {
 			r.due = later // moved later since it was put here
 			heap.Push(&w.due, r)
 			continue
@@ -99,6 +101,14 @@ func (w *watchdogs) fired() {
 	if len(due) > 0 {
 		w.fire(due)
 	}
+}
+
+// offset is at as an offset from w.base, measured from now: from base to
+// now on the monotonic clock, and from now to at on whichever clock at
+// carries, so a time without a monotonic reading is as exposed to a
+// clock step as it was to a timer set for it, not since base.
+func (w *watchdogs) offset(at, now time.Time) time.Duration {
+	return now.Sub(w.base) + at.Sub(now)
 }
 
 // armTimerLocked sets the timer to fire at at. w.mu is held.

@@ -1,6 +1,7 @@
 package tenure
 
 import (
+	"maps"
 	"slices"
 	"sync"
 	"testing"
@@ -38,7 +39,7 @@ func TestWatchdogsFireEachRunWhenDueAndNoneTakenOff(t *testing.T) {
 		set := func(r *runState, after time.Duration) {
 			r.mu.Lock()
 			defer r.mu.Unlock()
-			w.set(r, start.Add(after))
+			w.set(r, start.Add(after), time.Now())
 		}
 		a, b, c, d, e, f := run("a"), run("b"), run("c"), run("d"), run("e"), run("f")
 		set(c, 3*time.Second)
@@ -83,6 +84,60 @@ func TestWatchdogsFireEachRunWhenDueAndNoneTakenOff(t *testing.T) {
 	})
 }
 
+// TestWatchdogsAfterTheLastIsTakenOffAndForTimesMovedBack covers the
+// edges: the timer stopped when the last run is taken off and started
+// again by the next; a time already past fires at once; a run moved later
+// and then back earlier fires at the earlier time, and one moved later
+// and later again fires at the last.
+func TestWatchdogsAfterTheLastIsTakenOffAndForTimesMovedBack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		var mu sync.Mutex
+		fired := map[string]time.Duration{}
+		w := newWatchdogs(func(due []*runState) {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, r := range due {
+				fired[r.key] = time.Since(start)
+			}
+		})
+		set := func(r *runState, after time.Duration) {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			w.set(r, start.Add(after), time.Now())
+		}
+		a := &runState{key: "a", slot: -1, dogs: w}
+		set(a, time.Second)
+		a.mu.Lock()
+		w.remove(a)
+		a.mu.Unlock()
+		if w.timer.Stop() {
+			t.Error("the timer still ran with no run left to watch")
+		}
+		b := &runState{key: "b", slot: -1, dogs: w}
+		c := &runState{key: "c", slot: -1, dogs: w}
+		d := &runState{key: "d", slot: -1, dogs: w}
+		e := &runState{key: "e", slot: -1, dogs: w}
+		set(b, 3*time.Second)
+		set(c, 2*time.Second)
+		set(c, 5*time.Second) // later: keeps its place, put back at 2s
+		set(c, time.Second)   // then earlier than its place
+		set(d, 2*time.Second)
+		set(d, 4*time.Second)
+		set(d, 6*time.Second)
+		time.Sleep(1500 * time.Millisecond)
+		set(e, -time.Second) // already past
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		want := map[string]time.Duration{"b": 3 * time.Second, "c": time.Second, "d": 6 * time.Second, "e": 1500 * time.Millisecond}
+		if !maps.Equal(fired, want) {
+			t.Errorf("fired %v, want %v", fired, want)
+		}
+	})
+}
+
 // BenchmarkWatchdogs10000Runs compares the shared timer with a timer per
 // run, the design it replaced, at 10,000 runs: setting every watchdog
 // (what acquiring 10,000 keys does, and its memory), moving every one a
@@ -99,13 +154,14 @@ func BenchmarkWatchdogs10000Runs(b *testing.B) {
 	}
 	// Due far ahead, so that nothing fires while the watchdogs are set
 	// and moved.
-	later := func(i int) time.Time { return time.Now().Add(time.Hour + time.Duration(i)) }
+	later := func(now time.Time, i int) time.Time { return now.Add(time.Hour + time.Duration(i)) }
 	b.Run("set/shared-timer", func(b *testing.B) {
 		for b.Loop() {
 			w := newWatchdogs(func([]*runState) {})
+			now := time.Now()
 			for i, r := range runs {
 				r.slot = -1
-				w.set(r, later(i))
+				w.set(r, later(now, i), now)
 			}
 			w.timer.Stop()
 		}
@@ -113,8 +169,9 @@ func BenchmarkWatchdogs10000Runs(b *testing.B) {
 	b.Run("set/timer-per-run", func(b *testing.B) {
 		timers := make([]*time.Timer, n)
 		for b.Loop() {
+			now := time.Now()
 			for i := range timers {
-				timers[i] = time.AfterFunc(time.Until(later(i)), func() {})
+				timers[i] = time.AfterFunc(later(now, i).Sub(now), func() {})
 			}
 			for _, t := range timers {
 				t.Stop()
@@ -123,21 +180,24 @@ func BenchmarkWatchdogs10000Runs(b *testing.B) {
 	})
 	b.Run("move/shared-timer", func(b *testing.B) {
 		w := newWatchdogs(func([]*runState) {})
+		now := time.Now()
 		for i, r := range runs {
 			r.slot = -1
-			w.set(r, later(i))
+			w.set(r, later(now, i), now)
 		}
 		defer w.timer.Stop()
 		for b.Loop() {
+			now := time.Now()
 			for i, r := range runs {
-				w.set(r, later(i))
+				w.set(r, later(now, i), now)
 			}
 		}
 	})
 	b.Run("move/timer-per-run", func(b *testing.B) {
 		timers := make([]*time.Timer, n)
+		now := time.Now()
 		for i := range timers {
-			timers[i] = time.AfterFunc(time.Until(later(i)), func() {})
+			timers[i] = time.AfterFunc(later(now, i).Sub(now), func() {})
 		}
 		defer func() {
 			for _, t := range timers {
@@ -145,8 +205,9 @@ func BenchmarkWatchdogs10000Runs(b *testing.B) {
 			}
 		}()
 		for b.Loop() {
+			now := time.Now()
 			for i, t := range timers {
-				t.Reset(time.Until(later(i)))
+				t.Reset(later(now, i).Sub(now))
 			}
 		}
 	})
@@ -158,19 +219,23 @@ func BenchmarkWatchdogs10000Runs(b *testing.B) {
 			// Runs of its own, due late enough that the timer does not
 			// fire before they are all moved and it is stopped.
 			w := newWatchdogs(func([]*runState) { b.Error("none is due") })
-			at := time.Now().Add(100 * time.Millisecond)
+			now := time.Now()
+			at := now.Add(100 * time.Millisecond)
 			own := make([]*runState, n)
 			for i := range own {
 				own[i] = &runState{slot: -1}
-				w.set(own[i], at)
+				w.set(own[i], at, now)
 			}
 			for i, r := range own {
-				w.set(r, later(i))
+				w.set(r, later(now, i), now)
 			}
 			w.timer.Stop()
 			time.Sleep(time.Until(at))
 			b.StartTimer()
 			w.fired()
+			b.StopTimer()
+			w.timer.Stop() // set for the runs put back, an hour ahead
+			b.StartTimer()
 		}
 	})
 	b.Run("all-due/shared-timer", func(b *testing.B) {
@@ -178,10 +243,11 @@ func BenchmarkWatchdogs10000Runs(b *testing.B) {
 			var fired sync.WaitGroup
 			fired.Add(n)
 			w := newWatchdogs(func(due []*runState) { fired.Add(-len(due)) })
-			at := time.Now().Add(time.Millisecond)
+			now := time.Now()
+			at := now.Add(time.Millisecond)
 			for _, r := range runs {
 				r.slot = -1
-				w.set(r, at)
+				w.set(r, at, now)
 			}
 			fired.Wait()
 		}
