@@ -84,7 +84,13 @@ func (w *watchdogs) fired() {
 	t := time.Now()
 	now := t.Sub(w.base)
 	var due []*runState
-	for len(w.due) > 0 && w.due[0].due <= now {
+	for n := 1; len(w.due) > 0 && w.due[0].due <= now; n++ {
+		if n%putBackChunk == 0 {
+			// Put back 10,000 entries in one hold and a renewal's set, or
+			// a stop's remove, waits 1–2 ms for the lock.
+			w.mu.Unlock()
+			w.mu.Lock()
+		}
 		r := heap.Pop(&w.due).(*runState)
 		if later := w.offset(r.armedFor, t); later > now {
 			r.due = later // moved later since it was put here
@@ -110,6 +116,10 @@ func (w *watchdogs) fired() {
 func (w *watchdogs) offset(at, now time.Time) time.Duration {
 	return now.Sub(w.base) + at.Sub(now)
 }
+
+// putBackChunk is how many entries fired takes off the heap per hold of
+// the lock.
+const putBackChunk = 1024
 
 // armTimerLocked sets the timer to fire at at. w.mu is held.
 func (w *watchdogs) armTimerLocked(at time.Time) {

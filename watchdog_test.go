@@ -138,6 +138,47 @@ func TestWatchdogsAfterTheLastIsTakenOffAndForTimesMovedBack(t *testing.T) {
 	})
 }
 
+// TestWatchdogsPutBackMoreThanOneHoldOfTheLockTakes: runs all moved later
+// together, more than fired takes off the heap per hold of its lock, are
+// all put back when their first time comes, and all fire at the later.
+func TestWatchdogsPutBackMoreThanOneHoldOfTheLockTakes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const n = 3*putBackChunk + 7
+		start := time.Now()
+		var mu sync.Mutex
+		var fired []time.Duration
+		w := newWatchdogs(func(due []*runState) {
+			mu.Lock()
+			defer mu.Unlock()
+			for range due {
+				fired = append(fired, time.Since(start))
+			}
+		})
+		runs := make([]*runState, n)
+		for i := range runs {
+			runs[i] = &runState{slot: -1, dogs: w}
+			w.set(runs[i], start.Add(time.Second), start)
+		}
+		for _, r := range runs {
+			w.set(r, start.Add(3*time.Second), start)
+		}
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		mu.Lock()
+		if len(fired) != 0 || len(w.due) != n {
+			t.Errorf("at 2s: %d fired, %d of %d due later", len(fired), len(w.due), n)
+		}
+		mu.Unlock()
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		if len(fired) != n || fired[0] != 3*time.Second || fired[n-1] != 3*time.Second {
+			t.Errorf("%d of %d fired, first at %v", len(fired), n, fired[:min(1, len(fired))])
+		}
+	})
+}
+
 // BenchmarkWatchdogs10000Runs compares the shared timer with a timer per
 // run, the design it replaced, at 10,000 runs: setting every watchdog
 // (what acquiring 10,000 keys does, and its memory), moving every one a
