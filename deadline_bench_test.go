@@ -2,10 +2,8 @@ package tenure_test
 
 import (
 	"context"
-	"fmt"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -30,11 +28,9 @@ func BenchmarkDeadlineStopsOf10000Keys(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		var started atomic.Int64
 		var mu sync.Mutex
 		var late []time.Duration
-		runner := tenure.RunnerFunc(func(ctx context.Context, l tenure.Lease) error {
-			started.Add(1)
+		_, stop := runKeys(b, sup, n, func(ctx context.Context, l tenure.Lease) error {
 			<-ctx.Done()
 			stopped := time.Now()
 			at, _, _ := l.StopAt()
@@ -43,19 +39,6 @@ func BenchmarkDeadlineStopsOf10000Keys(b *testing.B) {
 			mu.Unlock()
 			return nil
 		})
-		for i := range n {
-			if err := sup.Set(fmt.Sprintf("account-%05d", i), tenure.Job{Runner: runner}); err != nil {
-				b.Fatal(err)
-			}
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- sup.Run(ctx) }()
-		for deadline := time.Now().Add(time.Minute); started.Load() < n; time.Sleep(10 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				b.Fatalf("%d of %d runners started", started.Load(), n)
-			}
-		}
 		time.Sleep(2 * time.Second) // a renewal or two: every run renewed in one batch
 		cut.Cut.Store(true)
 		for deadline := time.Now().Add(2 * ttl); ; time.Sleep(10 * time.Millisecond) {
@@ -66,11 +49,11 @@ func BenchmarkDeadlineStopsOf10000Keys(b *testing.B) {
 				break
 			}
 			if time.Now().After(deadline) {
+				stop()
 				b.Fatalf("%d of %d runners stopped within two TTLs of the cut", got, n)
 			}
 		}
-		cancel()
-		<-done
+		stop()
 		slices.Sort(late)
 		ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 		b.ReportMetric(ms(late[0]), "late-min-ms")

@@ -31,26 +31,11 @@ func BenchmarkRenewalPathWith10000Keys(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			var started atomic.Int64
-			runner := tenure.RunnerFunc(func(ctx context.Context, _ tenure.Lease) error {
-				started.Add(1)
+			ctx, stop := runKeys(b, sup, n, func(ctx context.Context, _ tenure.Lease) error {
 				<-ctx.Done()
 				return nil
 			})
-			for i := range n {
-				if err := sup.Set(fmt.Sprintf("account-%05d", i), tenure.Job{Runner: runner}); err != nil {
-					b.Fatal(err)
-				}
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() { done <- sup.Run(ctx) }()
-			defer func() { cancel(); <-done }()
-			for deadline := time.Now().Add(time.Minute); started.Load() < n; time.Sleep(10 * time.Millisecond) {
-				if time.Now().After(deadline) {
-					b.Fatalf("%d of %d runners started", started.Load(), n)
-				}
-			}
+			defer stop()
 			leases, err := st.List(ctx, "")
 			if err != nil {
 				b.Fatal(err)
@@ -76,4 +61,30 @@ func BenchmarkRenewalPathWith10000Keys(b *testing.B) {
 			b.ReportMetric(float64(raw.Microseconds())/1000/float64(b.N), "raw-renew-ms")
 		})
 	}
+}
+
+// runKeys sets n keys on sup, each run by runner, runs sup until stop is
+// called, and returns once every runner has started.
+func runKeys(b *testing.B, sup *tenure.Supervisor, n int, runner tenure.RunnerFunc) (ctx context.Context, stop func()) {
+	var started atomic.Int64
+	counted := tenure.RunnerFunc(func(ctx context.Context, l tenure.Lease) error {
+		started.Add(1)
+		return runner(ctx, l)
+	})
+	for i := range n {
+		if err := sup.Set(fmt.Sprintf("account-%05d", i), tenure.Job{Runner: counted}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- sup.Run(ctx) }()
+	stop = func() { cancel(); <-done }
+	for deadline := time.Now().Add(time.Minute); started.Load() < int64(n); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			stop()
+			b.Fatalf("%d of %d runners started", started.Load(), n)
+		}
+	}
+	return ctx, stop
 }
