@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/tenure-dev/tenure/internal/engine/balance"
+	"github.com/tenure-dev/tenure/internal/engine/hold"
 	"github.com/tenure-dev/tenure/internal/engine/policyhook"
 	"github.com/tenure-dev/tenure/internal/engine/poolcoord"
 	"github.com/tenure-dev/tenure/internal/engine/poolkey"
@@ -218,6 +219,10 @@ func (s *Supervisor) refreshPool(ctx context.Context, ps *poolState) {
 		newDups := false
 		if err == nil {
 			dups, newDups, err = ps.coord.SetKeys(keys)
+			if err == nil {
+				// The view of the pool's keys follows their positions.
+				s.keeper.Number(ps.coord.Index())
+			}
 		} else {
 			ps.coord.SourceFailed(err)
 		}
@@ -346,8 +351,9 @@ func (s *Supervisor) applyRound(ps *poolState, round poolcoord.Round) {
 // the keeper.
 func (s *Supervisor) leaseTable(inGrace bool) iter.Seq[poolcoord.Entry] {
 	return func(yield func(poolcoord.Entry) bool) {
-		s.keeper.LiveOwners(inGrace, func(key, owner string, live, running bool) bool {
-			return yield(poolcoord.Entry{Key: key, Owner: owner, Live: live, Running: running})
+		s.keeper.LiveOwners(inGrace, func(l hold.Seen) bool {
+			index, _ := l.Keys.(*poolcoord.Index) // the keeper numbers only pools' keys
+			return yield(poolcoord.Entry{Key: l.Key, Index: index, At: l.At, Owner: l.Owner, Live: l.Live, Running: l.Running})
 		})
 	}
 }

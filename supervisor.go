@@ -446,7 +446,7 @@ func (s *Supervisor) scheduleFreedKeys() {
 	defer s.unlock()
 	poke := false
 	clk := s.loopClock()
-	for _, l := range s.keeper.ObservedWhere(func(l store.Lease) bool { return l.Released }) {
+	for _, l := range s.keeper.Released() {
 		ks := s.keys[l.Key]
 		if ks == nil || ks.nextAcquire.IsZero() || !ks.wantsLease() || s.keeper.HoldsAt(l.Key, clk.now()) {
 			continue

@@ -85,7 +85,9 @@ type Keeper struct {
 
 	mu       sync.Mutex
 	held     map[string]Term
-	observed map[string]observation
+	observed map[string]observation // of the keys no numbering numbers
+	numbered []*numbered            // the pools' keys (numbered.go)
+	keyBuf   []byte                 // where heldAt spells a numbered key
 	// owners interns the owners in observed (observation.go); gen counts
 	// the whole reads, so one updates observed in place and drops what it
 	// did not list: at 10,000 keys a new map each round was most of what
@@ -285,7 +287,7 @@ func (k *Keeper) Acquire(ctx context.Context, key string, running bool) (Acquire
 		// A peer holds the row, so any local record of ours is stale.
 		_, ended := k.held[key]
 		delete(k.held, key)
-		k.observed[key] = k.observe(res.Holder, sent)
+		k.record(key, k.observe(res.Holder, sent))
 		// The key frees at expiry + grace; TimeLeft is negative once the
 		// term has expired, so this is exact within grace too. The store
 		// read its clock after we sent, so this errs early, never late.
@@ -295,7 +297,7 @@ func (k *Keeper) Acquire(ctx context.Context, key string, running bool) (Acquire
 		k.superseded(key, cur.Epoch)
 	}
 	k.held[key] = Term{Key: key, Epoch: res.Epoch, Deadline: sent.Add(k.timing.TTL)}
-	delete(k.observed, key)
+	k.forget(key)
 	delete(k.unreleased, key) // a newer term: the old one is over
 	return Acquired{OK: true, New: true, Epoch: res.Epoch}, nil
 }
@@ -345,7 +347,7 @@ func (k *Keeper) RenewAll(ctx context.Context, running func(terms []Term) []bool
 			out[t.Key] = Renewed
 		default:
 			delete(k.held, t.Key)
-			delete(k.observed, t.Key) // it showed us: stale now
+			k.forget(t.Key) // it showed us: stale now
 			k.superseded(t.Key, t.Epoch)
 			out[t.Key] = Lost
 		}
@@ -362,7 +364,7 @@ func (k *Keeper) Release(ctx context.Context, terms ...Term) error {
 	for _, t := range terms {
 		if cur, ok := k.held[t.Key]; ok && cur.Epoch == t.Epoch {
 			delete(k.held, t.Key)
-			delete(k.observed, t.Key) // it showed us: stale now
+			k.forget(t.Key) // it showed us: stale now
 			k.superseded(t.Key, t.Epoch)
 			sent = append(sent, cur)
 			toRelease = append(toRelease, store.Term{Key: t.Key, Epoch: t.Epoch})
@@ -424,11 +426,18 @@ func (k *Keeper) ObserveAll(ctx context.Context, prefix string) error {
 			k.mu.Unlock()
 			k.mu.Lock()
 		}
-		k.observed[l.Key] = k.observe(l, at)
+		k.record(l.Key, k.observe(l, at))
 	}
 	for key, o := range k.observed {
 		if o.gen != k.gen {
 			delete(k.observed, key)
+		}
+	}
+	for _, n := range k.numbered {
+		for i := range n.obs {
+			if n.obs[i].has && n.obs[i].gen != k.gen {
+				n.obs[i] = observation{}
+			}
 		}
 	}
 	k.endReadLocked(from)
@@ -452,10 +461,10 @@ func (k *Keeper) observedLocked(key string) (store.Lease, bool) {
 // of the keeper's clock is a system call or two, and at 100,000 keys the
 // loops held the keeper's lock, which renewals wait for, for seconds).
 func (k *Keeper) observedAtLocked(key string, now time.Time) (store.Lease, bool) {
-	if _, mine := k.held[key]; mine {
+	if k.holds(key) {
 		return store.Lease{}, false
 	}
-	o, ok := k.observed[key]
+	o, ok := k.lookup(key)
 	if !ok {
 		return store.Lease{}, false
 	}
@@ -482,49 +491,6 @@ func (k *Keeper) PeerLeads(key string) bool {
 	defer k.mu.Unlock()
 	l, ok := k.observedLocked(key)
 	return ok && l.Live && l.Owner != "" && l.Owner != k.owner
-}
-
-// PeerKeys returns every key a live peer leads, as last seen, sorted.
-func (k *Keeper) PeerKeys() []string {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	var keys []string
-	now := k.now()
-	for key := range k.observed {
-		if l, ok := k.observedAtLocked(key, now); ok && l.Live && l.Owner != "" && l.Owner != k.owner {
-			keys = append(keys, key)
-		}
-	}
-	slices.Sort(keys)
-	return keys
-}
-
-// ObservedKeys returns every key seen in the store, sorted.
-func (k *Keeper) ObservedKeys() []string {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	keys := slices.Collect(maps.Keys(k.observed))
-	slices.Sort(keys)
-	return keys
-}
-
-// ObservedWhere returns, as Observed would, the last observed lease of
-// every key that match accepts, in no particular order: one pass under
-// one lock and one reading of the clock, for a round that looks for a few
-// records among thousands.
-func (k *Keeper) ObservedWhere(match func(l store.Lease) bool) []store.Lease {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	var out []store.Lease
-	now := k.now()
-	for key, o := range k.observed {
-		if l := k.leaseAt(key, o, now); match(l) {
-			if _, mine := k.held[key]; !mine {
-				out = append(out, l)
-			}
-		}
-	}
-	return out
 }
 
 // ErrCallTimeout: a store call did not answer within Timing.CallTimeout.
@@ -561,30 +527,5 @@ func bounded[T any](ctx context.Context, timeout time.Duration, call func(contex
 	case <-ctx.Done():
 		var zero T
 		return zero, context.Cause(ctx)
-	}
-}
-
-// LiveOwners calls f for every key whose lease is live as last seen —
-// this replica's own terms included — with its owner and whether the
-// owner reported its runner running. With inGrace, terms that expired
-// less than Grace ago count too: no peer can take them yet.
-//
-// f runs under the keeper's lock: it must not call the keeper. It
-// returns false to stop.
-func (k *Keeper) LiveOwners(inGrace bool, f func(key, owner string, live, running bool) bool) {
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	for key := range k.held {
-		if !f(key, k.owner, true, true) {
-			return
-		}
-	}
-	now := k.now()
-	for key := range k.observed {
-		if l, ok := k.observedAtLocked(key, now); ok && l.HeldOrInGrace(k.timing.Grace) && (l.Live || inGrace) {
-			if !f(key, l.Owner, l.Live, l.Running) {
-				return
-			}
-		}
 	}
 }

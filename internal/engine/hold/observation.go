@@ -10,7 +10,7 @@ import (
 // observation is a peer's lease as last read, with when its time left
 // runs out on the local clock, so that it can be aged. The view holds one for every key of the
 // namespace — every key of a pool, not only this replica's share — so it
-// is kept small, 32 bytes: the key is the map's; the owner is interned,
+// is kept small, 32 bytes: the key is the map's, or the numbering's; the owner is interned,
 // as a unique.Handle of one pointer (a store answers every read with
 // strings of its own, one per lease, where a pool has a few owners); and
 // the time left as read is kept as when it runs out, an offset from the
@@ -22,6 +22,7 @@ type observation struct {
 	ends                    time.Duration // when its time left as read runs out, since Keeper.base
 	gen                     uint32        // Keeper.gen when it was written: which whole read it survives
 	live, released, running bool
+	has                     bool // in a numbered view's array: whether there is one (numbered.go)
 }
 
 // observe makes l, read at local time at, an observation of the current
@@ -29,7 +30,7 @@ type observation struct {
 func (k *Keeper) observe(l store.Lease, at time.Time) observation {
 	return observation{
 		owner: k.intern(l.Owner), epoch: l.Epoch, ends: at.Sub(k.base) + l.TimeLeft,
-		gen: k.gen, live: l.Live, released: l.Released, running: l.Running,
+		gen: k.gen, live: l.Live, released: l.Released, running: l.Running, has: true,
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/tenure-dev/tenure/internal/engine/hold"
 	"github.com/tenure-dev/tenure/store"
 	"github.com/tenure-dev/tenure/store/memstore"
 )
@@ -55,9 +56,9 @@ func TestAVouchNeverRevivesATermAWholeReadSawEnd(t *testing.T) {
 			t.Fatal(err)
 		}
 		var owners []string
-		b.LiveOwners(true, func(key, owner string, _, _ bool) bool {
-			if key == "p/1" {
-				owners = append(owners, owner)
+		b.LiveOwners(true, func(s hold.Seen) bool {
+			if seenKey(s) == "p/1" {
+				owners = append(owners, s.Owner)
 			}
 			return true
 		})

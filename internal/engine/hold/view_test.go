@@ -8,6 +8,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/tenure-dev/tenure/internal/engine/hold"
 	"github.com/tenure-dev/tenure/store"
 	"github.com/tenure-dev/tenure/store/memstore"
 )
@@ -79,9 +80,9 @@ func TestAMembershipVouchesForItsHoldersOtherTerms(t *testing.T) {
 			t.Fatal("B's pool key is live in A's view after B's membership expired")
 		}
 		inGrace := func() (owners []string) {
-			a.LiveOwners(true, func(key, owner string, _, _ bool) bool {
-				if key == "p/1" {
-					owners = append(owners, owner)
+			a.LiveOwners(true, func(s hold.Seen) bool {
+				if seenKey(s) == "p/1" {
+					owners = append(owners, s.Owner)
 				}
 				return true
 			})
@@ -175,7 +176,7 @@ func TestATermSeenExpiredLeavesGraceWithoutAnotherRead(t *testing.T) {
 		}
 		inGrace := func() bool {
 			found := false
-			a.LiveOwners(true, func(key, _ string, _, _ bool) bool { found = found || key == "p/1"; return true })
+			a.LiveOwners(true, func(s hold.Seen) bool { found = found || seenKey(s) == "p/1"; return true })
 			return found
 		}
 		if !inGrace() {
@@ -218,8 +219,8 @@ func TestLiveOwnersStopsWhenItsCallerHasHadEnough(t *testing.T) {
 		t.Fatal(err)
 	}
 	var all, first int
-	a.LiveOwners(false, func(string, string, bool, bool) bool { all++; return true })
-	a.LiveOwners(false, func(string, string, bool, bool) bool { first++; return false })
+	a.LiveOwners(false, func(hold.Seen) bool { all++; return true })
+	a.LiveOwners(false, func(hold.Seen) bool { first++; return false })
 	if all != 3 || first != 1 {
 		t.Fatalf("LiveOwners called back %d times for the whole table and %d times when told to stop; want 3 and 1", all, first)
 	}

@@ -48,7 +48,7 @@ type Coordinator struct {
 	memberKey     string
 
 	keys    []string // latest from the source, without repeats; nil until first loaded
-	index   keyIndex // of keys
+	index   *Index   // of keys; nil until first loaded
 	owners  []string // the last plan's View.Owners, reused by the next
 	held    int      // how many keys the last plan's View.HeldSince had
 	dups    int      // keys the source listed more than once, last time
@@ -91,7 +91,7 @@ func (c *Coordinator) PoolKey(leaseKey string) (string, bool) {
 	if !ok {
 		return "", false
 	}
-	_, listed := c.index.find(k)
+	_, listed := c.index.Find(k)
 	return k, listed
 }
 
@@ -127,7 +127,7 @@ func (c *Coordinator) Loaded() bool { return c.keys != nil }
 // set stays in force. newDups reports a change in how many repeats the
 // source lists, worth a warning.
 func (c *Coordinator) SetKeys(keys []string) (dups int, newDups bool, err error) {
-	index := newKeyIndex(len(keys))
+	index := newIndex(c.keysPrefix, len(keys))
 	for _, k := range keys {
 		if err := store.ValidateKey(k); err != nil {
 			c.lastErr = err
@@ -147,16 +147,46 @@ func (c *Coordinator) SetKeys(keys []string) (dups int, newDups bool, err error)
 	return dups, newDups, nil
 }
 
+// Index is the pool's keys as the last successful SetKeys indexed them,
+// or nil before the first.
+func (c *Coordinator) Index() *Index { return c.index }
+
 // SourceFailed records a failed read of the source; the last good key set
 // stays in force.
 func (c *Coordinator) SourceFailed(err error) { c.lastErr = err }
 
 // Entry is one lease as the holder sees it: a live lease, or one whose
 // holder's term ended less than grace ago (still blocked for everyone
-// else), with the owner's running flag.
+// else), with the owner's running flag. Its key is Key; or, when Index is
+// not nil, the key at position At of Index, a pool's keys as a
+// coordinator indexed them: the view the holder keeps of a pool's keys is
+// by position, and names them so without making a string.
 type Entry struct {
-	Key, Owner    string
+	Key           string
+	Index         *Index
+	At            int
+	Owner         string
 	Live, Running bool
+}
+
+// position is where e's key is among the pool's current keys, if it is
+// one of them.
+func (c *Coordinator) position(e Entry) (int, bool) {
+	switch {
+	case e.Index == c.index && e.Index != nil:
+		return e.At, true
+	case e.Index != nil:
+		// Another pool's, or an index this pool has replaced since.
+		if e.Index.prefix != c.keysPrefix {
+			return 0, false
+		}
+		return c.index.Find(e.Index.keys[e.At])
+	}
+	k, ok := c.poolKey(e.Key)
+	if !ok {
+		return 0, false
+	}
+	return c.index.Find(k)
 }
 
 // Self is this worker's own standing in the pool this round.
@@ -218,14 +248,12 @@ func (c *Coordinator) Begin(now time.Time, self Self) *Planning {
 // prefer before their preferred worker can.
 func (p *Planning) Observe(e Entry) {
 	c := p.c
-	if c.isMember(e.Key) {
+	if e.Index == nil && c.isMember(e.Key) {
 		if e.Live {
 			c.addWorker(&p.view, &p.out, e, p.self.Member)
 		}
-	} else if k, ok := c.poolKey(e.Key); ok {
-		if i, listed := c.index.find(k); listed {
-			c.owners[i] = e.Owner
-		}
+	} else if i, listed := c.position(e); listed {
+		c.owners[i] = e.Owner
 	}
 }
 
@@ -289,11 +317,11 @@ type Status struct {
 func (c *Coordinator) Status(table iter.Seq[Entry]) Status {
 	st := Status{Name: c.cfg.Pool, Keys: len(c.keys), Target: c.plan.Target, Cap: c.plan.Cap, Workers: map[string]int{}, Error: c.lastErr}
 	for e := range table {
-		if c.isMember(e.Key) {
+		if e.Index == nil && c.isMember(e.Key) {
 			if m, err := poolkey.ParseMember(e.Key); err == nil && m.Owner == e.Owner {
 				st.Workers[e.Owner] += 0
 			}
-		} else if _, ok := c.PoolKey(e.Key); ok {
+		} else if _, ok := c.position(e); ok {
 			st.Workers[e.Owner]++
 			if e.Owner == c.cfg.Self {
 				st.Held++

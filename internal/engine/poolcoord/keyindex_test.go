@@ -6,12 +6,12 @@ import (
 )
 
 func TestTheKeyIndexFindsEveryKeyWhereItWasFirstListedAndNothingElse(t *testing.T) {
-	var empty keyIndex
-	if _, ok := empty.find("a"); ok {
+	var empty *Index
+	if _, ok := empty.Find("a"); ok {
 		t.Fatal("an index never filled found a key")
 	}
 	for _, n := range []int{0, 1, 3, 4, 5, 1000, 100_000} {
-		x := newKeyIndex(n)
+		x := newIndex("p/", n)
 		for i := range n {
 			// Every fifth listing repeats the key listed just before it.
 			k := fmt.Sprint("k", i-i%5/4)
@@ -20,12 +20,12 @@ func TestTheKeyIndexFindsEveryKeyWhereItWasFirstListedAndNothingElse(t *testing.
 			}
 		}
 		for i, k := range x.keys {
-			if p, ok := x.find(k); !ok || p != i {
+			if p, ok := x.Find(k); !ok || p != i {
 				t.Fatalf("n=%d: find(%q) = %d, %v; want %d", n, k, p, ok, i)
 			}
 		}
 		for _, k := range []string{"k4", "k9", "", "x"} { // never listed
-			if p, ok := x.find(k); ok {
+			if p, ok := x.Find(k); ok {
 				t.Fatalf("n=%d: find(%q) = %d, which is %q", n, k, p, x.keys[p])
 			}
 		}
