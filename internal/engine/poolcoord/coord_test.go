@@ -3,6 +3,7 @@ package poolcoord
 import (
 	"errors"
 	"iter"
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -155,4 +156,43 @@ func plan(c *Coordinator, now time.Time, self Self, table iter.Seq[Entry]) Round
 		p.Observe(e)
 	}
 	return p.Finish()
+}
+
+// The holder's view names a pool's key by its position in an index: the
+// pool's current one, one the pool has since replaced, or another pool's.
+// Each entry counts for the key it names, and only in that key's pool.
+func TestAnEntryByPositionCountsForTheKeyItNames(t *testing.T) {
+	c := newCoord(t, "w1")
+	if _, _, err := c.SetKeys([]string{"a", "b", "c"}); err != nil {
+		t.Fatal(err)
+	}
+	old := c.Index()
+	if _, _, err := c.SetKeys([]string{"c", "d", "a"}); err != nil { // b left, d came, a and c moved
+		t.Fatal(err)
+	}
+	other, err := New(Config{Prefix: "app/", Pool: "other", Self: "w1", Weight: 1, Policy: balance.NewBalanced(balance.Config{})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := other.SetKeys([]string{"a", "b", "c", "d"}); err != nil {
+		t.Fatal(err)
+	}
+	at := func(x *Index, k string) Entry {
+		i, ok := x.Find(k)
+		if !ok {
+			t.Fatalf("%q is not in the index", k)
+		}
+		return Entry{Index: x, At: i, Live: true, Running: true}
+	}
+	e := func(e Entry, owner string) Entry { e.Owner = owner; return e }
+	st := c.Status(tableOf(
+		member("w1", "1"), member("w2", "1"), member("w3", "1"),
+		e(at(c.Index(), "d"), "w1"), // the current index
+		e(at(old, "a"), "w2"),       // the replaced index: a is still the pool's
+		e(at(old, "b"), "w3"),       // the replaced index: b left the pool
+		e(at(other.Index(), "c"), "w3"),
+	))
+	if want := map[string]int{"w1": 1, "w2": 1, "w3": 0}; !maps.Equal(st.Workers, want) || st.Held != 1 {
+		t.Fatalf("Status counts %v, %d held; want %v, 1 held", st.Workers, st.Held, want)
+	}
 }
