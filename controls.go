@@ -56,7 +56,8 @@ func (s *Supervisor) readControls(ctx context.Context, key string) (controls, er
 // applyControls sets every singleton key's controls from the last read of
 // the lease table; reconcile does the rest.
 func (s *Supervisor) applyControls() {
-	records := s.keeper.ObservedWhere(func(l store.Lease) bool {
+	// Controls are singletons' records, never a pool's numbered keys.
+	records := s.keeper.ObservedUnnumberedWhere(func(l store.Lease) bool {
 		return strings.Contains(l.Key, PauseSuffix) || strings.Contains(l.Key, MoveInfix)
 	})
 	s.mu.Lock()

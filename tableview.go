@@ -77,8 +77,9 @@ func (s *Supervisor) readTableOnce(ctx context.Context) (current bool, err error
 		return true, nil // no pools, or no push channel: spare the scan
 	}
 	// Records of keys nobody holds (released, long expired) need no
-	// freshness: a new term of one is pushed, and onEvent notices it.
-	others := s.keeper.ObservedWhere(func(l store.Lease) bool {
+	// freshness: a new term of one is pushed, and onEvent notices it. A
+	// pool's current keys are numbered, and in the pools anyway.
+	others := s.keeper.ObservedUnnumberedWhere(func(l store.Lease) bool {
 		return !s.inPools(l.Key) && l.HeldOrInGrace(s.cfg.Grace)
 	})
 	s.mu.Lock()

@@ -4,6 +4,8 @@ import (
 	"math"
 	"slices"
 	"time"
+
+	"github.com/tenure-dev/tenure/internal/shrink"
 )
 
 // Worker is a live member of the pool.
@@ -352,7 +354,7 @@ func (b *Balanced) classify(rd *planRound) {
 			dropped++
 		}
 	}
-	b.orphanSince = shrunk(b.orphanSince, dropped)
+	b.orphanSince = shrink.Map(b.orphanSince, dropped)
 	dropped = 0
 	for key, at := range b.gaveUp {
 		if v.Now.Sub(at) >= b.cfg.MinHold {
@@ -360,23 +362,7 @@ func (b *Balanced) classify(rd *planRound) {
 			dropped++
 		}
 	}
-	b.gaveUp = shrunk(b.gaveUp, dropped)
-}
-
-// shrunk returns m, or a copy of it once more keys were just dropped from
-// it than it still has. A Go map keeps the room it grew to: the orphans
-// of one worker that left, thousands of keys that are soon claimed, would
-// otherwise stay allocated for good, about 90 bytes a key. The copy costs
-// no more than the deletes did.
-func shrunk[V any](m map[string]V, dropped int) map[string]V {
-	if dropped <= len(m) {
-		return m
-	}
-	kept := make(map[string]V, len(m))
-	for k, v := range m {
-		kept[k] = v
-	}
-	return kept
+	b.gaveUp = shrink.Map(b.gaveUp, dropped)
 }
 
 // noteLeaving finds the held keys that an earlier plan released during

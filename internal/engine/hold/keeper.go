@@ -21,6 +21,7 @@ import (
 	"time"
 	"unique"
 
+	"github.com/tenure-dev/tenure/internal/shrink"
 	"github.com/tenure-dev/tenure/store"
 )
 
@@ -428,11 +429,14 @@ func (k *Keeper) ObserveAll(ctx context.Context, prefix string) error {
 		}
 		k.record(l.Key, k.observe(l, at))
 	}
+	dropped := 0
 	for key, o := range k.observed {
 		if o.gen != k.gen {
 			delete(k.observed, key)
+			dropped++
 		}
 	}
+	k.observed = shrink.Map(k.observed, dropped)
 	for _, n := range k.numbered {
 		for i := range n.obs {
 			if n.obs[i].has && n.obs[i].gen != k.gen {

@@ -386,9 +386,9 @@ func TestALateRefusalNeverDropsANewerTerm(t *testing.T) {
 	})
 }
 
-// ObservedWhere picks leases as Observed would return them (aged), leaves
+// ObservedUnnumberedWhere picks leases as Observed would return them (aged), leaves
 // out the keeper's own keys, and ages what it returns like Observed.
-func TestObservedWherePicksPeersLeasesAndAgesThem(t *testing.T) {
+func TestObservedUnnumberedWherePicksPeersLeasesAndAgesThem(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		st := memstore.New(memstore.Options{})
 		a, b := newKeeper(st, "A"), newKeeper(st, "B")
@@ -409,16 +409,16 @@ func TestObservedWherePicksPeersLeasesAndAgesThem(t *testing.T) {
 			}
 			return m
 		}
-		if got := keys(b.ObservedWhere(all)); len(got) != 2 || got["mine"].Key != "" {
-			t.Fatalf("ObservedWhere(all) = %v, want the two peer leases, not B's own", got)
+		if got := keys(b.ObservedUnnumberedWhere(all)); len(got) != 2 || got["mine"].Key != "" {
+			t.Fatalf("ObservedUnnumberedWhere(all) = %v, want the two peer leases, not B's own", got)
 		}
-		if got := b.ObservedWhere(func(l store.Lease) bool { return l.Released }); len(got) != 1 || got[0].Key != "released" {
-			t.Fatalf("ObservedWhere(released) = %v", got)
+		if got := b.ObservedUnnumberedWhere(func(l store.Lease) bool { return l.Released }); len(got) != 1 || got[0].Key != "released" {
+			t.Fatalf("ObservedUnnumberedWhere(released) = %v", got)
 		}
 		time.Sleep(timing.TTL / 2)
-		live := keys(b.ObservedWhere(all))["live"]
+		live := keys(b.ObservedUnnumberedWhere(all))["live"]
 		if want, _ := b.Observed("live"); live != want || live.TimeLeft > timing.TTL/2 {
-			t.Errorf("ObservedWhere gave %+v, Observed %+v: want the same lease, aged by %v", live, want, timing.TTL/2)
+			t.Errorf("ObservedUnnumberedWhere gave %+v, Observed %+v: want the same lease, aged by %v", live, want, timing.TTL/2)
 		}
 	})
 }

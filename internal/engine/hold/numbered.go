@@ -3,6 +3,8 @@ package hold
 import (
 	"slices"
 	"strings"
+
+	"github.com/tenure-dev/tenure/internal/shrink"
 )
 
 // Numbering gives the keys under one prefix the positions 0 to Len()-1:
@@ -44,13 +46,20 @@ func (n *numbered) under(i int, prefix string) bool {
 // Number keeps the view of the keys that keys numbers as an array by
 // position from now on, and moves there what the view has of them. It
 // replaces the numbering of the same prefix, if any: what the view has of
-// a key the new one leaves out is kept by lease key again.
+// a key the new one leaves out is kept by lease key again. A source read
+// again lists the same keys most times: a numbering of them in the same
+// order keeps the array, so each read costs a comparison, not a copy.
 func (k *Keeper) Number(keys Numbering) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	prefix := keys.Prefix()
+	i := slices.IndexFunc(k.numbered, func(o *numbered) bool { return o.keys.Prefix() == prefix })
+	if i >= 0 && sameKeys(k.numbered[i].keys, keys) {
+		k.numbered[i].keys = keys
+		return
+	}
 	n := &numbered{keys: keys, obs: make([]observation, keys.Len())}
-	if i := slices.IndexFunc(k.numbered, func(o *numbered) bool { return o.keys.Prefix() == prefix }); i < 0 {
+	if i < 0 {
 		k.numbered = append(k.numbered, n)
 	} else {
 		old := k.numbered[i]
@@ -66,14 +75,31 @@ func (k *Keeper) Number(keys Numbering) {
 			}
 		}
 	}
+	moved := 0
 	for key, o := range k.observed {
 		if rest, ok := strings.CutPrefix(key, prefix); ok {
 			if p, ok := keys.Find(rest); ok {
 				n.obs[p] = o
 				delete(k.observed, key)
+				moved++
 			}
 		}
 	}
+	// A whole read before the first numbering grew the map to every key.
+	k.observed = shrink.Map(k.observed, moved)
+}
+
+// sameKeys reports whether a and b number the same keys the same way.
+func sameKeys(a, b Numbering) bool {
+	if a.Len() != b.Len() {
+		return false
+	}
+	for i := range a.Len() {
+		if a.Key(i) != b.Key(i) {
+			return false
+		}
+	}
+	return true
 }
 
 // numberedAt is where key's observation is kept if a numbering numbers

@@ -242,12 +242,14 @@ func (k *Keeper) Released() []store.Lease {
 	return out
 }
 
-// ObservedWhere returns, as Observed would, the last observed lease of
-// every key that match accepts, in no particular order, of the keys no
-// numbering numbers (a pool's current keys, which LiveOwners and Released
-// report): one pass under one lock and one reading of the clock, for a
-// round that looks for a few records among thousands.
-func (k *Keeper) ObservedWhere(match func(l store.Lease) bool) []store.Lease {
+// ObservedUnnumberedWhere returns, as Observed would, the last observed
+// lease of every key that match accepts, in no particular order, among
+// the keys no numbering numbers: singletons, memberships, and keys that
+// left a pool's source. A pool's current keys are numbered, and
+// LiveOwners and Released report them. One pass under one lock and one
+// reading of the clock, for a round that looks for a few records among
+// thousands.
+func (k *Keeper) ObservedUnnumberedWhere(match func(l store.Lease) bool) []store.Lease {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	var out []store.Lease

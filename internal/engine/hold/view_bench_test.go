@@ -30,7 +30,7 @@ func BenchmarkViewOf100000PoolKeys(b *testing.B) {
 	for i, k := range keys.keys {
 		index[k] = i
 	}
-	numbered := mapNumbering{keys, index}
+	numbered := &mapNumbering{keys, index}
 	for _, by := range []string{"lease key", "numbered"} {
 		b.Run(by, func(b *testing.B) {
 			ctx := context.Background()
@@ -59,7 +59,7 @@ type mapNumbering struct {
 	index map[string]int
 }
 
-func (n mapNumbering) Find(key string) (int, bool) {
+func (n *mapNumbering) Find(key string) (int, bool) {
 	i, ok := n.index[key]
 	return i, ok
 }

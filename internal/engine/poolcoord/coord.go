@@ -13,6 +13,7 @@ package poolcoord
 import (
 	"fmt"
 	"iter"
+	"slices"
 	"strings"
 	"time"
 
@@ -143,6 +144,12 @@ func (c *Coordinator) SetKeys(keys []string) (dups int, newDups bool, err error)
 		}
 	}
 	newDups = dups > 0 && dups != c.dups
+	if c.index != nil && slices.Equal(index.keys, c.index.keys) {
+		// The same keys as last time, as most reads list: the index, the
+		// holder's view by its positions, and the policy's ranking of the
+		// keys all stay as they are.
+		index = c.index
+	}
 	c.keys, c.index, c.dups, c.lastErr = index.keys, index, dups, nil
 	return dups, newDups, nil
 }

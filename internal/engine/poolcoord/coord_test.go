@@ -196,3 +196,19 @@ func TestAnEntryByPositionCountsForTheKeyItNames(t *testing.T) {
 		t.Fatalf("Status counts %v, %d held; want %v, 1 held", st.Workers, st.Held, want)
 	}
 }
+
+// A source read again that lists the same keys keeps the index, so the
+// holder's view and the policy's ranking stay as they are.
+func TestTheSameKeysReadAgainKeepTheIndex(t *testing.T) {
+	c := newCoord(t, "w1")
+	if _, _, err := c.SetKeys([]string{"a", "b", "b"}); err != nil {
+		t.Fatal(err)
+	}
+	first := c.Index()
+	if _, _, err := c.SetKeys([]string{"a", "a", "b"}); err != nil || c.Index() != first {
+		t.Fatalf("the same keys read again made a new index (%v)", err)
+	}
+	if _, _, err := c.SetKeys([]string{"b", "a"}); err != nil || c.Index() == first || c.Index().Key(0) != "b" {
+		t.Fatalf("keys in a new order kept the old index (%v)", err)
+	}
+}

@@ -32,7 +32,7 @@ func newIndex(prefix string, n int) *Index {
 }
 
 // add appends k unless the index has it, and reports whether it did.
-// It must not be called more often than the room newKeyIndex made.
+// It must not be called more often than the room newIndex made.
 func (x *Index) add(k string) bool {
 	i := x.slot(k)
 	if x.slots[i] != 0 {
