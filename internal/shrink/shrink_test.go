@@ -5,23 +5,33 @@ import (
 	"testing"
 )
 
-func TestAMapIsCopiedOnlyOnceMostOfItWasDropped(t *testing.T) {
-	m := map[int]int{}
+func TestAMapIsCopiedOnceMostOfItWasDeletedOverAnyNumberOfCalls(t *testing.T) {
+	m := Make[int, int]()
 	for i := range 10 {
-		m[i] = i
+		m.M[i] = i
 	}
+	first := m.M
 	for i := range 5 {
-		delete(m, i)
+		m.Delete(i)
+		m.Delete(i) // deleting what is gone counts nothing
+		m.Compact()
 	}
-	if got := Map(m, 5); !sameMap(got, m) {
-		t.Fatal("half dropped: the map was copied")
+	if !sameMap(m.M, first) {
+		t.Fatal("half deleted: the map was copied")
 	}
-	for i := 5; i < 9; i++ {
-		delete(m, i)
+	for i := 5; i < 9; i++ { // one at a time: the count runs across calls
+		m.Delete(i)
+		m.Compact()
 	}
-	got := Map(m, 4)
-	if sameMap(got, m) || !maps.Equal(got, map[int]int{9: 9}) {
-		t.Fatalf("most dropped: got %v, the same map %v; want a copy of {9: 9}", got, sameMap(got, m))
+	if sameMap(m.M, first) || !maps.Equal(m.M, map[int]int{9: 9}) {
+		t.Fatalf("most deleted: got %v, the same map %v; want a copy of {9: 9}", m.M, sameMap(m.M, first))
+	}
+	copied := m.M
+	m.M[10] = 10
+	m.Delete(9)
+	m.Compact()
+	if !sameMap(m.M, copied) {
+		t.Fatal("the count did not start again at the copy")
 	}
 }
 

@@ -122,12 +122,12 @@ func (c Config) withDefaults() Config {
 // key against every worker only when the workers change, not each round.
 type Balanced struct {
 	cfg         Config
-	orphanSince map[string]orphan
+	orphanSince shrink.Map[string, orphan]
 	// gaveUp remembers when this worker released a key to rebalance, so
 	// it does not claim it straight back as its preferred key. It holds
 	// only keys the source listed at the last plan, so it needs pruning
 	// only when the source's keys change.
-	gaveUp map[string]time.Time
+	gaveUp shrink.Map[string, time.Time]
 	cache  keyCache
 	round  uint64 // plans classified so far, to date orphan entries
 	// promised is, per worker this one hands keys to, the part it decided
@@ -153,8 +153,8 @@ type orphan struct {
 
 // NewBalanced returns the balanced policy.
 func NewBalanced(cfg Config) *Balanced {
-	return &Balanced{cfg: cfg.withDefaults(), orphanSince: make(map[string]orphan),
-		gaveUp: make(map[string]time.Time), present: make(map[string]presence), names: make(map[string]string),
+	return &Balanced{cfg: cfg.withDefaults(), orphanSince: shrink.Make[string, orphan](),
+		gaveUp: shrink.Make[string, time.Time](), present: make(map[string]presence), names: make(map[string]string),
 		promised: make(map[string]promise)}
 }
 
@@ -270,7 +270,7 @@ func (b *Balanced) Plan(v View) Plan {
 	for _, k := range rd.held {
 		if rd.released[k.key] {
 			rd.plan.Release = append(rd.plan.Release, k.key)
-			b.gaveUp[k.key] = v.Now
+			b.gaveUp.M[k.key] = v.Now
 		}
 	}
 	return rd.plan
@@ -347,22 +347,18 @@ func (b *Balanced) classify(rd *planRound) {
 			rd.unheld[c.workers[i].ID] += unheld[i]
 		}
 	}
-	dropped := 0
-	for key, o := range b.orphanSince {
+	for key, o := range b.orphanSince.M {
 		if o.round != b.round {
-			delete(b.orphanSince, key)
-			dropped++
+			b.orphanSince.Delete(key)
 		}
 	}
-	b.orphanSince = shrink.Map(b.orphanSince, dropped)
-	dropped = 0
-	for key, at := range b.gaveUp {
+	b.orphanSince.Compact()
+	for key, at := range b.gaveUp.M {
 		if v.Now.Sub(at) >= b.cfg.MinHold {
-			delete(b.gaveUp, key)
-			dropped++
+			b.gaveUp.Delete(key)
 		}
 	}
-	b.gaveUp = shrink.Map(b.gaveUp, dropped)
+	b.gaveUp.Compact()
 }
 
 // noteLeaving finds the held keys that an earlier plan released during
@@ -382,7 +378,7 @@ func (b *Balanced) classify(rd *planRound) {
 // of them at every plan.
 func (b *Balanced) noteLeaving(rd *planRound) {
 	rd.leaving = nil
-	for key, gave := range b.gaveUp {
+	for key, gave := range b.gaveUp.M {
 		if since, held := rd.v.HeldSince[key]; held && !gave.Before(since) {
 			if rd.leaving == nil {
 				rd.leaving = make(map[string]bool)
@@ -395,20 +391,21 @@ func (b *Balanced) noteLeaving(rd *planRound) {
 // forgetGoneKeys drops the given-up keys that left the source, so a key
 // that comes back is not still cooling.
 func (b *Balanced) forgetGoneKeys(keys []string) {
-	if len(b.gaveUp) == 0 {
+	if len(b.gaveUp.M) == 0 {
 		return
 	}
-	listed := make(map[string]bool, len(b.gaveUp))
+	listed := make(map[string]bool, len(b.gaveUp.M))
 	for _, key := range keys {
-		if _, ok := b.gaveUp[key]; ok {
+		if _, ok := b.gaveUp.M[key]; ok {
 			listed[key] = true
 		}
 	}
-	for key := range b.gaveUp {
+	for key := range b.gaveUp.M {
 		if !listed[key] {
-			delete(b.gaveUp, key)
+			b.gaveUp.Delete(key)
 		}
 	}
+	b.gaveUp.Compact()
 }
 
 // classifyFree files a free key: this worker's preferred keys at once
@@ -416,12 +413,12 @@ func (b *Balanced) forgetGoneKeys(keys []string) {
 // passed, and otherwise sets Recheck to when that delay ends.
 func (b *Balanced) classifyFree(rd *planRound, k heldKey) {
 	v := rd.v
-	o, ok := b.orphanSince[k.key]
+	o, ok := b.orphanSince.M[k.key]
 	if !ok {
 		o.since = v.Now
 	}
 	o.round = b.round
-	b.orphanSince[k.key] = o
+	b.orphanSince.M[k.key] = o
 	since := o.since
 	delay := b.cfg.OrphanDelay
 	underTarget := rd.counts[v.Self] < rd.plan.Target
@@ -431,7 +428,7 @@ func (b *Balanced) classifyFree(rd *planRound, k heldKey) {
 	case !prefFull && !underTarget:
 		delay *= 2
 	}
-	_, cooling := b.gaveUp[k.key]
+	_, cooling := b.gaveUp.M[k.key]
 	switch {
 	case k.preferred && !cooling:
 		rd.preferredFree = append(rd.preferredFree, k)

@@ -334,16 +334,16 @@ func TestForgottenOrphansGiveBackTheirRoom(t *testing.T) {
 		return m.HeapAlloc
 	}
 	b.Plan(View{Self: "w00", Now: now, Workers: ws, Keys: keys, Owners: owners}) // every key free: each tracked
-	if len(b.orphanSince) != n {
-		t.Fatalf("%d keys tracked as orphans, want %d", len(b.orphanSince), n)
+	if len(b.orphanSince.M) != n {
+		t.Fatalf("%d keys tracked as orphans, want %d", len(b.orphanSince.M), n)
 	}
 	tracking := heap()
 	for i := range owners {
 		owners[i] = "w01"
 	}
 	b.Plan(View{Self: "w00", Now: now.Add(time.Second), Workers: ws, Keys: keys, Owners: owners})
-	if len(b.orphanSince) != 0 {
-		t.Fatalf("%d keys still tracked once w01 holds them all", len(b.orphanSince))
+	if len(b.orphanSince.M) != 0 {
+		t.Fatalf("%d keys still tracked once w01 holds them all", len(b.orphanSince.M))
 	}
 	after := heap()
 	runtime.KeepAlive(b) // and its view: only what the plans kept may go

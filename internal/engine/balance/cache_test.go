@@ -246,9 +246,9 @@ func TestKeysThatLeaveTheSourceLeaveTheCache(t *testing.T) {
 	b.Plan(View{Self: "w00", Now: now, Workers: ws, Keys: keysN(10000)})
 	few := keysN(10)
 	p := b.Plan(View{Self: "w00", Now: now, Workers: ws, Keys: few})
-	if len(b.cache.keys) != 10 || cap(b.cache.entries) != 10 || len(b.orphanSince) > 10 {
+	if len(b.cache.keys) != 10 || cap(b.cache.entries) != 10 || len(b.orphanSince.M) > 10 {
 		t.Fatalf("after the source shrank to 10 keys the cache holds %d keys (room for %d), %d orphans",
-			len(b.cache.keys), cap(b.cache.entries), len(b.orphanSince))
+			len(b.cache.keys), cap(b.cache.entries), len(b.orphanSince.M))
 	}
 	owner := map[string]string{}
 	for _, k := range p.Claim {
@@ -261,11 +261,11 @@ func TestKeysThatLeaveTheSourceLeaveTheCache(t *testing.T) {
 		owner[k], held[k] = "w00", now.Add(-time.Hour)
 	}
 	p = b.Plan(View{Self: "w00", Now: now, Workers: ws, Keys: few, Owners: ownersOf(few, owner), HeldSince: held})
-	if len(b.gaveUp) == 0 {
+	if len(b.gaveUp.M) == 0 {
 		t.Fatalf("released nothing: %+v", p)
 	}
 	b.Plan(View{Self: "w00", Now: now, Workers: ws, Keys: keysN(1)})
-	for k := range b.gaveUp {
+	for k := range b.gaveUp.M {
 		if k != few[0] {
 			t.Errorf("still remembers giving up %s, gone from the source", k)
 		}

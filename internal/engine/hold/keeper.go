@@ -86,14 +86,15 @@ type Keeper struct {
 
 	mu       sync.Mutex
 	held     map[string]Term
-	observed map[string]observation // of the keys no numbering numbers
-	numbered []*numbered            // the pools' keys (numbered.go)
-	keyBuf   []byte                 // where heldAt spells a numbered key
+	observed shrink.Map[string, observation] // of the keys no numbering numbers
+	numbered []*numbered                     // the pools' keys (numbered.go)
+	keyBuf   []byte                          // where heldAt spells a numbered key
 	// owners interns the owners in observed (observation.go); gen counts
 	// the whole reads, so one updates observed in place and drops what it
-	// did not list: at 10,000 keys a new map each round was most of what
-	// a round allocated, and what made the collector stall rounds, and a
-	// spare map kept for reuse doubled the view.
+	// did not list (copying the map only once most of it is gone): at
+	// 10,000 keys a new map each round was most of what a round
+	// allocated, and what made the collector stall rounds, and a spare
+	// map kept for reuse doubled the view.
 	owners map[string]unique.Handle[string]
 	gen    uint32
 	// acquiring tracks the acquisitions of a key in flight, so that a late
@@ -135,7 +136,7 @@ func New(st store.Store, owner string, timing Timing, now func() time.Time) *Kee
 	return &Keeper{
 		st: st, owner: owner, timing: timing, now: now, base: now(),
 		held:       make(map[string]Term),
-		observed:   make(map[string]observation),
+		observed:   shrink.Make[string, observation](),
 		owners:     make(map[string]unique.Handle[string]),
 		acquiring:  make(map[string]*inFlight),
 		unreleased: make(map[string]Term),
@@ -429,14 +430,12 @@ func (k *Keeper) ObserveAll(ctx context.Context, prefix string) error {
 		}
 		k.record(l.Key, k.observe(l, at))
 	}
-	dropped := 0
-	for key, o := range k.observed {
+	for key, o := range k.observed.M {
 		if o.gen != k.gen {
-			delete(k.observed, key)
-			dropped++
+			k.observed.Delete(key)
 		}
 	}
-	k.observed = shrink.Map(k.observed, dropped)
+	k.observed.Compact()
 	for _, n := range k.numbered {
 		for i := range n.obs {
 			if n.obs[i].has && n.obs[i].gen != k.gen {

@@ -3,8 +3,6 @@ package hold
 import (
 	"slices"
 	"strings"
-
-	"github.com/tenure-dev/tenure/internal/shrink"
 )
 
 // Numbering gives the keys under one prefix the positions 0 to Len()-1:
@@ -71,22 +69,20 @@ func (k *Keeper) Number(keys Numbering) {
 			if p, ok := keys.Find(old.keys.Key(j)); ok {
 				n.obs[p] = o
 			} else {
-				k.observed[old.leaseKey(j)] = o
+				k.observed.M[old.leaseKey(j)] = o
 			}
 		}
 	}
-	moved := 0
-	for key, o := range k.observed {
+	for key, o := range k.observed.M {
 		if rest, ok := strings.CutPrefix(key, prefix); ok {
 			if p, ok := keys.Find(rest); ok {
 				n.obs[p] = o
-				delete(k.observed, key)
-				moved++
+				k.observed.Delete(key)
 			}
 		}
 	}
 	// A whole read before the first numbering grew the map to every key.
-	k.observed = shrink.Map(k.observed, moved)
+	k.observed.Compact()
 }
 
 // sameKeys reports whether a and b number the same keys the same way.
@@ -120,7 +116,7 @@ func (k *Keeper) lookup(key string) (observation, bool) {
 	if o, ok := k.numberedAt(key); ok {
 		return *o, o.has
 	}
-	o, ok := k.observed[key]
+	o, ok := k.observed.M[key]
 	return o, ok
 }
 
@@ -130,7 +126,7 @@ func (k *Keeper) record(key string, o observation) {
 		*at = o
 		return
 	}
-	k.observed[key] = o
+	k.observed.M[key] = o
 }
 
 // forget drops the view's observation of key. k.mu is held.
@@ -139,5 +135,6 @@ func (k *Keeper) forget(key string) {
 		*at = observation{}
 		return
 	}
-	delete(k.observed, key)
+	k.observed.Delete(key)
+	k.observed.Compact()
 }

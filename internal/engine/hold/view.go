@@ -138,16 +138,17 @@ func (k *Keeper) ObserveVouching(ctx context.Context, prefix string, follows fun
 			}
 		}
 	}
-	for key, o := range k.observed {
+	for key, o := range k.observed.M {
 		switch {
 		case !strings.HasPrefix(key, prefix):
 			extend(&o, follows(key))
-			k.observed[key] = o
+			k.observed.M[key] = o
 		case !listed[key]:
 			lapsed = lapsed || o.live
-			delete(k.observed, key)
+			k.observed.Delete(key)
 		}
 	}
+	k.observed.Compact()
 	// A numbering's keys are a pool's: they all follow.
 	for _, n := range k.numbered {
 		for i := range n.obs {
@@ -177,7 +178,7 @@ func (k *Keeper) heldAt(n *numbered, i int) bool {
 // kept: by lease key (n is nil), or at position i of n, whose lease key
 // only keyOf makes. k.mu is held.
 func (k *Keeper) eachLocked(f func(n *numbered, i int, key string, o observation)) {
-	for key, o := range k.observed {
+	for key, o := range k.observed.M {
 		f(nil, 0, key, o)
 	}
 	for _, n := range k.numbered {
@@ -254,7 +255,7 @@ func (k *Keeper) ObservedUnnumberedWhere(match func(l store.Lease) bool) []store
 	defer k.mu.Unlock()
 	var out []store.Lease
 	now := k.now()
-	for key, o := range k.observed {
+	for key, o := range k.observed.M {
 		if l := k.leaseAt(key, o, now); match(l) && !k.holds(key) {
 			out = append(out, l)
 		}
@@ -295,7 +296,7 @@ func (k *Keeper) LiveOwners(inGrace bool, f func(Seen) bool) {
 	}
 	now := k.now()
 	counts := func(l store.Lease) bool { return l.HeldOrInGrace(k.timing.Grace) && (l.Live || inGrace) }
-	for key, o := range k.observed {
+	for key, o := range k.observed.M {
 		if l := k.leaseAt(key, o, now); counts(l) && !k.holds(key) {
 			if !f(Seen{Key: key, Owner: l.Owner, Live: l.Live, Running: l.Running}) {
 				return

@@ -128,6 +128,13 @@ func (c *Coordinator) Loaded() bool { return c.keys != nil }
 // set stays in force. newDups reports a change in how many repeats the
 // source lists, worth a warning.
 func (c *Coordinator) SetKeys(keys []string) (dups int, newDups bool, err error) {
+	if c.index != nil && slices.Equal(keys, c.keys) {
+		// The same keys as last time, without a repeat, as most reads
+		// list: valid already, and the index (by which the holder's view
+		// keeps them) and the policy's ranking stay as they are.
+		c.dups, c.lastErr = 0, nil
+		return 0, false, nil
+	}
 	index := newIndex(c.keysPrefix, len(keys))
 	for _, k := range keys {
 		if err := store.ValidateKey(k); err != nil {
@@ -145,10 +152,7 @@ func (c *Coordinator) SetKeys(keys []string) (dups int, newDups bool, err error)
 	}
 	newDups = dups > 0 && dups != c.dups
 	if c.index != nil && slices.Equal(index.keys, c.index.keys) {
-		// The same keys as last time, as most reads list: the index, the
-		// holder's view by its positions, and the policy's ranking of the
-		// keys all stay as they are.
-		index = c.index
+		index = c.index // the same keys, listed with repeats
 	}
 	c.keys, c.index, c.dups, c.lastErr = index.keys, index, dups, nil
 	return dups, newDups, nil
