@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/tenure-dev/tenure"
+	"github.com/tenure-dev/tenure/internal/harness/testenv"
 	"github.com/tenure-dev/tenure/store"
 	"github.com/tenure-dev/tenure/store/postgres"
 	"github.com/tenure-dev/tenure/store/redis"
@@ -50,6 +51,12 @@ type sample struct {
 	HeapInuse  uint64
 	StackInuse uint64
 	HeapAlloc  uint64
+	// Before is the heap after GC before the supervisor ran (the store's
+	// client, the source's keys, the runtime); Runner, in a sample after
+	// GC only, the heap an idle goroutine takes (testenv.IdleGoroutineHeap),
+	// as each runner's does: both are set apart from Tenure's own heap.
+	Before     uint64
+	Runner     float64
 	RSS        uint64
 	CPU        time.Duration // user + system, from getrusage
 	Goroutines int
@@ -282,6 +289,9 @@ func runChild(raw string) int {
 		fmt.Fprintln(os.Stderr, "worker:", err)
 		return 2
 	}
+	var before runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
 	done := make(chan error, 1)
 	go func() { done <- sup.Run(ctx) }()
 
@@ -293,7 +303,10 @@ func runChild(raw string) int {
 			writeHeapProfile(sp.Index)
 		}
 		s := takeSample(&held, obs, logs)
-		s.Calls = cs.stats()
+		s.Calls, s.Before = cs.stats(), before.HeapAlloc
+		if in.Text() == "gc" {
+			s.Runner = testenv.IdleGoroutineHeap(int(s.Held))
+		}
 		select {
 		case err := <-done:
 			s.Err = fmt.Sprintf("Run returned early: %v", err)

@@ -195,8 +195,12 @@ func (r *row) memDetail() string {
 	for _, s := range r.gc {
 		goroutines += s.Goroutines
 	}
-	return fmt.Sprintf("per held key after GC: heap %s, stack %s; goroutines %d in all",
-		bytes(r.perKey(r.gc, func(s sample) uint64 { return s.HeapAlloc })),
+	heap := r.perKey(r.gc, func(s sample) uint64 { return s.HeapAlloc })
+	before := r.perKey(r.gc, func(s sample) uint64 { return s.Before })
+	runner := r.perKey(r.gc, func(s sample) uint64 { return uint64(s.Runner * float64(s.Held)) })
+	return fmt.Sprintf("per held key after GC: heap %s (the process before the supervisor ran, with the source's keys and the store's client, %s; "+
+		"the runners' goroutines, as idle ones take, %s; Tenure's own %s), stack %s; goroutines %d in all",
+		bytes(heap), bytes(before), bytes(runner), bytes(heap-before-runner),
 		bytes(r.perKey(r.gc, func(s sample) uint64 { return s.StackInuse })), goroutines)
 }
 

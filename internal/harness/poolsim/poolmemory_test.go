@@ -8,7 +8,6 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -137,7 +136,7 @@ func TestPoolMemoryPerHeldKey(t *testing.T) {
 		writeHeapProfile(t, *poolHeapProfile+".rounds")
 	}
 	// Last, as it allocates what the rounds above must not count.
-	runner := idleGoroutineHeap(int(held))
+	runner := testenv.IdleGoroutineHeap(int(held))
 	t.Logf("settled in %v holding %.0f of %d keys: heap %.0f B per held key (%.1f MB): Tenure's own %.0f B, "+
 		"and %.0f B the runner's goroutine (its descriptor and its wait for the context, as an idle goroutine costs); "+
 		"runner stacks %.0f B per held key",
@@ -159,27 +158,4 @@ func writeHeapProfile(t *testing.T, path string) {
 	if err := pprof.WriteHeapProfile(f); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// idleGoroutineHeap is the heap each of n goroutines takes that wait on a
-// channel, as a runner waits for its context: its descriptor, which the
-// runtime never frees, and the record of its wait.
-func idleGoroutineHeap(n int) float64 {
-	var before, after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&before)
-	release := make(chan struct{})
-	var waiting sync.WaitGroup
-	waiting.Add(n)
-	for range n {
-		go func() {
-			waiting.Done()
-			<-release
-		}()
-	}
-	waiting.Wait()
-	runtime.GC()
-	runtime.ReadMemStats(&after)
-	close(release)
-	return (float64(after.HeapAlloc) - float64(before.HeapAlloc)) / float64(n)
 }
