@@ -99,6 +99,11 @@ type countedStore struct {
 	refused                           atomic.Int64
 	mu                                sync.Mutex
 	refusedLast                       []string
+	// reading is held, shared, through every List, so that a sample
+	// after GC can wait until none is in flight: a whole read's answer
+	// (100,000 leases, half a second on Redis) is garbage a moment later,
+	// and was counted as the worker's heap when a sample caught it.
+	reading sync.RWMutex
 }
 
 func (c *countedStore) Acquire(ctx context.Context, req store.AcquireRequest) (store.AcquireResult, error) {
@@ -131,6 +136,8 @@ func (c *countedStore) Release(ctx context.Context, owner string, terms []store.
 }
 
 func (c *countedStore) List(ctx context.Context, prefix string) ([]store.Lease, error) {
+	c.reading.RLock()
+	defer c.reading.RUnlock()
 	start := time.Now()
 	ls, err := c.inner.List(ctx, prefix)
 	c.lists.Add(1)
@@ -298,15 +305,8 @@ func runChild(raw string) int {
 	enc := json.NewEncoder(os.Stdout)
 	in := bufio.NewScanner(os.Stdin)
 	for in.Scan() {
-		if in.Text() == "gc" {
-			runtime.GC()
-			writeHeapProfile(sp.Index)
-		}
-		s := takeSample(&held, obs, logs)
-		s.Calls, s.Before = cs.stats(), before.HeapAlloc
-		if in.Text() == "gc" {
-			s.Runner = testenv.IdleGoroutineHeap(int(s.Held))
-		}
+		s := sampleOf(in.Text() == "gc", sp.Index, &held, obs, logs, cs)
+		s.Before = before.HeapAlloc
 		select {
 		case err := <-done:
 			s.Err = fmt.Sprintf("Run returned early: %v", err)
@@ -367,6 +367,24 @@ func openChildStore(ctx context.Context, sp childSpec) (interface {
 		return s, func() { _ = s.Close() }, nil
 	}
 	return nil, nil, fmt.Errorf("unknown store %q", sp.Store)
+}
+
+// sampleOf takes a sample, after GC with no read in flight if afterGC
+// (and then also what an idle goroutine takes).
+func sampleOf(afterGC bool, index int, held *atomic.Int64, c *counters, logs *countingWriter, cs *countedStore) sample {
+	if !afterGC {
+		s := takeSample(held, c, logs)
+		s.Calls = cs.stats()
+		return s
+	}
+	cs.reading.Lock()
+	defer cs.reading.Unlock()
+	runtime.GC()
+	writeHeapProfile(index)
+	s := takeSample(held, c, logs)
+	s.Calls = cs.stats()
+	s.Runner = testenv.IdleGoroutineHeap(int(s.Held))
+	return s
 }
 
 func takeSample(held *atomic.Int64, c *counters, logs *countingWriter) sample {

@@ -70,7 +70,7 @@ func formatReport(k knobs, rows []*row, notes []string, began time.Time, loadBef
 	for _, n := range notes {
 		b.WriteString("- " + n + ".\n")
 	}
-	b.WriteString("- Worker CPU: user + system (getrusage) over the window, % of one core. Memory: runtime.MemStats of each worker at the window's end (HeapInuse + StackInuse), and after runtime.GC (HeapAlloc + StackInuse), summed over workers and divided by the keys they hold; process baseline (store client, runtime) included. RSS from /proc/self/statm.\n")
+	b.WriteString("- Worker CPU: user + system (getrusage) over the window, % of one core. Memory: runtime.MemStats of each worker at the window's end (HeapInuse + StackInuse), and after runtime.GC with no List in flight (HeapAlloc + StackInuse), summed over workers and divided by the keys they hold; process baseline (store client, runtime) included, and split out in each row's notes. RSS from /proc/self/statm.\n")
 	return b.String()
 }
 
