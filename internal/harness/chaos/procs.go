@@ -246,9 +246,44 @@ func (h *harness) settle(ctx context.Context, limit time.Duration) bool {
 	return false
 }
 
-// warmUp starts the replicas and waits until every key has a holder. A
-// replica that exits meanwhile (a binary that does not call ReplicaMain, a
-// store it cannot open) ends the run with what it printed.
+// holdersRunning reports whether each key's holder has started its
+// runner, as its event log says. Faults start only then: a kill that came
+// a few milliseconds after the holder's acquisition, before its runner
+// had started, killed no running key, so it had no takeover to measure
+// and a test that wants one failed.
+func (h *harness) holdersRunning(ctx context.Context) bool {
+	held, err := h.holders(ctx)
+	if err != nil {
+		return false
+	}
+	for _, k := range h.hist.Keys {
+		if !slices.ContainsFunc(h.live(), func(p *proc) bool { return p.storeID() == held[k] && p.started(k) }) {
+			return false
+		}
+	}
+	return true
+}
+
+// started reports whether p's event log records a runner start of key.
+func (p *proc) started(key string) bool {
+	f, err := os.Open(p.log)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		var e Event
+		if json.Unmarshal(sc.Bytes(), &e) == nil && e.Ev == evStart && e.Key == key {
+			return true
+		}
+	}
+	return false
+}
+
+// warmUp starts the replicas and waits until every key has a holder
+// running it. A replica that exits meanwhile (a binary that does not call
+// ReplicaMain, a store it cannot open) ends the run with what it printed.
 func (h *harness) warmUp(ctx context.Context) error {
 	for range h.opts.Replicas {
 		if _, err := h.spawn(); err != nil {
@@ -256,7 +291,7 @@ func (h *harness) warmUp(ctx context.Context) error {
 		}
 	}
 	deadline := time.Now().Add(30 * time.Second)
-	for !h.settle(ctx, 200*time.Millisecond) {
+	for !h.settle(ctx, 200*time.Millisecond) || !h.holdersRunning(ctx) {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
