@@ -222,25 +222,6 @@ func keeperHeap(build func() *hold.Keeper) (*hold.Keeper, int64) {
 	return k, int64(after.HeapAlloc) - int64(before.HeapAlloc)
 }
 
-// listing is a store that lists only the leases keep accepts, with
-// strings of their own, as a database driver answers.
-type listing struct {
-	store.Store
-	keep func(key string) bool
-}
-
-func (s listing) List(ctx context.Context, prefix string) ([]store.Lease, error) {
-	leases, err := s.Store.List(ctx, prefix)
-	kept := leases[:0]
-	for _, l := range leases {
-		if s.keep(l.Key) {
-			l.Key, l.Owner = strings.Clone(l.Key), strings.Clone(l.Owner)
-			kept = append(kept, l)
-		}
-	}
-	return kept, err
-}
-
 // TestTheViewGivesBackTheRoomOfWhatLeftIt: a Go map keeps the room it
 // grew to, so a view that held many keys by lease key for a moment must
 // copy its map once they are gone from it, whether they were numbered
@@ -262,7 +243,6 @@ func TestTheViewGivesBackTheRoomOfWhatLeftIt(t *testing.T) {
 	for i := range 30_000 {
 		ms.Put(store.Lease{Key: fmt.Sprintf("s/%05d", i), Owner: "B", Epoch: 1, Live: true, TimeLeft: time.Hour})
 	}
-	everything := func(string) bool { return true }
 	read := func(k *hold.Keeper) {
 		if err := k.ObserveAll(ctx, ""); err != nil {
 			t.Fatal(err)
@@ -275,13 +255,13 @@ func TestTheViewGivesBackTheRoomOfWhatLeftIt(t *testing.T) {
 	}
 	t.Run("numbered pool by pool after a whole read", func(t *testing.T) {
 		first, firstHeap := keeperHeap(func() *hold.Keeper {
-			k := newKeeper(listing{ms, everything}, "A")
+			k := newKeeper(freshStrings{Store: ms}, "A")
 			number(k)
 			read(k)
 			return k
 		})
 		later, laterHeap := keeperHeap(func() *hold.Keeper {
-			k := newKeeper(listing{ms, everything}, "A")
+			k := newKeeper(freshStrings{Store: ms}, "A")
 			read(k)
 			number(k)
 			return k
@@ -297,13 +277,13 @@ func TestTheViewGivesBackTheRoomOfWhatLeftIt(t *testing.T) {
 	t.Run("most keys left the table", func(t *testing.T) {
 		few := func(key string) bool { return strings.HasPrefix(key, "s/00") }
 		never, neverHeap := keeperHeap(func() *hold.Keeper {
-			k := newKeeper(listing{ms, few}, "A")
+			k := newKeeper(freshStrings{ms, few}, "A")
 			read(k)
 			return k
 		})
 		gone := true
 		left, leftHeap := keeperHeap(func() *hold.Keeper {
-			k := newKeeper(listing{ms, func(key string) bool { return !gone || few(key) }}, "A")
+			k := newKeeper(freshStrings{ms, func(key string) bool { return !gone || few(key) }}, "A")
 			gone = false
 			read(k)
 			gone = true

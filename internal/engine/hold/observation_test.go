@@ -14,21 +14,28 @@ import (
 )
 
 // freshStrings answers every List with strings of its own, as a store
-// across the network does.
-type freshStrings struct{ store.Store }
+// across the network does; with keep, only the leases keep accepts.
+type freshStrings struct {
+	store.Store
+	keep func(key string) bool
+}
 
 func (f freshStrings) List(ctx context.Context, prefix string) ([]store.Lease, error) {
 	leases, err := f.Store.List(ctx, prefix)
-	for i := range leases {
-		leases[i].Key, leases[i].Owner = strings.Clone(leases[i].Key), strings.Clone(leases[i].Owner)
+	kept := leases[:0]
+	for _, l := range leases {
+		if f.keep == nil || f.keep(l.Key) {
+			l.Key, l.Owner = strings.Clone(l.Key), strings.Clone(l.Owner)
+			kept = append(kept, l)
+		}
 	}
-	return leases, err
+	return kept, err
 }
 
 func TestAWholeReadReplacesTheViewAgesItsTermsAndKeepsOneStringPerOwner(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		st := memstore.New(memstore.Options{})
-		a, b := newKeeper(freshStrings{st}, "A"), newKeeper(st, "B")
+		a, b := newKeeper(freshStrings{Store: st}, "A"), newKeeper(st, "B")
 		ctx := context.Background()
 		for _, key := range []string{"p/1", "p/2", "p/3"} {
 			mustAcquire(t, b, key)
@@ -68,7 +75,7 @@ func TestAWholeReadReplacesTheViewAgesItsTermsAndKeepsOneStringPerOwner(t *testi
 
 func TestAWholeReadOfManyChunksReplacesTheWholeView(t *testing.T) {
 	st := memstore.New(memstore.Options{})
-	a := newKeeper(freshStrings{st}, "A")
+	a := newKeeper(freshStrings{Store: st}, "A")
 	ctx := context.Background()
 	const n = 2500 // more than two of the chunks a read writes under one lock
 	for i := range n {

@@ -34,7 +34,7 @@ func BenchmarkViewOf100000PoolKeys(b *testing.B) {
 	for _, by := range []string{"lease key", "numbered"} {
 		b.Run(by, func(b *testing.B) {
 			ctx := context.Background()
-			k := hold.New(freshStrings{ms}, "w0", timing, nil)
+			k := hold.New(freshStrings{Store: ms}, "w0", timing, nil)
 			if by == "numbered" {
 				k.Number(numbered)
 			}

@@ -53,21 +53,31 @@ func (p *proc) storeID() string {
 	if id := p.id.Load(); id != nil {
 		return *id
 	}
+	e, ok := p.firstEvent(func(e Event) bool { return e.Ev == evProc && e.Owner != "" })
+	if !ok {
+		return ""
+	}
+	p.id.Store(&e.Owner)
+	return e.Owner
+}
+
+// firstEvent is the first event that match accepts among the first 64 KiB
+// of p's event log, which holds the start of its run.
+func (p *proc) firstEvent(match func(Event) bool) (Event, bool) {
 	f, err := os.Open(p.log)
 	if err != nil {
-		return ""
+		return Event{}, false
 	}
 	defer f.Close()
 	sc := bufio.NewScanner(io.LimitReader(f, 64<<10))
 	sc.Buffer(make([]byte, 0, 4<<10), 64<<10)
 	for sc.Scan() {
 		var e Event
-		if json.Unmarshal(sc.Bytes(), &e) == nil && e.Ev == evProc && e.Owner != "" {
-			p.id.Store(&e.Owner)
-			return e.Owner
+		if json.Unmarshal(sc.Bytes(), &e) == nil && match(e) {
+			return e, true
 		}
 	}
-	return ""
+	return Event{}, false
 }
 
 // spawn starts a new replica process with an owner name of its own.
@@ -266,19 +276,8 @@ func (h *harness) holdersRunning(ctx context.Context) bool {
 
 // started reports whether p's event log records a runner start of key.
 func (p *proc) started(key string) bool {
-	f, err := os.Open(p.log)
-	if err != nil {
-		return false
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		var e Event
-		if json.Unmarshal(sc.Bytes(), &e) == nil && e.Ev == evStart && e.Key == key {
-			return true
-		}
-	}
-	return false
+	_, ok := p.firstEvent(func(e Event) bool { return e.Ev == evStart && e.Key == key })
+	return ok
 }
 
 // warmUp starts the replicas and waits until every key has a holder
