@@ -3,6 +3,7 @@ package balance
 import (
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/tenure-dev/tenure/internal/shrink"
@@ -217,7 +218,7 @@ func Shares(cfg Config, active []Worker, keys int) map[string]Share {
 type heldKey struct {
 	key       string
 	preferred bool    // this worker is the key's preferred worker
-	myValue   float64 // this worker's score: low means least preferred
+	myValue   float32 // this worker's score: low means least preferred
 	pref      string  // the preferred worker
 }
 
@@ -439,6 +440,9 @@ func (b *Balanced) classifyFree(rd *planRound, k heldKey) {
 	}
 }
 
+// byValueDesc orders keys from most to least preferred by this worker,
+// ties by key: the scores are rounded to 24 bits (keyEntry), and the
+// order must not depend on the order the source lists its keys in.
 func byValueDesc(a, b heldKey) int {
 	switch {
 	case a.myValue > b.myValue:
@@ -446,7 +450,7 @@ func byValueDesc(a, b heldKey) int {
 	case a.myValue < b.myValue:
 		return 1
 	}
-	return 0
+	return strings.Compare(a.key, b.key)
 }
 
 // claim takes preferred keys first, up to the cap, then orphans: up to the

@@ -206,7 +206,7 @@ func compareCaches(t *testing.T, at string, got, want *keyCache) {
 	for i, e := range got.entries {
 		w := want.entries[i]
 		if e.top != w.top || got.workers[e.top].ID != want.workers[w.top].ID ||
-			math.Float64bits(e.value) != math.Float64bits(w.value) {
+			math.Float32bits(e.value) != math.Float32bits(w.value) {
 			t.Fatalf("%s: key %s prefers %d (%s) with value %v; afresh %d (%s), %v\nworkers %+v", at, got.keys[i],
 				e.top, got.workers[e.top].ID, e.value, w.top, want.workers[w.top].ID, w.value, want.workers)
 		}
