@@ -33,24 +33,82 @@ type View struct {
 	// copy was 16 bytes a key): a caller replaces it with a new one to
 	// change the keys, and never writes to one it has passed.
 	Keys []string
-	// Owners are the owners of Keys' live leases, position for position;
-	// "" means no live lease (never held, released, or expired). A nil or
-	// short slice leaves the keys past its end without one. It is a slice
-	// rather than a map by key because a plan reads every key's owner each
-	// round: at a million keys, building and reading a map was most of a
-	// plan's time. The caller may reuse it for the next round, so a
-	// policy must not keep it past Plan.
-	Owners []string
+	// Owners are the owners of Keys' live leases, position for position.
+	// The caller may reuse it for the next round, so a policy must not
+	// keep it past Plan.
+	Owners Owners
 	// HeldSince maps the keys this worker holds to when it acquired them.
 	HeldSince map[string]time.Time
 }
 
 // Owner is the owner of the live lease of Keys[i], or "" if it has none.
-func (v View) Owner(i int) string {
-	if i < len(v.Owners) {
-		return v.Owners[i]
+func (v View) Owner(i int) string { return v.Owners.Owner(i) }
+
+// Owners says who holds each of a pool's keys, position for position, in
+// four bytes a key: a plan reads every key's owner each round, so it is
+// a slice rather than a map by key (at a million keys, building and
+// reading a map was most of a plan's time), and a number rather than
+// the owner's name, as a pool has a few owners and many keys (a name was
+// 16 bytes a key, 160 bytes per held key on a pool of ten workers).
+type Owners struct {
+	// Of is, per key, its owner's number: 0 for no live lease (never
+	// held, released or expired), n for IDs[n-1]. A nil or short slice
+	// leaves the keys past its end without one.
+	Of []int32
+	// IDs are the owners, by number less one.
+	IDs []string
+}
+
+// OwnersOf numbers a list of owners by key, "" for none.
+func OwnersOf(owners []string) Owners {
+	var n OwnerNumbers
+	o := Owners{Of: make([]int32, len(owners))}
+	for i, owner := range owners {
+		o.Of[i] = n.Number(owner)
+	}
+	o.IDs = n.IDs()
+	return o
+}
+
+// Owner is the owner of key i, or "" if it has none.
+func (o Owners) Owner(i int) string {
+	if i < len(o.Of) && o.Of[i] > 0 {
+		return o.IDs[o.Of[i]-1]
 	}
 	return ""
+}
+
+// OwnerNumbers numbers owners for Owners.Of, each the first time it is
+// seen. The zero value is ready to use.
+type OwnerNumbers struct {
+	ids  []string
+	byID map[string]int32
+}
+
+// Number is the number of owner, 0 for "".
+func (n *OwnerNumbers) Number(owner string) int32 {
+	if owner == "" {
+		return 0
+	}
+	if num, ok := n.byID[owner]; ok {
+		return num
+	}
+	if n.byID == nil {
+		n.byID = make(map[string]int32)
+	}
+	n.ids = append(n.ids, owner)
+	num := int32(len(n.ids))
+	n.byID[owner] = num
+	return num
+}
+
+// IDs are the owners numbered so far, by number less one: Owners.IDs.
+func (n *OwnerNumbers) IDs() []string { return n.ids }
+
+// Reset forgets every number, keeping the room for the next round's.
+func (n *OwnerNumbers) Reset() {
+	n.ids = n.ids[:0]
+	clear(n.byID)
 }
 
 // Plan is what a worker does this round.
@@ -315,9 +373,13 @@ func (b *Balanced) classify(rd *planRound) {
 	}
 	b.round++
 	rd.counts = make(map[string]int, len(rd.active))
-	for _, owner := range v.Owners[:min(len(v.Owners), len(v.Keys))] {
-		if owner != "" {
-			rd.counts[owner]++
+	perNumber := make([]int, len(v.Owners.IDs)+1)
+	for _, n := range v.Owners.Of[:min(len(v.Owners.Of), len(v.Keys))] {
+		perNumber[n]++
+	}
+	for n, id := range v.Owners.IDs {
+		if perNumber[n+1] > 0 {
+			rd.counts[id] += perNumber[n+1]
 		}
 	}
 	elsewhere := make([]int, len(c.workers))

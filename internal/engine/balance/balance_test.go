@@ -18,12 +18,12 @@ func workers(n int) []Worker {
 }
 
 // ownersOf lays out a map of owners by key as View.Owners.
-func ownersOf(keys []string, owner map[string]string) []string {
+func ownersOf(keys []string, owner map[string]string) Owners {
 	out := make([]string, len(keys))
 	for i, k := range keys {
 		out[i] = owner[k]
 	}
-	return out
+	return OwnersOf(out)
 }
 
 func keysN(n int) []string {
@@ -333,7 +333,7 @@ func TestForgottenOrphansGiveBackTheirRoom(t *testing.T) {
 		runtime.ReadMemStats(&m)
 		return m.HeapAlloc
 	}
-	b.Plan(View{Self: "w00", Now: now, Workers: ws, Keys: keys, Owners: owners}) // every key free: each tracked
+	b.Plan(View{Self: "w00", Now: now, Workers: ws, Keys: keys, Owners: OwnersOf(owners)}) // every key free: each tracked
 	if len(b.orphanSince.M) != n {
 		t.Fatalf("%d keys tracked as orphans, want %d", len(b.orphanSince.M), n)
 	}
@@ -341,7 +341,7 @@ func TestForgottenOrphansGiveBackTheirRoom(t *testing.T) {
 	for i := range owners {
 		owners[i] = "w01"
 	}
-	b.Plan(View{Self: "w00", Now: now.Add(time.Second), Workers: ws, Keys: keys, Owners: owners})
+	b.Plan(View{Self: "w00", Now: now.Add(time.Second), Workers: ws, Keys: keys, Owners: OwnersOf(owners)})
 	if len(b.orphanSince.M) != 0 {
 		t.Fatalf("%d keys still tracked once w01 holds them all", len(b.orphanSince.M))
 	}

@@ -48,11 +48,12 @@ type Coordinator struct {
 	membersPrefix string
 	memberKey     string
 
-	keys    []string // latest from the source, without repeats; nil until first loaded
-	index   *Index   // of keys; nil until first loaded
-	owners  []string // the last plan's View.Owners, reused by the next
-	held    int      // how many keys the last plan's View.HeldSince had
-	dups    int      // keys the source listed more than once, last time
+	keys    []string             // latest from the source, without repeats; nil until first loaded
+	index   *Index               // of keys; nil until first loaded
+	owners  []int32              // the last plan's View.Owners.Of, reused by the next
+	numbers balance.OwnerNumbers // of the last plan's owners: View.Owners.IDs
+	held    int                  // how many keys the last plan's View.HeldSince had
+	dups    int                  // keys the source listed more than once, last time
 	lastErr error
 
 	plan     balance.Plan
@@ -241,11 +242,12 @@ func (c *Coordinator) Begin(now time.Time, self Self) *Planning {
 		return nil
 	}
 	if len(c.owners) != len(c.keys) {
-		c.owners = make([]string, len(c.keys))
+		c.owners = make([]int32, len(c.keys))
 	}
 	clear(c.owners)
+	c.numbers.Reset()
 	return &Planning{c: c, self: self,
-		view: balance.View{Self: c.cfg.Self, Now: now, Keys: c.keys, Owners: c.owners,
+		view: balance.View{Self: c.cfg.Self, Now: now, Keys: c.keys,
 			// Made at the size it had last time: grown from empty, a plan of
 			// 10,000 held keys allocated twice what it kept.
 			HeldSince: make(map[string]time.Time, c.held)}}
@@ -264,15 +266,17 @@ func (p *Planning) Observe(e Entry) {
 			c.addWorker(&p.view, &p.out, e, p.self.Member)
 		}
 	} else if i, listed := c.position(e); listed {
-		c.owners[i] = e.Owner
+		c.owners[i] = c.numbers.Number(e.Owner)
 	}
 }
 
 // Finish plans the round from what was observed.
 func (p *Planning) Finish() Round {
 	c, view, out := p.c, p.view, p.out
+	self := c.numbers.Number(c.cfg.Self)
+	view.Owners = balance.Owners{Of: c.owners, IDs: c.numbers.IDs()}
 	for i, owner := range c.owners {
-		if owner != c.cfg.Self || p.self.HeldSince == nil {
+		if owner != self || p.self.HeldSince == nil {
 			continue
 		}
 		if t, ok := p.self.HeldSince(c.LeaseKey(c.keys[i])); ok {

@@ -2,6 +2,7 @@ package poolcoord
 
 import (
 	"errors"
+	"fmt"
 	"iter"
 	"maps"
 	"slices"
@@ -210,5 +211,39 @@ func TestTheSameKeysReadAgainKeepTheIndex(t *testing.T) {
 	}
 	if _, _, err := c.SetKeys([]string{"b", "a"}); err != nil || c.Index() == first || c.Index().Key(0) != "b" {
 		t.Fatalf("keys in a new order kept the old index (%v)", err)
+	}
+}
+
+// The plan sees owners by number: the keys this worker holds are those it
+// is asked the acquisition time of, and owners that left the table leave
+// the numbering, though every restart of a worker brings a new owner id.
+func TestOwnersAreNumberedAfreshEachRound(t *testing.T) {
+	c := newCoord(t, "w1")
+	if _, _, err := c.SetKeys([]string{"a", "b", "c", "d"}); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(1_700_000_000, 0)
+	for round := range 100 {
+		peer := fmt.Sprintf("w2-restart%d", round)
+		var asked []string
+		self := Self{Member: true, Settled: true, HeldSince: func(key string) (time.Time, bool) {
+			asked = append(asked, key)
+			return now, true
+		}}
+		r := plan(c, now, self, tableOf(member("w1", "1"), member(peer, "1"),
+			Entry{Key: "app/~pool/mail/a", Owner: peer, Live: true, Running: true},
+			Entry{Key: "app/~pool/mail/b", Owner: "w1", Live: true, Running: true},
+			Entry{Key: "app/~pool/mail/c", Owner: peer, Live: true, Running: true},
+			Entry{Key: "app/~pool/mail/d", Owner: "w1", Live: true, Running: true}))
+		slices.Sort(asked)
+		if want := []string{"app/~pool/mail/b", "app/~pool/mail/d"}; !slices.Equal(asked, want) {
+			t.Fatalf("round %d: asked when %v were acquired, want %v", round, asked, want)
+		}
+		if len(r.Claim) != 0 {
+			t.Fatalf("round %d: claimed %v, all held", round, r.Claim)
+		}
+	}
+	if n := len(c.numbers.IDs()); n > 2 {
+		t.Errorf("%d owners numbered after 100 rounds of two owners each", n)
 	}
 }

@@ -84,7 +84,7 @@ type Model struct {
 	// the policy's View.Owners, shared by every plan, as every worker
 	// would read the same table at the same instant.
 	owner    []int32
-	owners   []string
+	owners   balance.Owners // Of: owner plus one; IDs: every worker's id, by index
 	acquired []time.Duration
 
 	// What the runs did, per key: the last worker that ran it (none if
@@ -160,7 +160,7 @@ func New(cfg Config) (*Model, error) {
 		m.keys[i] = fmt.Sprintf("acct-%07d", i)
 	}
 	m.owner = make([]int32, cfg.Keys)
-	m.owners = make([]string, cfg.Keys)
+	m.owners.Of = make([]int32, cfg.Keys)
 	m.acquired = make([]time.Duration, cfg.Keys)
 	m.lastRunner = make([]int32, cfg.Keys)
 	m.idleSince = make([]time.Duration, cfg.Keys)
@@ -202,6 +202,7 @@ func (m *Model) join(id string, joined, first time.Duration) (*worker, error) {
 	w := &worker{idx: int32(len(m.workers)), id: id, up: true, joined: joined, recheck: none,
 		policy: balance.NewBalanced(m.cfg.Balance)}
 	m.workers = append(m.workers, w)
+	m.owners.IDs = append(m.owners.IDs, id)
 	m.byID[id] = w.idx
 	heap.Push(&m.rounds, round{at: first, who: w.idx})
 	return w, nil

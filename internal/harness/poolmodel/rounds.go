@@ -141,7 +141,7 @@ func (m *Model) claim(i int, w *worker) {
 
 // grant records w as key i's holder from now.
 func (m *Model) grant(i int, w *worker) {
-	m.owner[i], m.owners[i], m.acquired[i] = w.idx, w.id, m.now
+	m.owner[i], m.owners.Of[i], m.acquired[i] = w.idx, w.idx+1, m.now
 	m.idleSince[i] = none
 	w.held++
 }
@@ -149,7 +149,7 @@ func (m *Model) grant(i int, w *worker) {
 // free ends key i's lease; its run, if any, ends now.
 func (m *Model) free(i int) {
 	m.workers[m.owner[i]].held--
-	m.owner[i], m.owners[i] = none, ""
+	m.owner[i], m.owners.Of[i] = none, 0
 	if m.idleSince[i] == none {
 		m.idleSince[i] = m.now
 	}

@@ -117,9 +117,9 @@ func (r *Reference) Plan(v balance.View) balance.Plan {
 // end in the order they were claimed.
 func (r *Reference) track(v balance.View) {
 	held := make(map[string]bool)
-	for i, o := range v.Owners {
-		if o == v.Self {
-			held[v.Keys[i]] = true
+	for i, k := range v.Keys {
+		if v.Owner(i) == v.Self {
+			held[k] = true
 		}
 	}
 	r.claims = slices.DeleteFunc(r.claims, func(k string) bool {

@@ -22,7 +22,7 @@ func TestReferenceClaimsFreeKeysInItsOwnStableOrderUpToItsMax(t *testing.T) {
 	plan := func(self string) []string {
 		p := NewReference(ReferenceConfig{MaxAccountsPerWorker: 30}).Plan(balance.View{
 			Self: self, Now: now, Workers: members("a", "b"), Keys: keys,
-			Owners: []string{"b", "b"},
+			Owners: balance.OwnersOf([]string{"b", "b"}),
 		})
 		return p.Claim
 	}
@@ -93,10 +93,10 @@ func TestReferenceClaimsNothingWhenNotAMember(t *testing.T) {
 }
 
 // ownersOf lays out a map of owners by key as balance.View.Owners.
-func ownersOf(keys []string, owner map[string]string) []string {
+func ownersOf(keys []string, owner map[string]string) balance.Owners {
 	out := make([]string, len(keys))
 	for i, k := range keys {
 		out[i] = owner[k]
 	}
-	return out
+	return balance.OwnersOf(out)
 }

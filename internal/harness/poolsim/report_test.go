@@ -220,7 +220,7 @@ func BenchmarkReferencePlan100kKeys50Workers(b *testing.B) {
 		}
 	}
 	pol := NewReference(ReferenceConfig{})
-	v := balance.View{Self: "w00", Now: time.Unix(1000, 0), Workers: ws, Keys: keys, Owners: owners, HeldSince: held}
+	v := balance.View{Self: "w00", Now: time.Unix(1000, 0), Workers: ws, Keys: keys, Owners: balance.OwnersOf(owners), HeldSince: held}
 	for b.Loop() {
 		pol.Plan(v)
 	}

@@ -417,7 +417,7 @@ func (p *seeded) Plan(v balance.View) balance.Plan {
 		return p.then.Plan(v)
 	}
 	var plan balance.Plan
-	owned := make(map[string]bool, len(v.Owners))
+	owned := make(map[string]bool, len(v.Keys))
 	for i, k := range v.Keys {
 		if v.Owner(i) != "" {
 			owned[k] = true
