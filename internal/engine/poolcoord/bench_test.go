@@ -10,7 +10,7 @@ import (
 )
 
 // BenchmarkPlan measures one worker's whole plan as the engine asks for it
-// each round: the holder's table of every pool key and membership in, the
+// each round: the holder's view of every pool key and membership in, the
 // keys to claim and release out. The pool is settled (every key held, each
 // worker holding every n-th key) and the workers do not change, so the
 // policy's ranking cache is warm; what is left is the coordinator's and the
@@ -35,8 +35,10 @@ func BenchmarkPlan(b *testing.B) {
 			for w := range size.workers {
 				table = append(table, Entry{Key: fmt.Sprintf("app/~workers/mail/w%03d@1", w), Owner: fmt.Sprintf("w%03d", w), Live: true, Running: true})
 			}
-			for i, k := range keys {
-				table = append(table, Entry{Key: c.LeaseKey(k), Owner: table[i%size.workers].Owner, Live: true, Running: true})
+			// The holder's view names each pool key by its position in the
+			// pool's index, as the engine's does (hold.Keeper.Number).
+			for i := range keys {
+				table = append(table, Entry{Index: c.Index(), At: i, Owner: table[i%size.workers].Owner, Live: true, Running: true})
 			}
 			long := time.Unix(0, 0)
 			self := Self{Member: true, Settled: true, HeldSince: func(string) (time.Time, bool) { return long, true }}
