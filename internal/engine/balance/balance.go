@@ -51,11 +51,13 @@ func (v View) Owner(i int) string { return v.Owners.Owner(i) }
 // the owner's name, as a pool has a few owners and many keys (a name was
 // 16 bytes a key, 160 bytes per held key on a pool of ten workers).
 type Owners struct {
-	// Of is, per key, its owner's number: 0 for no live lease (never
-	// held, released or expired), n for IDs[n-1]. A nil or short slice
-	// leaves the keys past its end without one.
+	// Of is, per key, its owner's number: n for IDs[n-1], and 0 for no
+	// live lease (never held, released or expired), as is any number
+	// IDs has no owner for. A nil or short slice leaves the keys past its
+	// end without one.
 	Of []int32
-	// IDs are the owners, by number less one.
+	// IDs are the owners, by number less one. An owner may appear more
+	// than once: its keys count together.
 	IDs []string
 }
 
@@ -72,8 +74,16 @@ func OwnersOf(owners []string) Owners {
 
 // Owner is the owner of key i, or "" if it has none.
 func (o Owners) Owner(i int) string {
-	if i < len(o.Of) && o.Of[i] > 0 {
-		return o.IDs[o.Of[i]-1]
+	if i < len(o.Of) {
+		return o.id(o.Of[i])
+	}
+	return ""
+}
+
+// id is the owner of number n, or "" if there is none.
+func (o Owners) id(n int32) string {
+	if n > 0 && int(n) <= len(o.IDs) {
+		return o.IDs[n-1]
 	}
 	return ""
 }
@@ -275,9 +285,9 @@ func Shares(cfg Config, active []Worker, keys int) map[string]Share {
 
 type heldKey struct {
 	key       string
-	preferred bool    // this worker is the key's preferred worker
-	myValue   float32 // this worker's score: low means least preferred
-	pref      string  // the preferred worker
+	preferred bool   // this worker is the key's preferred worker
+	myRank    uint32 // this worker's rank for the key: low means least preferred
+	pref      string // the preferred worker
 }
 
 // planRound is one Plan call's working state, shared by its phases.
@@ -375,7 +385,9 @@ func (b *Balanced) classify(rd *planRound) {
 	rd.counts = make(map[string]int, len(rd.active))
 	perNumber := make([]int, len(v.Owners.IDs)+1)
 	for _, n := range v.Owners.Of[:min(len(v.Owners.Of), len(v.Keys))] {
-		perNumber[n]++
+		if v.Owners.id(n) != "" {
+			perNumber[n]++
+		}
 	}
 	for n, id := range v.Owners.IDs {
 		if perNumber[n+1] > 0 {
@@ -397,9 +409,9 @@ func (b *Balanced) classify(rd *planRound) {
 		}
 		switch {
 		case owned && owner == v.Self:
-			rd.held = append(rd.held, heldKey{key: key, preferred: int(e.top) == c.me, myValue: e.value, pref: pref})
+			rd.held = append(rd.held, heldKey{key: key, preferred: int(e.top) == c.me, myRank: e.rank, pref: pref})
 		case !owned:
-			b.classifyFree(rd, heldKey{key: key, preferred: int(e.top) == c.me, myValue: e.value, pref: pref})
+			b.classifyFree(rd, heldKey{key: key, preferred: int(e.top) == c.me, myRank: e.rank, pref: pref})
 		}
 	}
 	rd.elsewhere = make(map[string]int, len(c.workers))
@@ -502,14 +514,14 @@ func (b *Balanced) classifyFree(rd *planRound, k heldKey) {
 	}
 }
 
-// byValueDesc orders keys from most to least preferred by this worker,
-// ties by key: the scores are rounded to 24 bits (keyEntry), and the
-// order must not depend on the order the source lists its keys in.
-func byValueDesc(a, b heldKey) int {
+// byRankDesc orders keys from most to least preferred by this worker,
+// ties by key: two keys may share a rank (ranker.rank), and the order must
+// not depend on the order the source lists its keys in.
+func byRankDesc(a, b heldKey) int {
 	switch {
-	case a.myValue > b.myValue:
+	case a.myRank > b.myRank:
 		return -1
-	case a.myValue < b.myValue:
+	case a.myRank < b.myRank:
 		return 1
 	}
 	return strings.Compare(a.key, b.key)
@@ -519,8 +531,8 @@ func byValueDesc(a, b heldKey) int {
 // target while under it, else up to the cap.
 func (b *Balanced) claim(rd *planRound) {
 	room := rd.plan.Cap - len(rd.held)
-	slices.SortFunc(rd.preferredFree, byValueDesc)
-	slices.SortFunc(rd.orphans, byValueDesc)
+	slices.SortFunc(rd.preferredFree, byRankDesc)
+	slices.SortFunc(rd.orphans, byRankDesc)
 	for _, k := range rd.preferredFree {
 		if room <= 0 {
 			break
@@ -566,7 +578,7 @@ func (rd *planRound) recheck(t time.Time) {
 // the keys this worker is least preferred for. It leaves held sorted from
 // least to most preferred.
 func (rd *planRound) shed() {
-	slices.SortFunc(rd.held, func(a, b heldKey) int { return -byValueDesc(a, b) })
+	slices.SortFunc(rd.held, func(a, b heldKey) int { return -byRankDesc(a, b) })
 	shedClass := func(k heldKey) int {
 		switch {
 		case !k.preferred && rd.counts[k.pref] < int(math.Ceil(rd.shares[k.pref].Fair)):

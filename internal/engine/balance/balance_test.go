@@ -354,3 +354,20 @@ func TestForgottenOrphansGiveBackTheirRoom(t *testing.T) {
 		t.Errorf("%d bytes freed once the %d orphans were claimed, want at least %d", freed, n, n*60)
 	}
 }
+
+// A number Owners.IDs has no owner for means no owner, for the plan's
+// counts as for View.Owner, rather than a panic in the engine's loop.
+func TestAnOwnerNumberWithoutAnOwnerIsNoOwner(t *testing.T) {
+	keys := keysN(4)
+	v := View{Self: "w00", Now: time.Unix(1000, 0), Workers: workers(2), Keys: keys,
+		Owners: Owners{Of: []int32{-1, 7, 1, 0}, IDs: []string{"w01"}}}
+	for i, want := range []string{"", "", "w01", ""} {
+		if got := v.Owner(i); got != want {
+			t.Errorf("Owner(%d) = %q, want %q", i, got, want)
+		}
+	}
+	p := NewBalanced(Config{}).Plan(v)
+	if slices.Contains(p.Claim, keys[2]) {
+		t.Errorf("claimed %s, which w01 holds: %v", keys[2], p.Claim)
+	}
+}

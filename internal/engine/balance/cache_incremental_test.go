@@ -206,9 +206,9 @@ func compareCaches(t *testing.T, at string, got, want *keyCache) {
 	for i, e := range got.entries {
 		w := want.entries[i]
 		if e.top != w.top || got.workers[e.top].ID != want.workers[w.top].ID ||
-			math.Float32bits(e.value) != math.Float32bits(w.value) {
+			e.rank != w.rank {
 			t.Fatalf("%s: key %s prefers %d (%s) with value %v; afresh %d (%s), %v\nworkers %+v", at, got.keys[i],
-				e.top, got.workers[e.top].ID, e.value, w.top, want.workers[w.top].ID, w.value, want.workers)
+				e.top, got.workers[e.top].ID, e.rank, w.top, want.workers[w.top].ID, w.rank, want.workers)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package balance
 
 import (
+	"cmp"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -227,7 +228,7 @@ func TestARankingDoesNotDependOnTheOrderWorkersAreListedIn(t *testing.T) {
 type ranking struct {
 	pref      string
 	preferred bool
-	value     uint32
+	rank      uint32
 }
 
 // rankOf is what Plan takes from a key's ranking.
@@ -236,7 +237,7 @@ func rankOf(ws []Worker, self, key string) ranking {
 	h := hashString(key)
 	me := slices.Index(r.ids, self)
 	top := r.top(h)
-	return ranking{r.ids[top], top == me, math.Float32bits(float32(r.value(h, me)))}
+	return ranking{r.ids[top], top == me, r.rank(h, me)}
 }
 
 func TestKeysThatLeaveTheSourceLeaveTheCache(t *testing.T) {
@@ -279,30 +280,67 @@ func TestACacheEntryIsEightBytes(t *testing.T) {
 	}
 }
 
-// Scores are kept rounded to a float32, so keys tie more often than with
-// the full score; which of two tied keys is shed or claimed first must
-// not depend on the order the source lists them in.
-func TestKeysOfOneRoundedScoreAreOrderedByKey(t *testing.T) {
+// Two keys may share this worker's rank (ranker.rank); which of them is
+// shed or claimed first must not depend on the order the source lists
+// them in.
+func TestKeysOfOneRankAreOrderedByKey(t *testing.T) {
 	ws := workers(3)
 	c := keyCache{}
 	c.rankAll("w00", c.canonical(ws), nil)
-	first := make(map[float32]string)
+	first := make(map[uint32]string)
 	for i := range 1_000_000 {
 		key := fmt.Sprintf("k%07d", i)
-		v := c.rank(key).value
-		other, tied := first[v]
+		r := c.rank(key).rank
+		other, tied := first[r]
 		if !tied {
-			first[v] = key
+			first[r] = key
 			continue
 		}
 		for _, order := range [][]string{{other, key}, {key, other}} {
-			held := []heldKey{{key: order[0], myValue: v}, {key: order[1], myValue: v}}
-			slices.SortFunc(held, byValueDesc)
+			held := []heldKey{{key: order[0], myRank: r}, {key: order[1], myRank: r}}
+			slices.SortFunc(held, byRankDesc)
 			if held[0].key != other {
-				t.Fatalf("keys %s and %s, both of score %v, listed as %v: sorted %s first", other, key, v, order, held[0].key)
+				t.Fatalf("keys %s and %s, both of rank %v, listed as %v: sorted %s first", other, key, r, order, held[0].key)
 			}
 		}
 		return
 	}
 	t.Fatal("no two of a million keys tie: the test finds nothing to check")
+}
+
+// A worker above its cap sheds the keys it is least preferred for, at any
+// finite positive weight: a score kept rounded to a float32 was +Inf for
+// every key at weight 1e40, and the worker shed by key name instead.
+func TestAWorkerOfAnExtremeWeightShedsItsLeastPreferredKeys(t *testing.T) {
+	for _, weight := range []float64{1e40, 1e-40, 1} {
+		ws := []Worker{{ID: "w00", Weight: weight}, {ID: "w01", Weight: 2 * weight}}
+		keys := keysN(1000)
+		owner := map[string]string{}
+		for _, k := range keys {
+			owner[k] = "w00"
+		}
+		b := NewBalanced(Config{MaxKeys: 100})
+		p := b.Plan(View{Self: "w00", Now: time.Unix(1000, 0), Workers: ws, Keys: keys, Owners: ownersOf(keys, owner)})
+		released := make(map[string]bool)
+		for _, k := range p.Release {
+			released[k] = true
+		}
+		// The keys it keeps are those of its highest scores among the
+		// keys it prefers, in full precision.
+		r := newRanker(ws)
+		var preferred []string
+		for _, k := range keys {
+			if r.ids[r.top(hashString(k))] == "w00" {
+				preferred = append(preferred, k)
+			}
+		}
+		slices.SortFunc(preferred, func(a, b string) int {
+			return -cmp.Compare(r.value(hashString(a), 0), r.value(hashString(b), 0))
+		})
+		for _, k := range preferred[:min(100, len(preferred))] {
+			if released[k] {
+				t.Fatalf("weight %g: released %s, one of its 100 most preferred keys; kept %d", weight, k, len(keys)-len(p.Release))
+			}
+		}
+	}
 }

@@ -90,6 +90,17 @@ func (r *ranker) value(keyHash uint64, i int) float64 {
 	return score(h, r.weights[i])
 }
 
+// rank orders worker i's keys as its scores for them do, in 4 bytes: for
+// one worker, the score rises with the pair hash whatever the weight (the
+// raw hash itself with equal weights, -w/ln(u) with u rising with it
+// otherwise), so the pair hash's top 32 bits order its keys the same,
+// with a tie about once in 4 billion pairs. Unlike a score rounded to
+// fewer bits, it cannot overflow or lose its order at extreme weights (a
+// float32 score is +Inf for every key at weight 1e40).
+func (r *ranker) rank(keyHash uint64, i int) uint32 {
+	return uint32(pairHash(keyHash, r.hashes[i]) >> 32)
+}
+
 // top returns the index of the preferred worker for a key hash, or -1
 // when there are no workers.
 func (r *ranker) top(keyHash uint64) int {

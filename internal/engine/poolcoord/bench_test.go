@@ -35,10 +35,15 @@ func BenchmarkPlan(b *testing.B) {
 			for w := range size.workers {
 				table = append(table, Entry{Key: fmt.Sprintf("app/~workers/mail/w%03d@1", w), Owner: fmt.Sprintf("w%03d", w), Live: true, Running: true})
 			}
-			// The holder's view names each pool key by its position in the
-			// pool's index, as the engine's does (hold.Keeper.Number).
-			for i := range keys {
-				table = append(table, Entry{Index: c.Index(), At: i, Owner: table[i%size.workers].Owner, Live: true, Running: true})
+			// The holder's view names each peer's pool key by its position
+			// in the pool's index (hold.Keeper.Number), and this worker's
+			// own by lease key, as the engine's does (Keeper.LiveOwners).
+			for i, k := range keys {
+				e := Entry{Index: c.Index(), At: i, Owner: table[i%size.workers].Owner, Live: true, Running: true}
+				if e.Owner == "w000" {
+					e.Key, e.Index, e.At = c.LeaseKey(k), nil, 0
+				}
+				table = append(table, e)
 			}
 			long := time.Unix(0, 0)
 			self := Self{Member: true, Settled: true, HeldSince: func(string) (time.Time, bool) { return long, true }}
