@@ -79,12 +79,12 @@ type Model struct {
 	now  time.Duration
 	keys []string
 
-	// The lease table, position for position with keys. owner is the
-	// holder's index in workers (none when free); owners is the same as
-	// the policy's View.Owners, shared by every plan, as every worker
-	// would read the same table at the same instant.
-	owner    []int32
-	owners   balance.Owners // Of: owner plus one; IDs: every worker's id, by index
+	// The lease table, position for position with keys: each key's
+	// holder by its number (worker.number; 0 when free), with every
+	// worker's id by index in IDs. It is the policy's View.Owners, shared
+	// by every plan, as every worker would read the same table at the
+	// same instant.
+	owners   balance.Owners
 	acquired []time.Duration
 
 	// What the runs did, per key: the last worker that ran it (none if
@@ -121,6 +121,10 @@ type worker struct {
 	recheck     time.Duration // when the policy asked to plan again; none if not
 	held        int
 }
+
+// number is the worker's number in the lease table (Model.owners): its
+// index plus one, as 0 is a free key.
+func (w *worker) number() int32 { return w.idx + 1 }
 
 // Totals are counters over a whole run.
 type Totals struct {
@@ -159,7 +163,6 @@ func New(cfg Config) (*Model, error) {
 	for i := range m.keys {
 		m.keys[i] = fmt.Sprintf("acct-%07d", i)
 	}
-	m.owner = make([]int32, cfg.Keys)
 	m.owners.Of = make([]int32, cfg.Keys)
 	m.acquired = make([]time.Duration, cfg.Keys)
 	m.lastRunner = make([]int32, cfg.Keys)
@@ -167,7 +170,7 @@ func New(cfg Config) (*Model, error) {
 	m.lastMove = make([]time.Duration, cfg.Keys)
 	m.crashedSince = make([]time.Duration, cfg.Keys)
 	for i := range m.keys {
-		m.owner[i], m.lastRunner[i] = none, none
+		m.lastRunner[i] = none
 		m.lastMove[i], m.crashedSince[i] = none, none
 	}
 	return m, nil
@@ -237,8 +240,8 @@ func (m *Model) Leave(id string) error {
 		return err
 	}
 	w.up, w.memberUntil = false, m.now
-	for i, o := range m.owner {
-		if o == w.idx {
+	for i, n := range m.owners.Of {
+		if n == w.number() {
 			m.free(i)
 		}
 	}
@@ -253,8 +256,8 @@ func (m *Model) Crash(id string) error {
 		return err
 	}
 	w.up, w.memberUntil = false, w.lastRenew+m.cfg.TTL
-	for i, o := range m.owner {
-		if o != w.idx {
+	for i, n := range m.owners.Of {
+		if n != w.number() {
 			continue
 		}
 		m.idleSince[i], m.crashedSince[i] = m.now, m.now

@@ -64,8 +64,8 @@ func (m *Model) runRound(r round) {
 // plan out: releases free their keys, claims take free keys.
 func (m *Model) plan(w *worker) {
 	held := make(map[string]time.Time, w.held)
-	for i, o := range m.owner {
-		if o == w.idx {
+	for i, n := range m.owners.Of {
+		if n == w.number() {
 			held[m.keys[i]] = epoch.Add(m.acquired[i])
 		}
 	}
@@ -75,7 +75,7 @@ func (m *Model) plan(w *worker) {
 	m.totals.PlanTime += time.Since(start)
 	m.totals.Plans++
 	for _, k := range p.Release {
-		if i := m.index(k); m.owner[i] == w.idx {
+		if i := m.index(k); m.owners.Of[i] == w.number() {
 			m.totals.Released++
 			m.free(i)
 		}
@@ -116,7 +116,7 @@ func (m *Model) index(key string) int {
 // claim is an acquisition: granted if the key is free, and then a run
 // starts on w.
 func (m *Model) claim(i int, w *worker) {
-	if m.owner[i] != none {
+	if m.owners.Of[i] != 0 {
 		m.totals.Refused++
 		return
 	}
@@ -141,15 +141,15 @@ func (m *Model) claim(i int, w *worker) {
 
 // grant records w as key i's holder from now.
 func (m *Model) grant(i int, w *worker) {
-	m.owner[i], m.owners.Of[i], m.acquired[i] = w.idx, w.idx+1, m.now
+	m.owners.Of[i], m.acquired[i] = w.number(), m.now
 	m.idleSince[i] = none
 	w.held++
 }
 
 // free ends key i's lease; its run, if any, ends now.
 func (m *Model) free(i int) {
-	m.workers[m.owner[i]].held--
-	m.owner[i], m.owners.Of[i] = none, 0
+	m.workers[m.owners.Of[i]-1].held--
+	m.owners.Of[i] = 0
 	if m.idleSince[i] == none {
 		m.idleSince[i] = m.now
 	}
