@@ -47,11 +47,14 @@
 // Acquire reads the key and, at the same time, keeps the session alive, so
 // the new term ends no earlier than the call's start + ttl; then one
 // transaction writes the record and puts the live key on the session.
-// Claiming many keys costs one write each and no lease grant. Only a
-// session a renewal kept alive within the last ttl is kept alive by an
-// acquisition; otherwise a free key gets a new session (a refused
-// acquisition grants none). So a session its renewals left ends, with
-// every term on it, however many acquisitions its owner goes on trying.
+// Claiming many keys costs one write each and no lease grant. Calls that
+// overlap share keep-alives: each waits for one sent after it began
+// (keepalive.go), so a burst of acquisitions sends about one per round
+// trip, not one each. Only a session a renewal kept alive within the last
+// ttl is kept alive by an acquisition; otherwise a free key gets a new
+// session (a refused acquisition grants none). So a session its renewals
+// left ends, with every term on it, however many acquisitions its owner
+// goes on trying.
 //
 // Shared fate, and its bound: keeping a session alive keeps every term on
 // it alive. A term whose holder stops renewing it without a release (it

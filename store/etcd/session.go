@@ -6,7 +6,6 @@ import (
 	"sync"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/sync/errgroup"
 )
@@ -48,6 +47,10 @@ type session struct {
 	// listed is, for each key on the lease, when a renewal last listed it
 	// (or first found it there unlisted); see unlisted.
 	listed map[string]time.Time
+
+	// keepAlives shares keep-alives among the calls that overlap
+	// (keepalive.go).
+	keepAlives keepAlives
 }
 
 type member struct {
@@ -172,19 +175,6 @@ func (s *Store) dropSession(sess *session) {
 	if s.sessions[sess.id] == sess {
 		delete(s.sessions, sess.id)
 	}
-}
-
-// keepAlive refreshes sess's lease. It reports false, and drops the
-// session, when the lease had already ended.
-func (s *Store) keepAlive(ctx context.Context, sess *session) (bool, error) {
-	if _, err := s.client.KeepAliveOnce(ctx, sess.lease); err != nil {
-		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-			s.dropSession(sess)
-			return false, nil
-		}
-		return false, err
-	}
-	return true, nil
 }
 
 // renewed records a renewal's keep-alive of sess, sent at sent.
