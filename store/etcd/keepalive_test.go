@@ -42,14 +42,19 @@ func gatedStore(t *testing.T) (*Store, *keepAliveGate) {
 			return streamer(ctx, desc, cc, method, opts...)
 		}))
 	t.Cleanup(func() { close(g.ended) }) // before the client closes
-	prefix := randomPrefix()
-	t.Cleanup(func() { dropNamespace(t, prefix) })
-	s, err := New(c, Options{Prefix: prefix})
+	return storeOn(t, c), g
+}
+
+// gatedSession opens a store whose keep-alives wait at a gate, and a
+// session of owner "a" on it.
+func gatedSession(t *testing.T) (*Store, *session, *keepAliveGate) {
+	t.Helper()
+	s, gate := gatedStore(t)
+	sess, _, err := s.session(testenv.Context(t), "a", 60, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { s.Close() })
-	return s, g
+	return s, sess, gate
 }
 
 // waitForWaiters returns once n calls wait for the session's next
@@ -92,12 +97,8 @@ func keepAliveIn(ctx context.Context, s *Store, sess *session, gate *keepAliveGa
 // the next. A keep-alive sent before an acquisition began may leave the
 // session ending before the deadline the acquisition promises.
 func TestOverlappingKeepAlivesShareOneSentAfterEachBegan(t *testing.T) {
-	s, gate := gatedStore(t)
+	s, sess, gate := gatedSession(t)
 	ctx := testenv.Context(t)
-	sess, _, err := s.session(ctx, "a", 60, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
 	first := make(chan keepAliveAnswer, 1)
 	go keepAliveIn(ctx, s, sess, gate, first)
 	<-gate.sent // the first keep-alive is in flight, held at the gate
@@ -131,12 +132,8 @@ func TestOverlappingKeepAlivesShareOneSentAfterEachBegan(t *testing.T) {
 // A call that gives up leaves the keep-alive it waited for to the calls
 // still waiting; once none waits, the keep-alive stops.
 func TestAKeepAliveOutlivesTheCallsThatGiveUpButNotTheLast(t *testing.T) {
-	s, gate := gatedStore(t)
+	s, sess, gate := gatedSession(t)
 	ctx := testenv.Context(t)
-	sess, _, err := s.session(ctx, "a", 60, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
 	firstCtx, giveUpFirst := context.WithCancel(ctx)
 	first := make(chan keepAliveAnswer, 1)
 	go keepAliveIn(firstCtx, s, sess, gate, first)
@@ -166,12 +163,8 @@ func TestAKeepAliveOutlivesTheCallsThatGiveUpButNotTheLast(t *testing.T) {
 // A keep-alive of a lease that has ended answers every call waiting for
 // it, and drops the session.
 func TestAKeepAliveOfAnEndedLeaseAnswersEveryCallNotAlive(t *testing.T) {
-	s, gate := gatedStore(t)
+	s, sess, gate := gatedSession(t)
 	ctx := testenv.Context(t)
-	sess, _, err := s.session(ctx, "a", 60, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
 	if _, err := s.client.Revoke(ctx, sess.lease); err != nil {
 		t.Fatal(err)
 	}

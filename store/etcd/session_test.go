@@ -50,6 +50,13 @@ func countingStore(t testing.TB) (*Store, *atomic.Int64) {
 				calls.Add(1)
 				return streamer(ctx, desc, cc, method, opts...)
 			}))
+	return storeOn(t, c), calls
+}
+
+// storeOn opens a store on c in a namespace of its own, dropped when the
+// test ends.
+func storeOn(t testing.TB, c *clientv3.Client) *Store {
+	t.Helper()
 	prefix := randomPrefix()
 	t.Cleanup(func() { dropNamespace(t, prefix) })
 	s, err := New(c, Options{Prefix: prefix})
@@ -57,7 +64,7 @@ func countingStore(t testing.TB) (*Store, *atomic.Int64) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	return s, calls
+	return s
 }
 
 // acquireAll acquires keys "k0000"… for owner and returns them as renewal
