@@ -26,9 +26,11 @@ type keepAlives struct {
 
 // keepAliveFlight is one keep-alive and the calls waiting for its answer.
 type keepAliveFlight struct {
-	// ctx ends when every call waiting for the flight has given up, so a
-	// keep-alive nobody waits for stops, and a call that gives up never
-	// ends one others still wait for.
+	// ctx belongs to no call: it ends when the keep-alive has answered,
+	// or when every call waiting for it has given up, so a keep-alive
+	// nobody waits for stops, and a call that gives up never ends one
+	// others still wait for. Nor does one call's context (its deadline,
+	// its metadata) shape the keep-alive others wait for.
 	ctx     context.Context
 	cancel  context.CancelFunc
 	waiting int // calls waiting; guarded by keepAlives.mu
@@ -41,12 +43,20 @@ type keepAliveFlight struct {
 // keepAlive refreshes sess's lease with a keep-alive sent after this call
 // began, shared with the calls that overlap it. It reports false, and
 // drops the session, when the lease had already ended.
+//
+// A call may wait for the keep-alive in flight to answer before its own is
+// sent: about two round trips at worst, not one. A keep-alive that does
+// not answer holds up the calls behind it until its own callers give up;
+// each call still returns by its own context.
 func (s *Store) keepAlive(ctx context.Context, sess *session) (bool, error) {
+	if err := ctx.Err(); err != nil {
+		return false, err
+	}
 	k := &sess.keepAlives
 	k.mu.Lock()
 	f := k.next
 	if f == nil {
-		fctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		fctx, cancel := context.WithCancel(context.Background())
 		f = &keepAliveFlight{ctx: fctx, cancel: cancel, done: make(chan struct{})}
 		k.next = f
 	}

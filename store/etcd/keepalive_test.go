@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/tenure-dev/tenure/internal/harness/testenv"
 )
@@ -21,6 +23,7 @@ type keepAliveGate struct {
 	sent   chan struct{} // one value per keep-alive opened
 	pass   chan struct{} // one value lets one keep-alive through
 	ended  chan struct{} // closed when the test ends: the gate opens
+	fail   atomic.Bool   // keep-alives let through fail with an error the client does not retry
 }
 
 // gatedStore opens a store whose keep-alives wait at a gate.
@@ -37,6 +40,9 @@ func gatedStore(t *testing.T) (*Store, *keepAliveGate) {
 				case <-g.ended:
 				case <-ctx.Done():
 					return nil, ctx.Err()
+				}
+				if g.fail.Load() {
+					return nil, status.Error(codes.PermissionDenied, "the gate failed it")
 				}
 			}
 			return streamer(ctx, desc, cc, method, opts...)
@@ -81,10 +87,32 @@ func waitForWaiters(t *testing.T, sess *session, n int) {
 	}
 }
 
+// await receives from ch, failing the test if nothing comes in time.
+func await[T any](t *testing.T, ch <-chan T) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-testenv.Context(t).Done():
+		t.Fatal("nothing came in time")
+		panic("unreachable")
+	}
+}
+
 type keepAliveAnswer struct {
 	alive  bool
 	err    error
 	opened int64 // keep-alives opened when the call returned
+}
+
+// heldCall starts a call whose keep-alive is the first sent, and returns
+// once the gate holds it, with the channel its answer will come on.
+func heldCall(t *testing.T, ctx context.Context, s *Store, sess *session, gate *keepAliveGate) <-chan keepAliveAnswer {
+	t.Helper()
+	answer := make(chan keepAliveAnswer, 1)
+	go keepAliveIn(ctx, s, sess, gate, answer)
+	await(t, gate.sent)
+	return answer
 }
 
 func keepAliveIn(ctx context.Context, s *Store, sess *session, gate *keepAliveGate, out chan<- keepAliveAnswer) {
@@ -99,9 +127,7 @@ func keepAliveIn(ctx context.Context, s *Store, sess *session, gate *keepAliveGa
 func TestOverlappingKeepAlivesShareOneSentAfterEachBegan(t *testing.T) {
 	s, sess, gate := gatedSession(t)
 	ctx := testenv.Context(t)
-	first := make(chan keepAliveAnswer, 1)
-	go keepAliveIn(ctx, s, sess, gate, first)
-	<-gate.sent // the first keep-alive is in flight, held at the gate
+	first := heldCall(t, ctx, s, sess, gate) // the first keep-alive is in flight, held at the gate
 	const later = 8
 	answers := make(chan keepAliveAnswer, later)
 	for range later {
@@ -109,13 +135,13 @@ func TestOverlappingKeepAlivesShareOneSentAfterEachBegan(t *testing.T) {
 	}
 	waitForWaiters(t, sess, later)
 	gate.pass <- struct{}{}
-	if a := <-first; !a.alive || a.err != nil {
+	if a := await(t, first); !a.alive || a.err != nil {
 		t.Fatalf("the first keep-alive = %v, %v; want alive", a.alive, a.err)
 	}
-	<-gate.sent
+	await(t, gate.sent)
 	gate.pass <- struct{}{}
 	for range later {
-		a := <-answers
+		a := await(t, answers)
 		if !a.alive || a.err != nil {
 			t.Fatalf("a later keep-alive = %v, %v; want alive", a.alive, a.err)
 		}
@@ -135,27 +161,25 @@ func TestAKeepAliveOutlivesTheCallsThatGiveUpButNotTheLast(t *testing.T) {
 	s, sess, gate := gatedSession(t)
 	ctx := testenv.Context(t)
 	firstCtx, giveUpFirst := context.WithCancel(ctx)
-	first := make(chan keepAliveAnswer, 1)
-	go keepAliveIn(firstCtx, s, sess, gate, first)
-	<-gate.sent
+	first := heldCall(t, firstCtx, s, sess, gate)
 	quitter, giveUp := context.WithCancel(ctx)
 	gaveUp, stayed := make(chan keepAliveAnswer, 1), make(chan keepAliveAnswer, 1)
 	go keepAliveIn(quitter, s, sess, gate, gaveUp)
 	go keepAliveIn(ctx, s, sess, gate, stayed)
 	waitForWaiters(t, sess, 2)
 	giveUp()
-	if a := <-gaveUp; !errors.Is(a.err, context.Canceled) {
+	if a := await(t, gaveUp); !errors.Is(a.err, context.Canceled) {
 		t.Fatalf("the call that gave up = %v, %v; want its context's error", a.alive, a.err)
 	}
 	// The first call gives up too, the only one waiting for the keep-alive
 	// in flight: it stops at the gate, and the next goes out.
 	giveUpFirst()
-	if a := <-first; !errors.Is(a.err, context.Canceled) {
+	if a := await(t, first); !errors.Is(a.err, context.Canceled) {
 		t.Fatalf("the first call, given up = %v, %v; want its context's error", a.alive, a.err)
 	}
-	<-gate.sent
+	await(t, gate.sent)
 	gate.pass <- struct{}{}
-	if a := <-stayed; !a.alive || a.err != nil {
+	if a := await(t, stayed); !a.alive || a.err != nil {
 		t.Fatalf("the call that stayed = %v, %v; want alive: a call that gave up ended the keep-alive it waited for", a.alive, a.err)
 	}
 }
@@ -171,21 +195,75 @@ func TestAKeepAliveOfAnEndedLeaseAnswersEveryCallNotAlive(t *testing.T) {
 	answers := make(chan keepAliveAnswer, 4)
 	var wg sync.WaitGroup
 	go keepAliveIn(ctx, s, sess, gate, answers)
-	<-gate.sent
+	await(t, gate.sent)
 	for range 3 {
 		wg.Go(func() { keepAliveIn(ctx, s, sess, gate, answers) })
 	}
 	waitForWaiters(t, sess, 3)
 	gate.pass <- struct{}{}
-	<-gate.sent
+	await(t, gate.sent)
 	gate.pass <- struct{}{}
 	wg.Wait()
 	for range 4 {
-		if a := <-answers; a.alive || a.err != nil {
+		if a := await(t, answers); a.alive || a.err != nil {
 			t.Fatalf("a keep-alive of a revoked lease = %v, %v; want not alive, no error", a.alive, a.err)
 		}
 	}
 	if s.lookupSession("a", 60, 1) != nil {
 		t.Error("the session of a revoked lease is still used")
+	}
+}
+
+// A call that gives up on a keep-alive not sent yet, the only one waiting
+// for it, leaves nothing behind: the next call gets a keep-alive of its
+// own, not the abandoned one, ended.
+func TestAKeepAliveGivenUpBeforeItWasSentIsNotTheNextCallsToo(t *testing.T) {
+	s, sess, gate := gatedSession(t)
+	ctx := testenv.Context(t)
+	first := heldCall(t, ctx, s, sess, gate)
+	quitter, giveUp := context.WithCancel(ctx)
+	gaveUp := make(chan keepAliveAnswer, 1)
+	go keepAliveIn(quitter, s, sess, gate, gaveUp)
+	waitForWaiters(t, sess, 1)
+	giveUp()
+	await(t, gaveUp)
+	later := make(chan keepAliveAnswer, 1)
+	go keepAliveIn(ctx, s, sess, gate, later)
+	waitForWaiters(t, sess, 1)
+	gate.pass <- struct{}{}
+	await(t, first)
+	await(t, gate.sent)
+	gate.pass <- struct{}{}
+	if a := await(t, later); !a.alive || a.err != nil {
+		t.Fatalf("a call after a keep-alive given up unsent = %v, %v; want alive", a.alive, a.err)
+	}
+}
+
+// A keep-alive that fails, its lease not known to have ended, answers
+// every call waiting for it with the error, and keeps the session: a
+// renewal must not report its terms lost on a call that failed.
+func TestAFailedKeepAliveAnswersEveryCallWithItsError(t *testing.T) {
+	s, sess, gate := gatedSession(t)
+	ctx := testenv.Context(t)
+	first := heldCall(t, ctx, s, sess, gate)
+	answers := make(chan keepAliveAnswer, 3)
+	for range 3 {
+		go keepAliveIn(ctx, s, sess, gate, answers)
+	}
+	waitForWaiters(t, sess, 3)
+	gate.pass <- struct{}{}
+	if a := await(t, first); !a.alive || a.err != nil {
+		t.Fatalf("the first keep-alive = %v, %v; want alive", a.alive, a.err)
+	}
+	gate.fail.Store(true)
+	await(t, gate.sent)
+	gate.pass <- struct{}{}
+	for range 3 {
+		if a := await(t, answers); status.Code(a.err) != codes.PermissionDenied {
+			t.Fatalf("a call waiting for a failed keep-alive = %v, %v; want its error", a.alive, a.err)
+		}
+	}
+	if s.lookupSession("a", 60, 1) != sess {
+		t.Error("a keep-alive that failed dropped the session")
 	}
 }

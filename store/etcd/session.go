@@ -38,8 +38,9 @@ type session struct {
 	// off (a new term, a release), so a renewal that finds the term
 	// still a member after its keep-alive knows the key held this term.
 	members map[string]member
-	// renewedAt is when the grant or the last renewal's keep-alive that
-	// succeeded was sent (local monotonic clock). Until ttl after it, the
+	// renewedAt is when the grant was sent, or when the last renewal that
+	// kept the session alive began its keep-alive, which was sent after
+	// that (local monotonic clock). Until ttl after it, the
 	// live part of the session has certainly not ended, and acquisitions
 	// may keep it alive; past that, they start a new session, so a session
 	// its renewals left (and every term on it) ends.
@@ -139,8 +140,8 @@ func (s *Store) lookupSession(owner string, ttl, grace int64) *session {
 
 // liveSession returns a session of owner for ttl and grace that ends no
 // earlier than this call's start + ttl + grace: one granted now, or one a
-// renewal kept alive lately, kept alive again (a renewal's own keep-alive
-// when renewal is set). A session no renewal kept alive for a ttl is left
+// renewal kept alive lately, kept alive again (recorded as a renewal's
+// keep-alive when renewal is set). A session no renewal kept alive for a ttl is left
 // to end with whatever is on it.
 func (s *Store) liveSession(ctx context.Context, owner string, ttl, grace int64, renewal bool) (*session, error) {
 	for range maxAttempts {
@@ -177,7 +178,8 @@ func (s *Store) dropSession(sess *session) {
 	}
 }
 
-// renewed records a renewal's keep-alive of sess, sent at sent.
+// renewed records a renewal's keep-alive of sess, sent no earlier than
+// sent.
 func (s *Store) renewed(sess *session, sent time.Time) {
 	s.sessMu.Lock()
 	defer s.sessMu.Unlock()
