@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"runtime"
-	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -24,6 +23,14 @@ type keepAliveGate struct {
 	pass   chan struct{} // one value lets one keep-alive through
 	ended  chan struct{} // closed when the test ends: the gate opens
 	fail   atomic.Bool   // keep-alives let through fail with an error the client does not retry
+}
+
+// letNextThrough waits for the next keep-alive to reach the gate and lets
+// it through.
+func (g *keepAliveGate) letNextThrough(t *testing.T) {
+	t.Helper()
+	await(t, g.sent)
+	g.pass <- struct{}{}
 }
 
 // gatedStore opens a store whose keep-alives wait at a gate.
@@ -138,8 +145,7 @@ func TestOverlappingKeepAlivesShareOneSentAfterEachBegan(t *testing.T) {
 	if a := await(t, first); !a.alive || a.err != nil {
 		t.Fatalf("the first keep-alive = %v, %v; want alive", a.alive, a.err)
 	}
-	await(t, gate.sent)
-	gate.pass <- struct{}{}
+	gate.letNextThrough(t)
 	for range later {
 		a := await(t, answers)
 		if !a.alive || a.err != nil {
@@ -177,8 +183,7 @@ func TestAKeepAliveOutlivesTheCallsThatGiveUpButNotTheLast(t *testing.T) {
 	if a := await(t, first); !errors.Is(a.err, context.Canceled) {
 		t.Fatalf("the first call, given up = %v, %v; want its context's error", a.alive, a.err)
 	}
-	await(t, gate.sent)
-	gate.pass <- struct{}{}
+	gate.letNextThrough(t)
 	if a := await(t, stayed); !a.alive || a.err != nil {
 		t.Fatalf("the call that stayed = %v, %v; want alive: a call that gave up ended the keep-alive it waited for", a.alive, a.err)
 	}
@@ -193,17 +198,14 @@ func TestAKeepAliveOfAnEndedLeaseAnswersEveryCallNotAlive(t *testing.T) {
 		t.Fatal(err)
 	}
 	answers := make(chan keepAliveAnswer, 4)
-	var wg sync.WaitGroup
 	go keepAliveIn(ctx, s, sess, gate, answers)
 	await(t, gate.sent)
 	for range 3 {
-		wg.Go(func() { keepAliveIn(ctx, s, sess, gate, answers) })
+		go keepAliveIn(ctx, s, sess, gate, answers)
 	}
 	waitForWaiters(t, sess, 3)
 	gate.pass <- struct{}{}
-	await(t, gate.sent)
-	gate.pass <- struct{}{}
-	wg.Wait()
+	gate.letNextThrough(t)
 	for range 4 {
 		if a := await(t, answers); a.alive || a.err != nil {
 			t.Fatalf("a keep-alive of a revoked lease = %v, %v; want not alive, no error", a.alive, a.err)
@@ -232,8 +234,7 @@ func TestAKeepAliveGivenUpBeforeItWasSentIsNotTheNextCallsToo(t *testing.T) {
 	waitForWaiters(t, sess, 1)
 	gate.pass <- struct{}{}
 	await(t, first)
-	await(t, gate.sent)
-	gate.pass <- struct{}{}
+	gate.letNextThrough(t)
 	if a := await(t, later); !a.alive || a.err != nil {
 		t.Fatalf("a call after a keep-alive given up unsent = %v, %v; want alive", a.alive, a.err)
 	}
@@ -256,8 +257,7 @@ func TestAFailedKeepAliveAnswersEveryCallWithItsError(t *testing.T) {
 		t.Fatalf("the first keep-alive = %v, %v; want alive", a.alive, a.err)
 	}
 	gate.fail.Store(true)
-	await(t, gate.sent)
-	gate.pass <- struct{}{}
+	gate.letNextThrough(t)
 	for range 3 {
 		if a := await(t, answers); status.Code(a.err) != codes.PermissionDenied {
 			t.Fatalf("a call waiting for a failed keep-alive = %v, %v; want its error", a.alive, a.err)
