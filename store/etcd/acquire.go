@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"golang.org/x/sync/errgroup"
@@ -45,11 +46,29 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 			return res, nil
 		}
 	}
-	for range maxAttempts {
-		sess, v, rev, err := s.readForAcquire(ctx, req.Key, req.Owner, ttlSecs, graceSecs)
+	// A key without a record is claimed in one transaction when the
+	// owner's session was renewed lately; otherwise that transaction's
+	// read is where the loop starts.
+	var read *acquireRead
+	if sess := s.lookupSession(req.Owner, ttlSecs, graceSecs); sess != nil && s.renewedLately(sess) {
+		res, r, err := s.acquireUnread(ctx, req, sess, graceSecs)
 		if err != nil {
 			return store.AcquireResult{}, s.wrap("acquire", err)
 		}
+		if res.Acquired {
+			return res, nil
+		}
+		read = r
+	}
+	for range maxAttempts {
+		if read == nil {
+			var err error
+			if read, err = s.readForAcquire(ctx, req.Key, req.Owner, ttlSecs, graceSecs); err != nil {
+				return store.AcquireResult{}, s.wrap("acquire", err)
+			}
+		}
+		sess, v, rev := read.sess, read.v, read.rev
+		read = nil
 		if !free(v, req.Owner) {
 			holder, err := s.leases(ctx, []*view{v})
 			if err != nil {
@@ -59,6 +78,7 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 		}
 		if sess == nil {
 			// No session renewed lately: one now, only for a free key.
+			var err error
 			if sess, err = s.liveSession(ctx, req.Owner, ttlSecs, graceSecs, false); err != nil {
 				return store.AcquireResult{}, s.wrap("acquire", err)
 			}
@@ -69,9 +89,11 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 			epoch = max(epoch, v.rec.epoch+1)
 			cmp = clientv3.Compare(clientv3.ModRevision(s.recordKey(req.Key)), "=", v.recRev)
 		}
-		if v.rec != nil && v.rec.state == stateHeld {
-			// The owner's old term may be on one of its sessions: no
-			// renewal may take the key's presence there for that term.
+		// An old term of the key may be on one of the holder's sessions,
+		// or of this owner's (even one whose record is gone): no renewal
+		// may take the key's presence there for that term.
+		s.forget(req.Owner, req.Key)
+		if v.rec != nil && v.rec.state == stateHeld && v.rec.owner != req.Owner {
 			s.forget(v.rec.owner, req.Key)
 		}
 		rec := record{epoch: epoch, owner: req.Owner, state: stateHeld, running: req.Running, grace: graceSecs}
@@ -99,20 +121,17 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 // kept alive lately, keeps it alive at the same time, so that it ends no
 // earlier than this call's start + ttl + grace. Otherwise it returns a nil
 // session: a refused acquisition then grants none.
-func (s *Store) readForAcquire(ctx context.Context, key, owner string, ttl, grace int64) (*session, *view, int64, error) {
+func (s *Store) readForAcquire(ctx context.Context, key, owner string, ttl, grace int64) (*acquireRead, error) {
 	sess := s.lookupSession(owner, ttl, grace)
 	if sess == nil || !s.renewedLately(sess) {
 		v, rev, err := s.readOne(ctx, key)
-		return nil, v, rev, err
+		return &acquireRead{v: v, rev: rev}, err
 	}
-	var (
-		v     *view
-		rev   int64
-		alive bool
-	)
+	read := &acquireRead{}
+	var alive bool
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() (err error) {
-		v, rev, err = s.readOne(gctx, key)
+		read.v, read.rev, err = s.readOne(gctx, key)
 		return err
 	})
 	g.Go(func() (err error) {
@@ -120,12 +139,12 @@ func (s *Store) readForAcquire(ctx context.Context, key, owner string, ttl, grac
 		return err
 	})
 	if err := g.Wait(); err != nil {
-		return nil, nil, 0, err
+		return nil, err
 	}
-	if !alive {
-		sess = nil
+	if alive {
+		read.sess = sess
 	}
-	return sess, v, rev, nil
+	return read, nil
 }
 
 // free reports whether owner may start a new term of the key seen in v.
@@ -233,14 +252,23 @@ func (s *Store) readOne(ctx context.Context, key string) (*view, int64, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	vs, err := s.views(resp.Kvs, nil)
+	v, err := s.viewOf(key, resp.Kvs)
 	if err != nil {
 		return nil, 0, err
 	}
-	if len(vs) == 0 {
-		return &view{key: key}, resp.Header.Revision, nil
+	return v, resp.Header.Revision, nil
+}
+
+// viewOf groups the entries of a read of key's prefix into its view.
+func (s *Store) viewOf(key string, kvs []*mvccpb.KeyValue) (*view, error) {
+	vs, err := s.views(kvs, nil)
+	if err != nil {
+		return nil, err
 	}
-	return vs[0], resp.Header.Revision, nil
+	if len(vs) == 0 {
+		return &view{key: key}, nil
+	}
+	return vs[0], nil
 }
 
 // readKeys reads the views of many keys: one transaction of prefix reads

@@ -44,17 +44,21 @@
 // with its live part not over, moved onto the session (put on its lease,
 // after a keep-alive of it).
 //
-// Acquire reads the key and, at the same time, keeps the session alive, so
-// the new term ends no earlier than the call's start + ttl; then one
-// transaction writes the record and puts the live key on the session.
-// Claiming many keys costs one write each and no lease grant. Calls that
-// overlap share keep-alives: each waits for one sent after it began
-// (keepalive.go), so a burst of acquisitions sends about one per round
-// trip, not one each. Only a session a renewal kept alive within the last
-// ttl is kept alive by an acquisition; otherwise a free key gets a new
-// session (a refused acquisition grants none). So a session its renewals
-// left ends, with every term on it, however many acquisitions its owner
-// goes on trying.
+// Acquire keeps the session alive while it works, so the new term ends no
+// earlier than the call's start + ttl. When the owner has a session a
+// renewal kept alive lately, a key with no record is claimed in one
+// transaction, as etcd's mutex claims one: it creates the record and puts
+// the live key on the session if neither exists, and reads the key
+// otherwise (unread.go). A key with a record is read (by that transaction,
+// or by a read of its own), and one transaction then writes the record and
+// puts the live key on the session. Claiming many keys costs one write
+// each and no lease grant. Calls that overlap share keep-alives: each
+// waits for one sent after it began (keepalive.go), so a burst of
+// acquisitions sends about one per round trip, not one each. Only a
+// session a renewal kept alive within the last ttl is kept alive by an
+// acquisition; otherwise a free key gets a new session (a refused
+// acquisition grants none). So a session its renewals left ends, with
+// every term on it, however many acquisitions its owner goes on trying.
 //
 // Shared fate, and its bound: keeping a session alive keeps every term on
 // it alive. A term whose holder stops renewing it without a release (it
@@ -120,6 +124,18 @@
 // epochs rising even if someone deletes the namespace, since etcd's
 // revision never goes back and every earlier epoch is at most the revision
 // of the write that stored it. Epochs are therefore large numbers.
+//
+// A key claimed without a read (no record) has as epoch the revision of
+// the transaction that claimed it: above every earlier epoch for the same
+// reason. That revision is known only once the transaction has run, so
+// the record and the live key hold 0 in the epoch's place, and the epoch
+// is their create revision, which etcd keeps until a key is deleted
+// (record.go). The write that ends or replaces the term writes the epoch
+// out. A transaction that must find such a term compares the value and
+// the create revision; a release, which may not know the form, tries both
+// in nested transactions (etcd compares have no "or"). A Tenure from
+// before this form lists such a term with epoch 0 and still acquires it
+// safely, with an epoch above it.
 //
 // Release is one round trip: per term, a nested transaction that compares
 // the record with the term (epoch, owner, held — written so that it matches

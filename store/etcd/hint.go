@@ -32,7 +32,7 @@ func (s *Store) noteRecord(key string, kv *clientv3.Event) {
 		delete(s.hints, key)
 		return
 	}
-	rec, err := decodeRecord(key, kv.Kv.Value)
+	rec, err := decodeRecord(key, kv.Kv)
 	if err != nil || rec.state != stateReleased {
 		delete(s.hints, key)
 		return
@@ -71,40 +71,28 @@ func (s *Store) acquireReleased(ctx context.Context, req store.AcquireRequest, h
 	}
 	epoch := max(h.rec.epoch+1, h.recRev+1) // see doc.go: epochs
 	rec := record{epoch: epoch, owner: req.Owner, state: stateHeld, running: req.Running, grace: grace}
-	type answer struct {
-		ok  bool
-		err error
+	kept := sess
+	if ready {
+		kept = nil
 	}
-	kept := make(chan answer, 1)
-	go func() {
-		if ready {
-			kept <- answer{ok: true}
-			return
-		}
-		alive, err := s.keepAlive(ctx, sess)
-		kept <- answer{alive, err}
-	}()
-	resp, err := s.client.Txn(ctx).If(
+	resp, alive, err := s.commitKeptAlive(ctx, kept, s.client.Txn(ctx).If(
 		clientv3.Compare(clientv3.ModRevision(s.recordKey(req.Key)), "=", h.recRev),
 	).Then(
 		clientv3.OpPut(s.recordKey(req.Key), rec.encode()),
 		clientv3.OpPut(s.liveKey(req.Key), liveValue(epoch, req.Owner), clientv3.WithLease(sess.lease)),
 		clientv3.OpDelete(s.graceKey(req.Key)),
-	).Commit()
-	ka := <-kept
+	))
 	switch {
 	case errors.Is(err, rpctypes.ErrLeaseNotFound):
 		s.dropSession(sess)
 		return store.AcquireResult{}, false, nil
 	case err != nil:
+		// A keep-alive's error: the term may be on a session that ends
+		// before the promised ttl, so it is not confirmed.
 		return store.AcquireResult{}, false, err
-	case ka.err != nil:
-		// The term may be on a session that ends before the promised
-		// ttl: not confirmed.
-		return store.AcquireResult{}, false, ka.err
 	case !resp.Succeeded:
 		return store.AcquireResult{}, false, nil
-	case !ka.ok:
+	case !alive:
 		// The session ended as the term was put on it, and took the live
 		// key along: the term is over before it began. Acquire again.
 		return store.AcquireResult{}, false, nil

@@ -31,8 +31,9 @@ var _ store.Pruner = (*Store)(nil)
 // lease's TTL when its leader changes (unless lease checkpoints are on),
 // which starts the timers again: deletion is delayed, never early.
 //
-// Epochs need no floor here: a key without a record starts at the store's
-// revision + 1, above every epoch ever written (see doc.go).
+// Epochs need no floor here: a key without a record starts at a revision
+// above its read or its claim, so above every epoch ever written (see
+// doc.go).
 func (s *Store) Prune(ctx context.Context, prefix string, olderThan time.Duration) (int, error) {
 	if err := store.ValidatePrune(olderThan); err != nil {
 		return 0, err

@@ -174,7 +174,7 @@ func TestAnEvictionLeavesANewerTermAlone(t *testing.T) {
 	// A renewal chose k at revision seen; before its eviction writes, a
 	// takes k again.
 	e2 := testenv.MustAcquire(t, s, "k", "a", ttl, grace)
-	s.evict(testenv.Context(t), sess, "a", []string{"k"}, []int64{0}, seen.Header.Revision)
+	s.evict(testenv.Context(t), sess, "a", []string{"k"}, []member{{}}, seen.Header.Revision)
 	if ok := testenv.Renew(t, s, "a", ttl, store.RenewItem{Key: "k", Epoch: e2}); !ok[0] {
 		t.Errorf("the new term %d, acquired a moment ago, was lost to the eviction of the old one", e2)
 	}

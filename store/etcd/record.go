@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // Each lease key K owns three etcd keys under the store's root
@@ -24,6 +25,17 @@ import (
 //	                (see prune.go)
 //	root K "\x00r"  record, no lease, deleted only by Prune:
 //	                "epoch\towner\tstate\trunning\tgrace seconds"
+//
+// A term acquired by one transaction, without reading the key first
+// (acquireUnread), writes 0 in its epoch's place in both its record and
+// its live key: its epoch is the revision of that transaction, which
+// created both keys, so it is each key's create revision. etcd keeps a
+// key's create revision until the key is deleted, so re-putting either
+// key keeps the epoch, and any write that changes the term (a new term, a
+// release, a revocation) writes the epoch out. Real epochs are revisions
+// + 1 or more, never 0, so the two forms cannot be confused; a Tenure
+// that predates this form reads such a term as epoch 0, which makes it
+// neither acquire unsafely nor fence with a wrong epoch (it only shows 0).
 const (
 	kindGrace  = 'g'
 	kindLive   = 'l'
@@ -38,10 +50,12 @@ const (
 	stateRevoked  = "revoked"
 )
 
-// maxNestedOps is the most operations a nested per-key transaction holds
-// (three puts, or a put and two deletes); etcd counts them against
-// --max-txn-ops together with the top level's.
-const maxNestedOps = 3
+// maxNestedOps is the most operations the nested per-key transactions
+// hold: three puts, or a put and two deletes, in each of the two a
+// release nests one in the other (one per form of the term, since etcd
+// compares have no "or"). etcd counts each level against --max-txn-ops
+// together with the levels above it.
+const maxNestedOps = 6
 
 func (s *Store) keyPrefix(key string) string { return s.root + key + "\x00" }
 func (s *Store) recordKey(key string) string { return s.root + key + "\x00r" }
@@ -61,10 +75,12 @@ func (s *Store) splitKey(k []byte) (key string, kind byte, ok bool) {
 
 // record is a lease key's permanent state.
 type record struct {
-	epoch   int64
-	owner   string // "" once revoked
-	state   string
-	running bool
+	epoch int64
+	// implicit: the epoch is the record's create revision, written as 0.
+	implicit bool
+	owner    string // "" once revoked
+	state    string
+	running  bool
 	// grace is the term's grace in seconds, rounded up and fixed at
 	// acquisition: the last part of its session.
 	grace int64
@@ -75,11 +91,21 @@ func (r record) encode() string {
 	if r.running {
 		run = "1"
 	}
-	return strconv.FormatInt(r.epoch, 10) + "\t" + r.owner + "\t" + r.state + "\t" + run + "\t" + strconv.FormatInt(r.grace, 10)
+	return strconv.FormatInt(r.epochField(), 10) + "\t" + r.owner + "\t" + r.state + "\t" + run + "\t" + strconv.FormatInt(r.grace, 10)
 }
 
-func decodeRecord(key string, b []byte) (record, error) {
-	f := strings.Split(string(b), "\t")
+// epochField is what the record's keys hold in the epoch's place.
+func (r record) epochField() int64 {
+	if r.implicit {
+		return 0
+	}
+	return r.epoch
+}
+
+// decodeRecord decodes a record key's value; kv must carry the key's
+// create revision, the epoch of an implicit record.
+func decodeRecord(key string, kv *mvccpb.KeyValue) (record, error) {
+	f := strings.Split(string(kv.Value), "\t")
 	if len(f) != 5 {
 		return record{}, fmt.Errorf("corrupt record for key %q", key)
 	}
@@ -93,7 +119,11 @@ func decodeRecord(key string, b []byte) (record, error) {
 	default:
 		return record{}, fmt.Errorf("corrupt record for key %q: state %q", key, f[2])
 	}
-	return record{epoch: epoch, owner: f[1], state: f[2], running: f[3] == "1", grace: grace}, nil
+	rec := record{epoch: epoch, owner: f[1], state: f[2], running: f[3] == "1", grace: grace}
+	if epoch == 0 {
+		rec.epoch, rec.implicit = kv.CreateRevision, true
+	}
+	return rec, nil
 }
 
 // heldPrefix starts the encoding of the held term (epoch, owner) and no
@@ -131,8 +161,54 @@ type view struct {
 // current reports whether (owner, epoch) is the key's held term and its
 // live key is still there.
 func (v *view) current(owner string, epoch int64) bool {
-	return v.rec != nil && v.rec.state == stateHeld && v.rec.owner == owner && v.rec.epoch == epoch &&
-		v.live != nil && string(v.live.Value) == liveValue(epoch, owner)
+	if v.rec == nil || v.rec.state != stateHeld || v.rec.owner != owner || v.rec.epoch != epoch || v.live == nil {
+		return false
+	}
+	return string(v.live.Value) == liveValue(v.rec.epochField(), owner) && (!v.rec.implicit || v.live.CreateRevision == epoch)
+}
+
+// term names one term of a key the way its keys do: by its epoch, or
+// implicitly by their create revision.
+type term struct {
+	key      string
+	epoch    int64
+	implicit bool
+}
+
+// liveHolds compares key's live key with term t of owner. Every caller
+// knows t from a record or a session member: its epoch is at least 1.
+func (s *Store) liveHolds(t term, owner string) []clientv3.Cmp {
+	live := s.liveKey(t.key)
+	if !t.implicit {
+		return []clientv3.Cmp{clientv3.Compare(clientv3.Value(live), "=", liveValue(t.epoch, owner))}
+	}
+	return []clientv3.Cmp{
+		clientv3.Compare(clientv3.Value(live), "=", liveValue(0, owner)),
+		clientv3.Compare(clientv3.CreateRevision(live), "=", t.epoch),
+	}
+}
+
+// recordHolds compares key's record with the held term t of owner, whatever
+// its running flag and grace.
+func (s *Store) recordHolds(t term, owner string) []clientv3.Cmp {
+	rk := s.recordKey(t.key)
+	if !t.implicit && t.epoch < 1 {
+		// A caller's epoch 0 would name every implicit term: it names
+		// none (no key has a create revision below 0).
+		return []clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(rk), "<", 0)}
+	}
+	field := t.epoch
+	if t.implicit {
+		field = 0
+	}
+	cmps := []clientv3.Cmp{
+		clientv3.Compare(clientv3.Value(rk), ">", heldPrefix(field, owner)),
+		clientv3.Compare(clientv3.Value(rk), "<", heldPrefixEnd(field, owner)),
+	}
+	if t.implicit {
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(rk), "=", t.epoch))
+	}
+	return cmps
 }
 
 // views groups the key-ordered entries of a range read by lease key.
@@ -148,7 +224,7 @@ func (s *Store) views(kvs []*mvccpb.KeyValue, into []*view) ([]*view, error) {
 		v := into[len(into)-1]
 		switch kind {
 		case kindRecord:
-			rec, err := decodeRecord(key, kv.Value)
+			rec, err := decodeRecord(key, kv)
 			if err != nil {
 				return nil, err
 			}

@@ -125,6 +125,7 @@ func (s *Store) renewSession(ctx context.Context, owner string, sess *session, i
 	}
 	listed := make(map[string]bool, len(idx))
 	var changed []int
+	var implicit []bool // of the changed terms
 	flipped := map[string]bool{}
 	s.sessMu.Lock()
 	for j, i := range idx {
@@ -140,32 +141,34 @@ func (s *Store) renewSession(ctx context.Context, owner string, sess *session, i
 		if ok[j] && m.running != it.Running && !flipped[it.Key] {
 			flipped[it.Key] = true
 			changed = append(changed, j)
+			implicit = append(implicit, m.implicit)
 		}
 	}
-	stale, epochs := sess.unlisted(on, listed, time.Now())
+	stale, terms := sess.unlisted(on, listed, time.Now())
 	s.sessMu.Unlock()
 	if len(changed) > 0 {
-		if err := s.writeRunning(ctx, owner, sess, items, idx, changed, ok); err != nil {
+		if err := s.writeRunning(ctx, owner, sess, items, idx, changed, implicit, ok); err != nil {
 			return nil, err
 		}
 	}
 	if len(stale) > 0 {
-		s.evict(ctx, sess, owner, stale, epochs, left.ResponseHeader.Revision)
+		s.evict(ctx, sess, owner, stale, terms, left.ResponseHeader.Revision)
 	}
 	return ok, nil
 }
 
 // writeRunning records the changed running flags of the renewed items
-// idx[changed]; a term whose live key changed meanwhile is lost.
-func (s *Store) writeRunning(ctx context.Context, owner string, sess *session, items []store.RenewItem, idx, changed []int, ok []bool) error {
-	terms := make([]store.Term, len(changed))
+// idx[changed], whose terms are implicit[n] (record.go); a term whose live
+// key changed meanwhile is lost.
+func (s *Store) writeRunning(ctx context.Context, owner string, sess *session, items []store.RenewItem, idx, changed []int, implicit, ok []bool) error {
+	terms := make([]term, len(changed))
 	for n, j := range changed {
-		terms[n] = store.Term{Key: items[idx[j]].Key, Epoch: items[idx[j]].Epoch}
+		terms[n] = term{key: items[idx[j]].Key, epoch: items[idx[j]].Epoch, implicit: implicit[n]}
 	}
 	written, err := s.writeTerms(ctx, owner, terms, func(n int) []clientv3.Op {
-		it := items[idx[changed[n]]]
-		rec := record{epoch: it.Epoch, owner: owner, state: stateHeld, running: it.Running, grace: sess.id.grace}
-		return []clientv3.Op{clientv3.OpPut(s.recordKey(it.Key), rec.encode())}
+		t := terms[n]
+		rec := record{epoch: t.epoch, implicit: t.implicit, owner: owner, state: stateHeld, running: items[idx[changed[n]]].Running, grace: sess.id.grace}
+		return []clientv3.Op{clientv3.OpPut(s.recordKey(t.key), rec.encode())}
 	})
 	if err != nil {
 		return err
@@ -174,7 +177,7 @@ func (s *Store) writeRunning(ctx context.Context, owner string, sess *session, i
 		it := items[idx[j]]
 		ok[j] = written[n]
 		if written[n] {
-			s.join(sess, it.Key, member{epoch: it.Epoch, running: it.Running})
+			s.join(sess, it.Key, member{epoch: it.Epoch, running: it.Running, implicit: implicit[n]})
 		}
 	}
 	return nil
@@ -270,9 +273,9 @@ func (s *Store) bind(ctx context.Context, owner string, ttl, grace int64, items 
 	if err != nil {
 		return nil, err
 	}
-	terms := make([]store.Term, len(group))
+	terms := make([]term, len(group))
 	for n, i := range group {
-		terms[n] = store.Term{Key: items[i].Key, Epoch: items[i].Epoch}
+		terms[n] = term{key: items[i].Key, epoch: items[i].Epoch, implicit: current[items[i].Key].rec.implicit}
 		s.forget(owner, items[i].Key)
 	}
 	ok, err := s.writeTerms(ctx, owner, terms, func(n int) []clientv3.Op {
@@ -299,7 +302,7 @@ func (s *Store) bind(ctx context.Context, owner string, ttl, grace int64, items 
 	}
 	for n, i := range group {
 		if ok[n] {
-			s.join(sess, items[i].Key, member{epoch: items[i].Epoch, running: items[i].Running})
+			s.join(sess, items[i].Key, member{epoch: items[i].Epoch, running: items[i].Running, implicit: terms[n].implicit})
 		}
 	}
 	return ok, nil
@@ -308,7 +311,7 @@ func (s *Store) bind(ctx context.Context, owner string, ttl, grace int64, items 
 // writeTerms runs ops(n) for every term whose live key still holds it,
 // each in a nested transaction of its own, the terms in transactions of
 // writeChunk, in flight together. It reports which were written.
-func (s *Store) writeTerms(ctx context.Context, owner string, terms []store.Term, ops func(n int) []clientv3.Op) ([]bool, error) {
+func (s *Store) writeTerms(ctx context.Context, owner string, terms []term, ops func(n int) []clientv3.Op) ([]bool, error) {
 	ok := make([]bool, len(terms))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(parallel)
@@ -317,10 +320,7 @@ func (s *Store) writeTerms(ctx context.Context, owner string, terms []store.Term
 		g.Go(func() error {
 			nested := make([]clientv3.Op, 0, to-from)
 			for n := from; n < to; n++ {
-				t := terms[n]
-				nested = append(nested, clientv3.OpTxn(
-					[]clientv3.Cmp{clientv3.Compare(clientv3.Value(s.liveKey(t.Key)), "=", liveValue(t.Epoch, owner))},
-					ops(n), nil))
+				nested = append(nested, clientv3.OpTxn(s.liveHolds(terms[n], owner), ops(n), nil))
 			}
 			resp, err := s.client.Txn(gctx).Then(nested...).Commit()
 			if err != nil {
@@ -373,35 +373,27 @@ func (s *Store) Release(ctx context.Context, owner string, terms []store.Term) e
 	for _, r := range rounds {
 		chunks = append(chunks, chunk(r, s.writeChunk)...)
 	}
-	results := make([][]bool, len(chunks))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(parallel)
-	for i, ts := range chunks {
+	for _, ts := range chunks {
 		g.Go(func() error {
 			nested := make([]clientv3.Op, len(ts))
 			for j, t := range ts {
-				rk := s.recordKey(t.Key)
 				rec := record{epoch: t.Epoch, owner: owner, state: stateReleased}
-				nested[j] = clientv3.OpTxn(
-					[]clientv3.Cmp{
-						clientv3.Compare(clientv3.Value(rk), ">", heldPrefix(t.Epoch, owner)),
-						clientv3.Compare(clientv3.Value(rk), "<", heldPrefixEnd(t.Epoch, owner)),
-					},
-					[]clientv3.Op{
-						clientv3.OpPut(rk, rec.encode()),
-						clientv3.OpDelete(s.liveKey(t.Key)),
-						clientv3.OpDelete(s.graceKey(t.Key)),
-					}, nil)
+				ops := []clientv3.Op{
+					clientv3.OpPut(s.recordKey(t.Key), rec.encode()),
+					clientv3.OpDelete(s.liveKey(t.Key)),
+					clientv3.OpDelete(s.graceKey(t.Key)),
+				}
+				// The term is held in one of two forms (record.go), and
+				// etcd compares have no "or": the second form is tried
+				// in the first's else.
+				explicit, implicit := term{key: t.Key, epoch: t.Epoch}, term{key: t.Key, epoch: t.Epoch, implicit: true}
+				nested[j] = clientv3.OpTxn(s.recordHolds(explicit, owner), ops,
+					[]clientv3.Op{clientv3.OpTxn(s.recordHolds(implicit, owner), ops, nil)})
 			}
-			resp, err := s.client.Txn(gctx).Then(nested...).Commit()
-			if err != nil {
-				return err
-			}
-			results[i] = make([]bool, len(ts))
-			for j, r := range resp.Responses {
-				results[i][j] = r.GetResponseTxn().GetSucceeded()
-			}
-			return nil
+			_, err := s.client.Txn(gctx).Then(nested...).Commit()
+			return err
 		})
 	}
 	if err := g.Wait(); err != nil {

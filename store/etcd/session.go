@@ -57,6 +57,9 @@ type session struct {
 type member struct {
 	epoch   int64
 	running bool
+	// implicit: the term's keys name it by their create revision
+	// (record.go).
+	implicit bool
 }
 
 // session returns owner's session for ttl and grace, granting its lease
@@ -227,13 +230,13 @@ func (s *Store) join(sess *session, key string, m member) {
 
 // unlisted notes which keys on the lease (on) this renewal listed and
 // returns those no renewal listed for longer than the session's TTL, with
-// the epoch of the term it knows each holds (0 when it knows none). The
+// the term it knows each holds (the zero member when it knows none). The
 // terms there are ones their holder stopped renewing without a release
 // (it gave up on a deadline, or left a runner that would not stop to
 // expire): keeping the session alive must not keep them alive forever.
 // Waiting a whole TTL lets several callers share one owner and store,
 // each renewing its own keys every renewal period. Called with sessMu.
-func (sess *session) unlisted(on, listed map[string]bool, now time.Time) (stale []string, epochs []int64) {
+func (sess *session) unlisted(on, listed map[string]bool, now time.Time) (stale []string, terms []member) {
 	for key := range on {
 		at, known := sess.listed[key]
 		switch {
@@ -241,7 +244,7 @@ func (sess *session) unlisted(on, listed map[string]bool, now time.Time) (stale 
 			sess.listed[key] = now
 		case now.Sub(at) > time.Duration(sess.id.ttl)*time.Second:
 			stale = append(stale, key)
-			epochs = append(epochs, sess.members[key].epoch) // 0: no term known
+			terms = append(terms, sess.members[key])
 		}
 	}
 	for key := range sess.listed {
@@ -249,25 +252,26 @@ func (sess *session) unlisted(on, listed map[string]bool, now time.Time) (stale 
 			delete(sess.listed, key)
 		}
 	}
-	return stale, epochs
+	return stale, terms
 }
 
 // evict moves the live keys of terms nobody renews off sess's lease: each
 // gets a grace key on a retired lease (retireLease), so peers still wait
 // until no deadline the holder was ever told of can be running. A key is
 // moved only if its live key is still on the session and still holds the
-// term the renewal that chose it knew of (epochs; 0 for a key it knew no
-// term of, which is moved only if not written after revision seen, when
-// that renewal listed the lease's keys): a new term since then stays.
+// term the renewal that chose it knew of (terms; the zero member for a key
+// it knew no term of, which is moved only if not written after revision
+// seen, when that renewal listed the lease's keys): a new term since then
+// stays.
 // Best effort: a key left on the lease is evicted by a later renewal.
-func (s *Store) evict(ctx context.Context, sess *session, owner string, keys []string, epochs []int64, seen int64) {
+func (s *Store) evict(ctx context.Context, sess *session, owner string, keys []string, terms []member, seen int64) {
 	retired, err := s.retireLease(ctx, sess.lease, 0)
 	if err != nil {
 		return
 	}
 	s.sessMu.Lock()
 	for i, key := range keys {
-		if sess.members[key].epoch == epochs[i] {
+		if sess.members[key].epoch == terms[i].epoch {
 			delete(sess.members, key)
 			delete(sess.listed, key)
 		}
@@ -278,16 +282,16 @@ func (s *Store) evict(ctx context.Context, sess *session, owner string, keys []s
 		to := min(from+s.writeChunk, len(keys))
 		nested := make([]clientv3.Op, 0, to-from)
 		for i := from; i < to; i++ {
-			live := s.liveKey(keys[i])
-			same := clientv3.Compare(clientv3.Value(live), "=", liveValue(epochs[i], owner))
-			if epochs[i] == 0 {
-				same = clientv3.Compare(clientv3.ModRevision(live), "<", seen+1)
+			live, m := s.liveKey(keys[i]), terms[i]
+			same := []clientv3.Cmp{clientv3.Compare(clientv3.ModRevision(live), "<", seen+1)}
+			if m.epoch != 0 {
+				same = s.liveHolds(term{key: keys[i], epoch: m.epoch, implicit: m.implicit}, owner)
 			}
 			nested = append(nested, clientv3.OpTxn(
-				[]clientv3.Cmp{clientv3.Compare(clientv3.LeaseValue(live), "=", sess.lease), same},
+				append(same, clientv3.Compare(clientv3.LeaseValue(live), "=", sess.lease)),
 				[]clientv3.Op{
 					clientv3.OpDelete(live),
-					clientv3.OpPut(s.graceKey(keys[i]), fmtInt(epochs[i]), clientv3.WithLease(retired)),
+					clientv3.OpPut(s.graceKey(keys[i]), fmtInt(m.epoch), clientv3.WithLease(retired)),
 				}, nil))
 		}
 		resp, err := s.client.Txn(ctx).Then(nested...).Commit()

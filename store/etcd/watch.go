@@ -95,13 +95,13 @@ func (s *Store) event(ev *clientv3.Event, prefix string) (store.Event, bool) {
 	if ev.Type != mvccpb.PUT {
 		return store.Event{}, false
 	}
-	rec, err := decodeRecord(key, ev.Kv.Value)
+	rec, err := decodeRecord(key, ev.Kv)
 	if err != nil {
 		return store.Event{}, false
 	}
 	var prev *record
 	if ev.PrevKv != nil {
-		if p, err := decodeRecord(key, ev.PrevKv.Value); err == nil {
+		if p, err := decodeRecord(key, ev.PrevKv); err == nil {
 			prev = &p
 		}
 	}
