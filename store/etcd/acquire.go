@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -70,6 +72,9 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 		sess, v, rev := read.sess, read.v, read.rev
 		read = nil
 		if !free(v, req.Owner) {
+			if v.rec == nil {
+				v.rec = orphanRecord(v)
+			}
 			holder, err := s.leases(ctx, []*view{v})
 			if err != nil {
 				return store.AcquireResult{}, s.wrap("acquire", err)
@@ -152,13 +157,34 @@ func (s *Store) readForAcquire(ctx context.Context, key, owner string, ttl, grac
 // period protects only it, and the new epoch fences its old term.
 func free(v *view, owner string) bool {
 	switch {
-	case v.rec == nil || v.rec.state == stateReleased:
+	case v.rec == nil:
+		// A term's live or grace key may be left without its record
+		// (deleted by hand): peers wait for them as for any term.
+		return v.live == nil && v.grace == nil
+	case v.rec.state == stateReleased:
 		return true
 	case v.rec.state == stateHeld && v.rec.owner == owner:
 		return true
 	default: // a peer's term, or a revoked one: wait for both leases
 		return v.live == nil && v.grace == nil
 	}
+}
+
+// orphanRecord stands in for the record of a term whose live or grace key
+// is left without it: the term they name, held, its grace unknown.
+func orphanRecord(v *view) *record {
+	rec := &record{state: stateHeld}
+	switch {
+	case v.live != nil:
+		epoch, owner, _ := strings.Cut(string(v.live.Value), "\t")
+		rec.owner = owner
+		if rec.epoch, _ = strconv.ParseInt(epoch, 10, 64); rec.epoch == 0 {
+			rec.epoch = v.live.CreateRevision // an implicit term (record.go)
+		}
+	case v.grace != nil:
+		rec.epoch, _ = strconv.ParseInt(string(v.grace.Value), 10, 64)
+	}
+	return rec
 }
 
 // Revoke moves key's live term to a new epoch owned by nobody. The live

@@ -140,7 +140,7 @@
 // Release is one round trip: per term, a nested transaction that compares
 // the record with the term (epoch, owner, held — written so that it matches
 // whatever the running flag and grace are) and then marks it released and
-// deletes its keys.
+// deletes its keys; in its else, the same for the term's implicit form.
 //
 // # What this does not cover
 //
@@ -159,6 +159,13 @@
 //     while the holder still runs. Tenure never revokes a session.
 //   - Writes accumulate history: run etcd with --auto-compaction-retention
 //     as usual. Steady-state renewals write nothing.
+//   - Move a namespace to another cluster only by snapshot restore, which
+//     keeps revisions. A key-by-key copy (etcdctl make-mirror, a dump and
+//     load) keeps neither leases nor create revisions: terms would never
+//     end, and a held term's implicit epoch would become the copy's
+//     revision, which may be lower.
+//   - Deleting a term's record by hand does not free its key: peers wait
+//     for the live and grace keys left behind, as for any term.
 //
 // # Events
 //

@@ -32,8 +32,9 @@ import (
 // created both keys, so it is each key's create revision. etcd keeps a
 // key's create revision until the key is deleted, so re-putting either
 // key keeps the epoch, and any write that changes the term (a new term, a
-// release, a revocation) writes the epoch out. Real epochs are revisions
-// + 1 or more, never 0, so the two forms cannot be confused; a Tenure
+// release, a revocation) writes the epoch out. Epochs are revisions (this
+// form) or revisions + 1 or more (written out), never 0, so the two forms
+// cannot be confused; a Tenure
 // that predates this form reads such a term as epoch 0, which makes it
 // neither acquire unsafely nor fence with a wrong epoch (it only shows 0).
 const (
@@ -50,11 +51,13 @@ const (
 	stateRevoked  = "revoked"
 )
 
-// maxNestedOps is the most operations the nested per-key transactions
-// hold: three puts, or a put and two deletes, in each of the two a
-// release nests one in the other (one per form of the term, since etcd
-// compares have no "or"). etcd counts each level against --max-txn-ops
-// together with the levels above it.
+// maxNestedOps bounds what the nested per-key transactions below the top
+// level hold. etcd gives each level what --max-txn-ops leaves after the
+// levels above it, each counted as the most of its compares, its then
+// and its else. Every per-key level holds at most 3 (three compares, or
+// three puts, or a put and two deletes), and only a release nests two
+// such levels (one per form of the term, since etcd compares have no
+// "or"). A fourth compare anywhere must raise this.
 const maxNestedOps = 6
 
 func (s *Store) keyPrefix(key string) string { return s.root + key + "\x00" }

@@ -308,6 +308,18 @@ func (s *Store) bind(ctx context.Context, owner string, ttl, grace int64, items 
 	return ok, nil
 }
 
+// termHolds compares key's live key, and for an implicit term its record,
+// with term t of owner. An implicit term's record must still be the one
+// its claim created: a put of a record deleted meanwhile would create
+// another, whose create revision would name another epoch.
+func (s *Store) termHolds(t term, owner string) []clientv3.Cmp {
+	cmps := s.liveHolds(t, owner)
+	if t.implicit {
+		cmps = append(cmps, clientv3.Compare(clientv3.CreateRevision(s.recordKey(t.key)), "=", t.epoch))
+	}
+	return cmps
+}
+
 // writeTerms runs ops(n) for every term whose live key still holds it,
 // each in a nested transaction of its own, the terms in transactions of
 // writeChunk, in flight together. It reports which were written.
@@ -320,7 +332,7 @@ func (s *Store) writeTerms(ctx context.Context, owner string, terms []term, ops 
 		g.Go(func() error {
 			nested := make([]clientv3.Op, 0, to-from)
 			for n := from; n < to; n++ {
-				nested = append(nested, clientv3.OpTxn(s.liveHolds(terms[n], owner), ops(n), nil))
+				nested = append(nested, clientv3.OpTxn(s.termHolds(terms[n], owner), ops(n), nil))
 			}
 			resp, err := s.client.Txn(gctx).Then(nested...).Commit()
 			if err != nil {

@@ -184,3 +184,52 @@ func TestAnOldMemberIsNotRenewedByTheNewTermsLiveKey(t *testing.T) {
 		t.Fatalf("the old term %d was renewed by the new term's live key", old)
 	}
 }
+
+// A record deleted by hand ends an implicit term at its holder's next
+// write: the write must not create a record whose create revision would
+// name another epoch.
+func TestAnImplicitTermWhoseRecordWasDeletedIsNotWrittenBack(t *testing.T) {
+	s := newTestStore(t)
+	e := implicitTerm(t, s, "job", "a") // running
+	if _, err := s.client.Delete(testenv.Context(t), s.recordKey("job")); err != nil {
+		t.Fatal(err)
+	}
+	if ok := testenv.Renew(t, s, "a", time.Minute, store.RenewItem{Key: "job", Epoch: e, Running: false}); ok[0] {
+		t.Error("a renewal that writes the running flag kept a term whose record is gone")
+	}
+	if rec, created, ok := getKV(t, s, s.recordKey("job")); ok {
+		t.Fatalf("the renewal wrote the record back: %q created at %d (the term's epoch is %d)", rec, created, e)
+	}
+}
+
+// A term's live key left without its record (deleted by hand) still keeps
+// peers out: they see the term it names.
+func TestALiveKeyWithoutItsRecordKeepsPeersOut(t *testing.T) {
+	s := newTestStore(t)
+	explicit := testenv.MustAcquire(t, s, "first", "a", time.Minute, time.Second)
+	implicit := implicitTerm(t, s, "second", "a")
+	for key, epoch := range map[string]int64{"first": explicit, "second": implicit} {
+		if _, err := s.client.Delete(testenv.Context(t), s.recordKey(key)); err != nil {
+			t.Fatal(err)
+		}
+		res, err := s.Acquire(testenv.Context(t), store.AcquireRequest{Key: key, Owner: "b", TTL: time.Minute, Grace: time.Second})
+		if err != nil || res.Acquired {
+			t.Fatalf("b acquiring %s, whose holder's live key is left = %+v, %v; want refused", key, res, err)
+		}
+		if h := res.Holder; h.Owner != "a" || h.Epoch != epoch || !h.Live {
+			t.Errorf("b was refused %s by %+v, want a's live term of epoch %d", key, h, epoch)
+		}
+	}
+	// A revoked term keeps peers out by its grace key alone.
+	revoked := implicitTerm(t, s, "third", "a")
+	if ok, err := s.Revoke(testenv.Context(t), "third"); err != nil || !ok {
+		t.Fatalf("Revoke = %v, %v", ok, err)
+	}
+	if _, err := s.client.Delete(testenv.Context(t), s.recordKey("third")); err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Acquire(testenv.Context(t), store.AcquireRequest{Key: "third", Owner: "b", TTL: time.Minute, Grace: time.Second})
+	if err != nil || res.Acquired || res.Holder.Epoch != revoked {
+		t.Fatalf("b acquiring a revoked key whose grace key is left = %+v, %v; want refused by epoch %d", res, err, revoked)
+	}
+}
