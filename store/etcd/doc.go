@@ -48,8 +48,8 @@
 // earlier than the call's start + ttl. When the owner has a session a
 // renewal kept alive lately, a key with no record is claimed in one
 // transaction, as etcd's mutex claims one: it creates the record and puts
-// the live key on the session if neither exists, and reads the key
-// otherwise (unread.go). A key with a record is read (by that transaction,
+// the live key on the session if the key has none of its keys, and reads
+// the key otherwise (unread.go). A key with a record is read (by that transaction,
 // or by a read of its own), and one transaction then writes the record and
 // puts the live key on the session. Claiming many keys costs one write
 // each and no lease grant. Calls that overlap share keep-alives: each

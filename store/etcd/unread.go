@@ -21,8 +21,9 @@ type acquireRead struct {
 
 // acquireUnread tries to start a new term of a key that has no record in
 // one round trip, as etcd's mutex takes a free key: one transaction
-// creates the record and the live key if neither exists, and reads the
-// key otherwise, while the owner's session, renewed lately, is kept alive.
+// creates the record and the live key if the key has none of its keys
+// (a live or grace key left without its record still keeps peers out, see
+// free), and reads the key otherwise, while the owner's session, renewed lately, is kept alive.
 // The term's epoch is the transaction's revision, which both keys keep as
 // their create revision (record.go): above every epoch the key ever had,
 // since each was at most the revision that wrote it, even if its record
@@ -38,10 +39,10 @@ func (s *Store) acquireUnread(ctx context.Context, req store.AcquireRequest, ses
 	txn := s.client.Txn(ctx).If(
 		clientv3.Compare(clientv3.CreateRevision(rk), "=", 0),
 		clientv3.Compare(clientv3.CreateRevision(live), "=", 0),
+		clientv3.Compare(clientv3.CreateRevision(s.graceKey(req.Key)), "=", 0),
 	).Then(
 		clientv3.OpPut(rk, rec.encode()),
 		clientv3.OpPut(live, liveValue(0, req.Owner), clientv3.WithLease(sess.lease)),
-		clientv3.OpDelete(s.graceKey(req.Key)),
 	).Else(clientv3.OpGet(s.keyPrefix(req.Key), clientv3.WithPrefix()))
 	resp, alive, err := s.commitKeptAlive(ctx, sess, txn)
 	switch {

@@ -206,6 +206,7 @@ func TestAnImplicitTermWhoseRecordWasDeletedIsNotWrittenBack(t *testing.T) {
 // peers out: they see the term it names.
 func TestALiveKeyWithoutItsRecordKeepsPeersOut(t *testing.T) {
 	s := newTestStore(t)
+	testenv.MustAcquire(t, s, "warm", "b", time.Minute, time.Second) // b claims in one transaction
 	explicit := testenv.MustAcquire(t, s, "first", "a", time.Minute, time.Second)
 	implicit := implicitTerm(t, s, "second", "a")
 	for key, epoch := range map[string]int64{"first": explicit, "second": implicit} {
