@@ -169,7 +169,8 @@ type etcdServer struct {
 	cmd *exec.Cmd
 }
 
-func startEtcd(t *testing.T) *etcdServer {
+// startEtcd starts an etcd of the test's own, with extra flags.
+func startEtcd(t *testing.T, flags ...string) *etcdServer {
 	t.Helper()
 	bin, err := exec.LookPath("etcd")
 	if err != nil {
@@ -181,6 +182,7 @@ func startEtcd(t *testing.T) *etcdServer {
 		"--listen-client-urls", "http://"+client, "--advertise-client-urls", "http://"+client,
 		"--listen-peer-urls", "http://"+peer, "--initial-advertise-peer-urls", "http://"+peer,
 		"--initial-cluster", "t=http://"+peer)
+	cmd.Args = append(cmd.Args, flags...)
 	logf, err := os.Create(filepath.Join(dir, "etcd.log"))
 	if err != nil {
 		t.Fatal(err)

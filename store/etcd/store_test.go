@@ -3,6 +3,7 @@ package etcd
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 
@@ -66,15 +67,27 @@ func writesSince(t *testing.T, s *Store, rev int64) int {
 	return len(revs)
 }
 
-// Batches larger than a transaction are split; a small MaxTxnOps makes the
-// split happen with few keys, the default one is checked against the
-// server's own limit.
+// Batches larger than a transaction are split, each checked against a
+// server with that limit: a small MaxTxnOps makes the split happen with
+// few keys and leaves nested transactions (a release's two levels, an
+// implicit term's three compares) little room, the default one is the
+// shared server's own.
 func TestLargeBatchesRenewAndReleaseEveryTerm(t *testing.T) {
 	for _, tc := range []struct {
 		maxOps, n int
 	}{{8, 23}, {DefaultMaxTxnOps, 2*(DefaultMaxTxnOps-maxNestedOps) + 7}} {
 		t.Run(fmt.Sprintf("max-txn-ops=%d/keys=%d", tc.maxOps, tc.n), func(t *testing.T) {
-			s := newTestStoreWith(t, Options{MaxTxnOps: tc.maxOps})
+			var s *Store
+			if tc.maxOps == DefaultMaxTxnOps {
+				s = newTestStoreWith(t, Options{})
+			} else {
+				srv := startEtcd(t, "--max-txn-ops", strconv.Itoa(tc.maxOps))
+				var err error
+				if s, err = New(clientOf(t, srv.url), Options{MaxTxnOps: tc.maxOps}); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { s.Close() })
+			}
 			ctx := testenv.Context(t)
 			items := make([]store.RenewItem, tc.n)
 			terms := make([]store.Term, tc.n)
