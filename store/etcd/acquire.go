@@ -27,9 +27,9 @@ const maxAttempts = 16
 const parallel = 16
 
 // Acquire starts a new term of req.Key for req.Owner when the key is free:
-// no record, a released term, the owner's own term, or neither the live
-// nor the grace key left (the last term ended at least its grace ago, on
-// the server's lease clock). The term's live key goes on the owner's
+// none of its keys, a released term, the owner's own term, or neither the
+// live nor the grace key left (the last term ended at least its grace
+// ago, on the server's lease clock). The term's live key goes on the owner's
 // session for its TTL and grace (session.go).
 func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.AcquireResult, error) {
 	if err := store.ValidateAcquire(req); err != nil {
@@ -159,8 +159,10 @@ func free(v *view, owner string) bool {
 	switch {
 	case v.rec == nil:
 		// A term's live or grace key may be left without its record
-		// (deleted by hand): peers wait for them as for any term.
-		return v.live == nil && v.grace == nil
+		// (deleted by hand): peers wait for them as for any term, and
+		// the owner of a live key may start a new term, as of its own
+		// record.
+		return v.grace == nil && (v.live == nil || orphanRecord(v).owner == owner)
 	case v.rec.state == stateReleased:
 		return true
 	case v.rec.state == stateHeld && v.rec.owner == owner:

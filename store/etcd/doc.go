@@ -49,10 +49,10 @@
 // renewal kept alive lately, a key with no record is claimed in one
 // transaction, as etcd's mutex claims one: it creates the record and puts
 // the live key on the session if the key has none of its keys, and reads
-// the key otherwise (unread.go). A key with a record is read (by that transaction,
-// or by a read of its own), and one transaction then writes the record and
-// puts the live key on the session. Claiming many keys costs one write
-// each and no lease grant. Calls that overlap share keep-alives: each
+// the key otherwise (unread.go). A key with a record is read (by that
+// transaction, or by a read of its own), and one transaction then writes
+// the record and puts the live key on the session. Claiming many keys
+// costs one write each and no lease grant. Calls that overlap share keep-alives: each
 // waits for one sent after it began (keepalive.go), so a burst of
 // acquisitions sends about one per round trip, not one each. Only a
 // session a renewal kept alive within the last ttl is kept alive by an
@@ -165,7 +165,9 @@
 //     end, and a held term's implicit epoch would become the copy's
 //     revision, which may be lower.
 //   - Deleting a term's record by hand does not free its key: peers wait
-//     for the live and grace keys left behind, as for any term.
+//     for the live and grace keys left behind, as for any term (the time
+//     left they are told may be too long by up to the term's grace, which
+//     the record kept). List shows no lease for such a key.
 //
 // # Events
 //

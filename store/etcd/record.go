@@ -34,9 +34,9 @@ import (
 // key keeps the epoch, and any write that changes the term (a new term, a
 // release, a revocation) writes the epoch out. Epochs are revisions (this
 // form) or revisions + 1 or more (written out), never 0, so the two forms
-// cannot be confused; a Tenure
-// that predates this form reads such a term as epoch 0, which makes it
-// neither acquire unsafely nor fence with a wrong epoch (it only shows 0).
+// cannot be confused; a Tenure that predates this form reads such a term
+// as epoch 0, which makes it neither acquire unsafely nor fence with a
+// wrong epoch (it only shows 0).
 const (
 	kindGrace  = 'g'
 	kindLive   = 'l'

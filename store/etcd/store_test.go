@@ -69,9 +69,8 @@ func writesSince(t *testing.T, s *Store, rev int64) int {
 
 // Batches larger than a transaction are split, each checked against a
 // server with that limit: a small MaxTxnOps makes the split happen with
-// few keys and leaves nested transactions (a release's two levels, an
-// implicit term's three compares) little room, the default one is the
-// shared server's own.
+// few keys and leaves a release's two nested levels no room to spare, the
+// default one is the shared server's own.
 func TestLargeBatchesRenewAndReleaseEveryTerm(t *testing.T) {
 	for _, tc := range []struct {
 		maxOps, n int

@@ -23,8 +23,8 @@ type acquireRead struct {
 // one round trip, as etcd's mutex takes a free key: one transaction
 // creates the record and the live key if the key has none of its keys
 // (a live or grace key left without its record still keeps peers out, see
-// free), and reads the key otherwise, while the owner's session, renewed lately, is kept alive.
-// The term's epoch is the transaction's revision, which both keys keep as
+// free), and reads the key otherwise, while the owner's session, renewed
+// lately, is kept alive. The term's epoch is the transaction's revision, which both keys keep as
 // their create revision (record.go): above every epoch the key ever had,
 // since each was at most the revision that wrote it, even if its record
 // was deleted since. A read is returned when the key had keys already, for

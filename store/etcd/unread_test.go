@@ -221,6 +221,10 @@ func TestALiveKeyWithoutItsRecordKeepsPeersOut(t *testing.T) {
 			t.Errorf("b was refused %s by %+v, want a's live term of epoch %d", key, h, epoch)
 		}
 	}
+	// The holder itself may start a new term over its live key.
+	if again := testenv.MustAcquire(t, s, "second", "a", time.Minute, time.Second); again <= implicit {
+		t.Fatalf("a's new term of second has epoch %d, want above %d", again, implicit)
+	}
 	// A revoked term keeps peers out by its grace key alone.
 	revoked := implicitTerm(t, s, "third", "a")
 	if ok, err := s.Revoke(testenv.Context(t), "third"); err != nil || !ok {
