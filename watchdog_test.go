@@ -60,14 +60,16 @@ func TestWatchdogsFireEachRunWhenDueAndNoneTakenOff(t *testing.T) {
 		if !slices.Equal(got, want) {
 			t.Errorf("fired %v, want %v", got, want)
 		}
-		if len(w.due) != 0 || len(batches) != len(want) {
-			t.Errorf("%d runs left due, %d batches %v", len(w.due), len(batches), batches)
+		if n := dueCount(w); n != 0 || len(batches) != len(want) {
+			t.Errorf("%d runs left due, %d batches %v", n, len(batches), batches)
 		}
+		w.mu.Lock()
 		for _, r := range []*runState{a, b, c, d, e, f} {
 			if r.slot != -1 {
 				t.Errorf("run %s still has slot %d", r.key, r.slot)
 			}
 		}
+		w.mu.Unlock()
 		mu.Unlock()
 
 		// Runs due at one moment fire in one batch.
@@ -138,6 +140,14 @@ func TestWatchdogsAfterTheLastIsTakenOffAndForTimesMovedBack(t *testing.T) {
 	})
 }
 
+// dueCount counts the runs on w's heap under its lock, as the timer's
+// goroutine writes it: a read without the lock was reported as a race.
+func dueCount(w *watchdogs) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.due)
+}
+
 // TestWatchdogsPutBackMoreThanOneHoldOfTheLockTakes: runs all moved later
 // together, more than fired takes off the heap per hold of its lock, are
 // all put back when their first time comes, and all fire at the later.
@@ -165,8 +175,8 @@ func TestWatchdogsPutBackMoreThanOneHoldOfTheLockTakes(t *testing.T) {
 		time.Sleep(2 * time.Second)
 		synctest.Wait()
 		mu.Lock()
-		if len(fired) != 0 || len(w.due) != n {
-			t.Errorf("at 2s: %d fired, %d of %d due later", len(fired), len(w.due), n)
+		if due := dueCount(w); len(fired) != 0 || due != n {
+			t.Errorf("at 2s: %d fired, %d of %d due later", len(fired), due, n)
 		}
 		mu.Unlock()
 		time.Sleep(2 * time.Second)
