@@ -133,17 +133,11 @@ func (s *Store) readForAcquire(ctx context.Context, key, owner string, ttl, grac
 		return &acquireRead{v: v, rev: rev}, err
 	}
 	read := &acquireRead{}
-	var alive bool
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() (err error) {
-		read.v, read.rev, err = s.readOne(gctx, key)
+	alive, err := s.whileKeptAlive(ctx, sess, func() (err error) {
+		read.v, read.rev, err = s.readOne(ctx, key)
 		return err
 	})
-	g.Go(func() (err error) {
-		alive, err = s.keepAlive(gctx, sess)
-		return err
-	})
-	if err := g.Wait(); err != nil {
+	if err != nil {
 		return nil, err
 	}
 	if alive {

@@ -111,3 +111,29 @@ func (s *Store) sendKeepAlives(sess *session) {
 		close(f.done)
 	}
 }
+
+// whileKeptAlive runs op while sess is kept alive by a keep-alive sent
+// after this call began, and reports whether the session was alive. A nil
+// sess keeps nothing alive (the caller made its session ready just now)
+// and counts as alive. op's error comes first: a keep-alive's error then
+// means what op put on the session may end before the call's start + ttl.
+func (s *Store) whileKeptAlive(ctx context.Context, sess *session, op func() error) (bool, error) {
+	if sess == nil {
+		return true, op()
+	}
+	type answer struct {
+		alive bool
+		err   error
+	}
+	kept := make(chan answer, 1)
+	go func() {
+		alive, err := s.keepAlive(ctx, sess)
+		kept <- answer{alive, err}
+	}()
+	err := op()
+	ka := <-kept
+	if err != nil {
+		return false, err
+	}
+	return ka.alive, ka.err
+}

@@ -125,7 +125,7 @@ func (s *Store) renewSession(ctx context.Context, owner string, sess *session, i
 	}
 	listed := make(map[string]bool, len(idx))
 	var changed []int
-	var implicit []bool // of the changed terms
+	var terms []term // of the changed items
 	flipped := map[string]bool{}
 	s.sessMu.Lock()
 	for j, i := range idx {
@@ -141,30 +141,26 @@ func (s *Store) renewSession(ctx context.Context, owner string, sess *session, i
 		if ok[j] && m.running != it.Running && !flipped[it.Key] {
 			flipped[it.Key] = true
 			changed = append(changed, j)
-			implicit = append(implicit, m.implicit)
+			terms = append(terms, term{key: it.Key, epoch: it.Epoch, implicit: m.implicit})
 		}
 	}
-	stale, terms := sess.unlisted(on, listed, time.Now())
+	stale, staleMembers := sess.unlisted(on, listed, time.Now())
 	s.sessMu.Unlock()
 	if len(changed) > 0 {
-		if err := s.writeRunning(ctx, owner, sess, items, idx, changed, implicit, ok); err != nil {
+		if err := s.writeRunning(ctx, owner, sess, items, idx, changed, terms, ok); err != nil {
 			return nil, err
 		}
 	}
 	if len(stale) > 0 {
-		s.evict(ctx, sess, owner, stale, terms, left.ResponseHeader.Revision)
+		s.evict(ctx, sess, owner, stale, staleMembers, left.ResponseHeader.Revision)
 	}
 	return ok, nil
 }
 
 // writeRunning records the changed running flags of the renewed items
-// idx[changed], whose terms are implicit[n] (record.go); a term whose live
-// key changed meanwhile is lost.
-func (s *Store) writeRunning(ctx context.Context, owner string, sess *session, items []store.RenewItem, idx, changed []int, implicit, ok []bool) error {
-	terms := make([]term, len(changed))
-	for n, j := range changed {
-		terms[n] = term{key: items[idx[j]].Key, epoch: items[idx[j]].Epoch, implicit: implicit[n]}
-	}
+// idx[changed], whose terms are terms[n]; a term whose live key changed
+// meanwhile is lost.
+func (s *Store) writeRunning(ctx context.Context, owner string, sess *session, items []store.RenewItem, idx, changed []int, terms []term, ok []bool) error {
 	written, err := s.writeTerms(ctx, owner, terms, func(n int) []clientv3.Op {
 		t := terms[n]
 		rec := record{epoch: t.epoch, implicit: t.implicit, owner: owner, state: stateHeld, running: items[idx[changed[n]]].Running, grace: sess.id.grace}
@@ -177,7 +173,7 @@ func (s *Store) writeRunning(ctx context.Context, owner string, sess *session, i
 		it := items[idx[j]]
 		ok[j] = written[n]
 		if written[n] {
-			s.join(sess, it.Key, member{epoch: it.Epoch, running: it.Running, implicit: implicit[n]})
+			s.join(sess, it.Key, member{epoch: it.Epoch, running: it.Running, implicit: terms[n].implicit})
 		}
 	}
 	return nil

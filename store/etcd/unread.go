@@ -71,30 +71,13 @@ func (s *Store) acquireUnread(ctx context.Context, req store.AcquireRequest, ses
 	return store.AcquireResult{Acquired: true, Epoch: epoch}, nil, nil
 }
 
-// commitKeptAlive commits txn while sess is kept alive by a keep-alive
-// sent after this call began, so that a term the transaction puts on the
-// session ends no earlier than the call's start + ttl + grace. A nil sess
-// keeps nothing alive (the caller made its session ready just now) and
-// counts as alive. The transaction's error comes first: a keep-alive's
-// error then means the term may lie on a session that ends before that.
-func (s *Store) commitKeptAlive(ctx context.Context, sess *session, txn clientv3.Txn) (*clientv3.TxnResponse, bool, error) {
-	type answer struct {
-		alive bool
-		err   error
-	}
-	kept := make(chan answer, 1)
-	go func() {
-		if sess == nil {
-			kept <- answer{alive: true}
-			return
-		}
-		alive, err := s.keepAlive(ctx, sess)
-		kept <- answer{alive, err}
-	}()
-	resp, err := txn.Commit()
-	ka := <-kept
-	if err != nil {
-		return nil, false, err
-	}
-	return resp, ka.alive, ka.err
+// commitKeptAlive commits txn while sess is kept alive (whileKeptAlive),
+// so that a term the transaction puts on the session ends no earlier than
+// the call's start + ttl + grace.
+func (s *Store) commitKeptAlive(ctx context.Context, sess *session, txn clientv3.Txn) (resp *clientv3.TxnResponse, alive bool, err error) {
+	alive, err = s.whileKeptAlive(ctx, sess, func() (err error) {
+		resp, err = txn.Commit()
+		return err
+	})
+	return resp, alive, err
 }
