@@ -51,8 +51,15 @@ func (b *Balanced) handOver(rd *planRound) {
 	}
 	toGive := b.preferredParts(rd, deficit)
 	defer b.keepPromises(toGive)
+	// Keys another worker prefers go to it only while this worker keeps
+	// the low edge of its own share. A holder of more of them than most
+	// (rendezvous spreads a worker's keys unevenly) fell below it, and only
+	// keys nobody there prefers could fill it, after an orphan delay, while
+	// the keys it gave would have stayed put: the pool took MinHold to
+	// settle. The other holders' parts cover the rest of the need.
+	floor := int(math.Ceil(rd.shares[v.Self].Fair * (1 - b.cfg.Epsilon)))
 	for _, k := range rd.held {
-		if budget <= 0 {
+		if budget <= 0 || len(rd.held)-len(rd.released) <= floor {
 			break
 		}
 		if rd.released[k.key] || rd.leaving[k.key] || k.preferred || toGive[k.pref] <= 0 || !(holdOK(k.key) || tookWhileAway(k)) {
