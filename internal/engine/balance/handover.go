@@ -29,15 +29,17 @@ func (b *Balanced) handOver(rd *planRound) {
 	v := rd.v
 	budget := max(1, int(math.Ceil(b.cfg.HandoffRate*float64(len(rd.held)))))
 	deficit := make(map[string]int)
-	spare := 0 // keys the under-target workers still need
+	lowEdge := func(id string) int { return int(math.Ceil(rd.shares[id].Fair * (1 - b.cfg.Epsilon))) }
+	low := make(map[string]bool) // workers more than Epsilon below their share
+	spare := 0                   // keys the under-target workers still need
 	for _, w := range rd.active {
 		d := int(math.Ceil(rd.shares[w.ID].Fair)) - rd.counts[w.ID]
 		deficit[w.ID] = d
-		// Keys a worker does not prefer go to it only while it is more than
-		// Epsilon below its share, and only the part its preferred keys
-		// cannot cover: handing more would move keys twice.
-		low := rd.counts[w.ID] < int(math.Ceil(rd.shares[w.ID].Fair*(1-b.cfg.Epsilon)))
-		if need := d - rd.elsewhere[w.ID]; w.ID != v.Self && low && need > 0 {
+		low[w.ID] = rd.counts[w.ID] < lowEdge(w.ID)
+		// Keys a worker does not prefer go to it only while it is low, and
+		// only the part its preferred keys cannot cover: handing more
+		// would move keys twice.
+		if need := d - rd.elsewhere[w.ID]; w.ID != v.Self && low[w.ID] && need > 0 {
 			spare += need
 		}
 	}
@@ -51,16 +53,20 @@ func (b *Balanced) handOver(rd *planRound) {
 	}
 	toGive := b.preferredParts(rd, deficit)
 	defer b.keepPromises(toGive)
-	// Keys another worker prefers go to it only while this worker keeps
-	// the low edge of its own share. A holder of more of them than most
-	// (rendezvous spreads a worker's keys unevenly) fell below it, and only
-	// keys nobody there prefers could fill it, after an orphan delay, while
-	// the keys it gave would have stayed put: the pool took MinHold to
-	// settle. The other holders' parts cover the rest of the need.
-	floor := int(math.Ceil(rd.shares[v.Self].Fair * (1 - b.cfg.Epsilon)))
+	// A worker within its band gets the keys it prefers only while this
+	// one keeps the low edge of its own share. A holder of more of them
+	// than most (rendezvous spreads them unevenly) fell below it, and only
+	// keys nobody there prefers could fill it, after an orphan delay: the
+	// pool took MinHold to settle. A low worker gets them regardless: the
+	// keys it prefers count against the spare keys it is given (above),
+	// so holding them back would leave it short for good.
+	keep := lowEdge(v.Self)
 	for _, k := range rd.held {
-		if budget <= 0 || len(rd.held)-len(rd.released) <= floor {
+		if budget <= 0 {
 			break
+		}
+		if !low[k.pref] && len(rd.held)-len(rd.released) <= keep {
+			continue
 		}
 		if rd.released[k.key] || rd.leaving[k.key] || k.preferred || toGive[k.pref] <= 0 || !(holdOK(k.key) || tookWhileAway(k)) {
 			continue
