@@ -303,7 +303,10 @@ type planRound struct {
 	// what it can still get from its preferences alone. unheld counts the
 	// part of them that is free, which it claims without a hand-over.
 	elsewhere, unheld map[string]int
-	released          map[string]bool
+	// heldFor counts, per low worker, the keys it prefers by their
+	// holder.
+	heldFor  map[string]map[string]int
+	released map[string]bool
 	// leaving are the held keys an earlier plan released whose runners
 	// are still stopping: not handed over again against a part (see
 	// noteLeaving).
@@ -396,6 +399,8 @@ func (b *Balanced) classify(rd *planRound) {
 	}
 	elsewhere := make([]int, len(c.workers))
 	unheld := make([]int, len(c.workers))
+	// heldFor counts keys by owner number and preferred worker.
+	heldFor := make([]int, (len(v.Owners.IDs)+1)*len(c.workers))
 	for i, key := range v.Keys {
 		e := c.entries[i]
 		pref := c.workers[e.top].ID
@@ -403,6 +408,9 @@ func (b *Balanced) classify(rd *planRound) {
 		owned := owner != ""
 		if owner != pref {
 			elsewhere[e.top]++
+			if owned {
+				heldFor[int(v.Owners.Of[i])*len(c.workers)+int(e.top)]++
+			}
 		}
 		if !owned {
 			unheld[e.top]++
@@ -421,6 +429,23 @@ func (b *Balanced) classify(rd *planRound) {
 			rd.elsewhere[c.workers[i].ID] += n
 			rd.unheld[c.workers[i].ID] += unheld[i]
 		}
+	}
+	// Only a low worker's are needed (spareNeed): others are skipped, as
+	// a hundred workers would make ten thousand pairs a plan.
+	low := make([]bool, len(c.workers))
+	for i, w := range c.workers {
+		low[i] = rd.counts[w.ID] < b.lowEdge(rd, w.ID)
+	}
+	rd.heldFor = make(map[string]map[string]int)
+	for i, n := range heldFor {
+		if n == 0 || !low[i%len(c.workers)] {
+			continue
+		}
+		w := c.workers[i%len(c.workers)].ID
+		if rd.heldFor[w] == nil {
+			rd.heldFor[w] = make(map[string]int)
+		}
+		rd.heldFor[w][v.Owners.id(int32(i/len(c.workers)))] += n
 	}
 	for key, o := range b.orphanSince.M {
 		if o.round != b.round {

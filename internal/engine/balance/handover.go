@@ -18,31 +18,22 @@ type promise struct {
 
 // handOver releases, after the minimum hold and a few per round, first
 // the keys another worker prefers, to that worker while it is under its
-// target. A key this worker took while that worker was away from the pool
-// after a stay of MinHold or more (a rolling restart) goes back before the
-// minimum hold: holding it longer only keeps the returning worker short,
-// as it moves back in the end anyway. Then, while this worker is above
-// its own target and another is below, its least-preferred keys, which
-// the under-target workers claim first (their orphan delay is half that
-// of the others).
+// target and this one keeps the low edge of its own share. A key this
+// worker took while that worker was away from the pool after a stay of
+// MinHold or more (a rolling restart) goes back before the minimum hold:
+// holding it longer only keeps the returning worker short, as it moves
+// back in the end anyway. Then, while this worker is above its own target
+// and another is below its band, its least-preferred keys, which the
+// under-target workers claim first (their orphan delay is half that of
+// the others).
 func (b *Balanced) handOver(rd *planRound) {
 	v := rd.v
 	budget := max(1, int(math.Ceil(b.cfg.HandoffRate*float64(len(rd.held)))))
 	deficit := make(map[string]int)
-	lowEdge := func(id string) int { return int(math.Ceil(rd.shares[id].Fair * (1 - b.cfg.Epsilon))) }
-	low := make(map[string]bool) // workers more than Epsilon below their share
-	spare := 0                   // keys the under-target workers still need
 	for _, w := range rd.active {
-		d := int(math.Ceil(rd.shares[w.ID].Fair)) - rd.counts[w.ID]
-		deficit[w.ID] = d
-		low[w.ID] = rd.counts[w.ID] < lowEdge(w.ID)
-		// Keys a worker does not prefer go to it only while it is low, and
-		// only the part its preferred keys cannot cover: handing more
-		// would move keys twice.
-		if need := d - rd.elsewhere[w.ID]; w.ID != v.Self && low[w.ID] && need > 0 {
-			spare += need
-		}
+		deficit[w.ID] = int(math.Ceil(rd.shares[w.ID].Fair)) - rd.counts[w.ID]
 	}
+	spare := b.spareNeed(rd, deficit)
 	holdOK := func(key string) bool {
 		since, ok := v.HeldSince[key]
 		return !ok || v.Now.Sub(since) >= b.cfg.MinHold
@@ -53,20 +44,21 @@ func (b *Balanced) handOver(rd *planRound) {
 	}
 	toGive := b.preferredParts(rd, deficit)
 	defer b.keepPromises(toGive)
-	// A worker within its band gets the keys it prefers only while this
-	// one keeps the low edge of its own share. A holder of more of them
-	// than most (rendezvous spreads them unevenly) fell below it, and only
-	// keys nobody there prefers could fill it, after an orphan delay: the
-	// pool took MinHold to settle. A low worker gets them regardless: the
-	// keys it prefers count against the spare keys it is given (above),
-	// so holding them back would leave it short for good.
-	keep := lowEdge(v.Self)
-	for _, k := range rd.held {
-		if budget <= 0 {
-			break
+	// A holder of more of a worker's preferred keys than most (rendezvous
+	// spreads them unevenly) that gave its whole part fell below its own
+	// band, and only spare keys could refill it, after an orphan delay
+	// each: a join took MinHold to settle. So it keeps its low edge, and
+	// spareNeed counts only what it can give. Keys still stopping from an
+	// earlier plan are on their way out: they count as gone.
+	keep := b.lowEdge(rd, v.Self)
+	for key := range rd.leaving {
+		if !rd.released[key] {
+			keep++
 		}
-		if !low[k.pref] && len(rd.held)-len(rd.released) <= keep {
-			continue
+	}
+	for _, k := range rd.held {
+		if budget <= 0 || len(rd.held)-len(rd.released) <= keep {
+			break
 		}
 		if rd.released[k.key] || rd.leaving[k.key] || k.preferred || toGive[k.pref] <= 0 || !(holdOK(k.key) || tookWhileAway(k)) {
 			continue
@@ -87,6 +79,37 @@ func (b *Balanced) handOver(rd *planRound) {
 		spare--
 		budget--
 	}
+}
+
+// lowEdge is the fewest keys worker id holds within its band:
+// ceil(fair·(1-Epsilon)).
+func (b *Balanced) lowEdge(rd *planRound, id string) int {
+	return int(math.Ceil(rd.shares[id].Fair * (1 - b.cfg.Epsilon)))
+}
+
+// spareNeed is how many keys the low workers (below their band) need
+// that their preferred keys cannot bring: the deficit less the free ones
+// and what each holder can give while it keeps its own low edge (see
+// handOver). Those it gets as spare keys, which it does not prefer;
+// counting keys a holder keeps would leave it short for good, and handing
+// more than the rest would move keys twice.
+func (b *Balanced) spareNeed(rd *planRound, deficit map[string]int) int {
+	spare := 0
+	for _, w := range rd.active {
+		if w.ID == rd.v.Self || rd.counts[w.ID] >= b.lowEdge(rd, w.ID) {
+			continue
+		}
+		cover := rd.unheld[w.ID]
+		for holder, n := range rd.heldFor[w.ID] {
+			if _, active := rd.shares[holder]; !active {
+				cover += n // draining or gone: they come free
+				continue
+			}
+			cover += min(n, max(0, rd.counts[holder]-b.lowEdge(rd, holder)))
+		}
+		spare += max(0, deficit[w.ID]-cover)
+	}
+	return spare
 }
 
 // preferredParts is, per worker under its target, how many of the keys it
