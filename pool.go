@@ -34,9 +34,10 @@ const (
 // live replicas. A replica claims the keys it prefers up to a cap slightly
 // above its fair share, claims orphaned keys after a short delay, sheds the
 // keys it is least preferred for above the cap, and hands keys over to a
-// preferred replica that is under its share — a few per round and only
-// after a minimum hold, so a join moves close to the minimum number of keys
-// and no key bounces.
+// preferred replica that is under its share — a few per round, only after
+// a minimum hold, and never below the low edge of its own share
+// (fair·(1-Epsilon)) — so a join moves close to the minimum number of keys,
+// no key bounces, and no replica is left short by what it gave.
 type Pool struct {
 	// Name identifies the pool; every replica of the pool uses the same
 	// name. It must be a plain identifier (letters, digits, underscore).

@@ -303,8 +303,8 @@ type planRound struct {
 	// what it can still get from its preferences alone. unheld counts the
 	// part of them that is free, which it claims without a hand-over.
 	elsewhere, unheld map[string]int
-	// heldFor counts, per low worker, the keys it prefers by their
-	// holder.
+	// heldFor counts, per low worker, the keys it prefers that another
+	// worker holds, by holder (active or not).
 	heldFor  map[string]map[string]int
 	released map[string]bool
 	// leaving are the held keys an earlier plan released whose runners
@@ -399,7 +399,8 @@ func (b *Balanced) classify(rd *planRound) {
 	}
 	elsewhere := make([]int, len(c.workers))
 	unheld := make([]int, len(c.workers))
-	// heldFor counts keys by owner number and preferred worker.
+	// heldFor counts keys held by another than their preferred worker, by
+	// owner number and preferred worker.
 	heldFor := make([]int, (len(v.Owners.IDs)+1)*len(c.workers))
 	for i, key := range v.Keys {
 		e := c.entries[i]
@@ -430,8 +431,8 @@ func (b *Balanced) classify(rd *planRound) {
 			rd.unheld[c.workers[i].ID] += unheld[i]
 		}
 	}
-	// Only a low worker's are needed (spareNeed): others are skipped, as
-	// a hundred workers would make ten thousand pairs a plan.
+	// Only low workers' counts are needed (spareNeed): the map keeps no
+	// others, which a hundred workers would make ten thousand entries.
 	low := make([]bool, len(c.workers))
 	for i, w := range c.workers {
 		low[i] = rd.counts[w.ID] < b.lowEdge(rd, w.ID)

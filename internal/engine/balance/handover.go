@@ -88,11 +88,14 @@ func (b *Balanced) lowEdge(rd *planRound, id string) int {
 }
 
 // spareNeed is how many keys the low workers (below their band) need
-// that their preferred keys cannot bring: the deficit less the free ones
-// and what each holder can give while it keeps its own low edge (see
-// handOver). Those it gets as spare keys, which it does not prefer;
-// counting keys a holder keeps would leave it short for good, and handing
-// more than the rest would move keys twice.
+// that their preferred keys cannot bring: for each, the deficit less the
+// free ones and, per holder, what it can give while it keeps its own low
+// edge (see handOver). Those it gets as spare keys, which it does not
+// prefer: counting the keys a holder keeps would leave it short for
+// good, and handing more than the rest would move keys twice. A holder's
+// room counts for every low worker it holds keys of, so two low workers
+// may count the same room, and their spare keys come a round later; a
+// holder that has reached its edge counts for none.
 func (b *Balanced) spareNeed(rd *planRound, deficit map[string]int) int {
 	spare := 0
 	for _, w := range rd.active {
@@ -101,10 +104,8 @@ func (b *Balanced) spareNeed(rd *planRound, deficit map[string]int) int {
 		}
 		cover := rd.unheld[w.ID]
 		for holder, n := range rd.heldFor[w.ID] {
-			if _, active := rd.shares[holder]; !active {
-				cover += n // draining or gone: they come free
-				continue
-			}
+			// A holder that is not active has no share, so no edge: it
+			// gives them all.
 			cover += min(n, max(0, rd.counts[holder]-b.lowEdge(rd, holder)))
 		}
 		spare += max(0, deficit[w.ID]-cover)

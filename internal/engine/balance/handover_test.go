@@ -448,7 +448,9 @@ func TestAHolderKeepsTheLowEdgeOfItsShare(t *testing.T) {
 	}{
 		{prefersW10: 100, atW00: 16, w10Holds: 84, ownW00: 68},
 		{prefersW10: 91, atW00: 30, w10Holds: 61, ownW00: 58, spare: 91 - 61 - (88 - 82)},
-		{prefersW10: 91, atW00: 20, w10Holds: 0, ownW00: 80},
+		// The other 71 keys w10 prefers are with w01…w09, each well above
+		// its edge: they cover all but what w00 keeps beyond its 18.
+		{prefersW10: 91, atW00: 20, w10Holds: 0, ownW00: 80, spare: 91 - 71 - (100 - 82)},
 	} {
 		ws, r, keys, owner, held := edgePool(c.prefersW10, c.atW00, c.w10Holds, c.ownW00)
 		at := fmt.Sprintf("w10 at %d, w00 at %d with %d keys w10 prefers", c.w10Holds, len(held["w00"]), c.atW00)
@@ -461,8 +463,8 @@ func TestAHolderKeepsTheLowEdgeOfItsShare(t *testing.T) {
 				t.Fatalf("%s: target %d, want 91", w.ID, p.Target)
 			}
 			if w.ID == "w00" {
-				if n, edge := len(held["w00"])-len(p.Release), 82; n < edge || n >= len(held["w00"]) {
-					t.Errorf("%s: w00 released %d and keeps %d; want some released, and its low edge of %d kept", at, len(p.Release), n, edge)
+				if n, edge := len(held["w00"])-len(p.Release), 82; n != edge {
+					t.Errorf("%s: w00 released %d and keeps %d; want it to give down to its low edge, %d", at, len(p.Release), n, edge)
 				}
 				continue
 			}
@@ -472,7 +474,8 @@ func TestAHolderKeepsTheLowEdgeOfItsShare(t *testing.T) {
 				}
 			}
 		}
-		if spare < c.spare/2 || spare > c.spare+9 {
+		// Each worker rounds its part of the need up or down at random.
+		if spare < c.spare-4 || spare > c.spare+4 {
 			t.Errorf("%s: the nine others released %d keys w10 does not prefer; it needs %d of them", at, spare, c.spare)
 		}
 	}
@@ -493,7 +496,7 @@ func TestKeysStillStoppingCountAgainstTheLowEdge(t *testing.T) {
 			released[k] = true // still stopping: held in the next view
 		}
 	}
-	if n := len(held["w00"]) - len(released); n < 82 || len(released) == 0 {
-		t.Errorf("over six plans w00 released %d of its %d keys, keeping %d; want some released, and its low edge of 82 kept", len(released), len(held["w00"]), n)
+	if n := len(held["w00"]) - len(released); n != 82 {
+		t.Errorf("over six plans w00 released %d of its %d keys, keeping %d; want it to give down to its low edge, 82", len(released), len(held["w00"]), n)
 	}
 }
