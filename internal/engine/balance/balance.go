@@ -209,6 +209,9 @@ type Balanced struct {
 	// spare keeps the last round's lists for the next to fill: they list
 	// every held key each round, most of a plan's allocation otherwise.
 	spare planRound
+	// heldFor is classify's count of keys by owner number and preferred
+	// worker, kept for the next plan to reuse.
+	heldFor []int32
 }
 
 // orphan is since when a key has been unowned, and the last round that saw
@@ -401,7 +404,14 @@ func (b *Balanced) classify(rd *planRound) {
 	unheld := make([]int, len(c.workers))
 	// heldFor counts keys held by another than their preferred worker, by
 	// owner number and preferred worker.
-	heldFor := make([]int, (len(v.Owners.IDs)+1)*len(c.workers))
+	heldFor := b.heldFor[:0]
+	if n := (len(v.Owners.IDs) + 1) * len(c.workers); cap(heldFor) < n {
+		heldFor = make([]int32, n)
+	} else {
+		heldFor = heldFor[:n]
+		clear(heldFor)
+	}
+	b.heldFor = heldFor
 	for i, key := range v.Keys {
 		e := c.entries[i]
 		pref := c.workers[e.top].ID
@@ -446,7 +456,7 @@ func (b *Balanced) classify(rd *planRound) {
 		if rd.heldFor[w] == nil {
 			rd.heldFor[w] = make(map[string]int)
 		}
-		rd.heldFor[w][v.Owners.id(int32(i/len(c.workers)))] += n
+		rd.heldFor[w][v.Owners.id(int32(i/len(c.workers)))] += int(n)
 	}
 	for key, o := range b.orphanSince.M {
 		if o.round != b.round {
