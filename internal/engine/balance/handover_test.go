@@ -85,20 +85,31 @@ func newcomerPool() (ws []Worker, r *ranker, keys []string, owner map[string]str
 	for _, w := range ws[:10] {
 		quota[w.ID] = 88
 	}
+	keys, owner, held = layOut(ws, r, quota, func(kh uint64, who string) string {
+		if who == "w10" {
+			return ws[r.topAmong(kh, 0, []int{1, 2, 3, 4, 5, 6, 7, 8, 9})].ID
+		}
+		return who
+	})
+	return ws, r, keys, owner, held
+}
+
+// layOut makes 1,000 keys, taking each while its preferred worker's quota
+// lasts, and has holder (given the key's hash and its preferred worker)
+// name who holds it, for an hour.
+func layOut(ws []Worker, r *ranker, quota map[string]int, holder func(kh uint64, pref string) string) (keys []string, owner map[string]string, held map[string]map[string]time.Time) {
 	long := time.Unix(10_000, 0).Add(-time.Hour)
 	owner = map[string]string{}
 	held = map[string]map[string]time.Time{}
 	for i := 0; len(keys) < 1000; i++ {
 		k := fmt.Sprintf("k-%d", i)
 		kh := hashString(k)
-		who := ws[r.top(kh)].ID
-		if quota[who] == 0 {
+		pref := ws[r.top(kh)].ID
+		if quota[pref] == 0 {
 			continue
 		}
-		quota[who]--
-		if who == "w10" {
-			who = ws[r.topAmong(kh, 0, []int{1, 2, 3, 4, 5, 6, 7, 8, 9})].ID
-		}
+		quota[pref]--
+		who := holder(kh, pref)
 		owner[k] = who
 		if held[who] == nil {
 			held[who] = map[string]time.Time{}
@@ -106,7 +117,7 @@ func newcomerPool() (ws []Worker, r *ranker, keys []string, owner map[string]str
 		held[who][k] = long
 		keys = append(keys, k)
 	}
-	return ws, r, keys, owner, held
+	return keys, owner, held
 }
 
 // w00Replans has w00 of newcomerPool plan n times with b, a millisecond
@@ -401,34 +412,20 @@ func edgePool(prefersW10, atW00, w10Holds, ownW00 int) (ws []Worker, r *ranker, 
 			quota[w.ID]++
 		}
 	}
-	long := time.Unix(10_000, 0).Add(-time.Hour)
-	owner = map[string]string{}
-	held = map[string]map[string]time.Time{}
-	for i := 0; len(keys) < 1000; i++ {
-		k := fmt.Sprintf("k-%d", i)
-		kh := hashString(k)
-		who := ws[r.top(kh)].ID
-		if quota[who] == 0 {
-			continue
+	keys, owner, held = layOut(ws, r, quota, func(kh uint64, who string) string {
+		if who != "w10" {
+			return who
 		}
-		quota[who]--
-		if who == "w10" {
-			switch {
-			case atW00 > 0:
-				who, atW00 = "w00", atW00-1
-			case w10Holds > 0:
-				w10Holds--
-			default:
-				who = ws[r.topAmong(kh, 1, []int{2, 3, 4, 5, 6, 7, 8, 9})].ID
-			}
+		switch {
+		case atW00 > 0:
+			atW00--
+			return "w00"
+		case w10Holds > 0:
+			w10Holds--
+			return who
 		}
-		owner[k] = who
-		if held[who] == nil {
-			held[who] = map[string]time.Time{}
-		}
-		held[who][k] = long
-		keys = append(keys, k)
-	}
+		return ws[r.topAmong(kh, 1, []int{2, 3, 4, 5, 6, 7, 8, 9})].ID
+	})
 	return ws, r, keys, owner, held
 }
 
