@@ -24,12 +24,12 @@ type acquireRead struct {
 // creates the record and the live key if the key has none of its keys
 // (a live or grace key left without its record still keeps peers out, see
 // free), and reads the key otherwise, while the owner's session, renewed
-// lately, is kept alive. The term's epoch is the transaction's revision, which both keys keep as
-// their create revision (record.go): above every epoch the key ever had,
-// since each was at most the revision that wrote it, even if its record
-// was deleted since. A read is returned when the key had keys already, for
-// Acquire to go on from; neither a result nor a read when the session had
-// ended.
+// lately, is kept alive. The term's epoch is the transaction's revision,
+// which both keys keep as their create revision (record.go): above every
+// epoch the key ever had, since each was at most the revision that wrote
+// it, even if its record was deleted since. A read is returned when the
+// key had keys already, for Acquire to go on from; neither a result nor a
+// read when the session had ended.
 func (s *Store) acquireUnread(ctx context.Context, req store.AcquireRequest, sess *session, grace int64) (store.AcquireResult, *acquireRead, error) {
 	rk, live := s.recordKey(req.Key), s.liveKey(req.Key)
 	// A term of the key this owner held before may still be a member: no

@@ -306,9 +306,10 @@ type planRound struct {
 	// what it can still get from its preferences alone. unheld counts the
 	// part of them that is free, which it claims without a hand-over.
 	elsewhere, unheld map[string]int
-	// heldFor counts, per low worker, the keys it prefers that another
-	// worker holds, by holder (active or not).
-	heldFor  map[string]map[string]int
+	// low are the workers below their band (this one too), each with
+	// the keys it prefers that another worker holds, counted by holder
+	// (active or not).
+	low      map[string]map[string]int
 	released map[string]bool
 	// leaving are the held keys an earlier plan released whose runners
 	// are still stopping: not handed over again against a part (see
@@ -443,20 +444,19 @@ func (b *Balanced) classify(rd *planRound) {
 	}
 	// Only low workers' counts are needed (spareNeed): the map keeps no
 	// others, which a hundred workers would make ten thousand entries.
-	low := make([]bool, len(c.workers))
-	for i, w := range c.workers {
-		low[i] = rd.counts[w.ID] < b.lowEdge(rd, w.ID)
+	rd.low = make(map[string]map[string]int)
+	for _, w := range c.workers {
+		if rd.counts[w.ID] < b.lowEdge(rd, w.ID) {
+			rd.low[w.ID] = make(map[string]int)
+		}
 	}
-	rd.heldFor = make(map[string]map[string]int)
 	for i, n := range heldFor {
-		if n == 0 || !low[i%len(c.workers)] {
+		if n == 0 {
 			continue
 		}
-		w := c.workers[i%len(c.workers)].ID
-		if rd.heldFor[w] == nil {
-			rd.heldFor[w] = make(map[string]int)
+		if byHolder, low := rd.low[c.workers[i%len(c.workers)].ID]; low {
+			byHolder[v.Owners.id(int32(i/len(c.workers)))] += int(n)
 		}
-		rd.heldFor[w][v.Owners.id(int32(i/len(c.workers)))] += int(n)
 	}
 	for key, o := range b.orphanSince.M {
 		if o.round != b.round {

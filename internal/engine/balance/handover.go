@@ -98,17 +98,17 @@ func (b *Balanced) lowEdge(rd *planRound, id string) int {
 // holder that has reached its edge counts for none.
 func (b *Balanced) spareNeed(rd *planRound, deficit map[string]int) int {
 	spare := 0
-	for _, w := range rd.active {
-		if w.ID == rd.v.Self || rd.counts[w.ID] >= b.lowEdge(rd, w.ID) {
+	for w, byHolder := range rd.low {
+		if w == rd.v.Self {
 			continue
 		}
-		cover := rd.unheld[w.ID]
-		for holder, n := range rd.heldFor[w.ID] {
+		cover := rd.unheld[w]
+		for holder, n := range byHolder {
 			// A holder that is not active has no share, so no edge: it
 			// gives them all.
 			cover += min(n, max(0, rd.counts[holder]-b.lowEdge(rd, holder)))
 		}
-		spare += max(0, deficit[w.ID]-cover)
+		spare += max(0, deficit[w]-cover)
 	}
 	return spare
 }
