@@ -151,7 +151,8 @@ type Config struct {
 	MaxKeys int
 	// OrphanDelay is how long a key stays unowned before workers that do
 	// not prefer it may claim it, so its preferred worker claims first.
-	// Workers at or above their target wait twice as long, so orphans go
+	// Workers at or above their target wait twice as long, and so do
+	// workers within their band while another is below it, so orphans go
 	// to the workers that need them. Default 8s: longer than a supervision
 	// round (5s by default), so on a store without push the preferred
 	// worker sees a handed-over key before anyone else may take it.
@@ -230,11 +231,17 @@ func NewBalanced(cfg Config) *Balanced {
 		promised: make(map[string]promise)}
 }
 
-// Share is a worker's fair share of a pool's keys (weighted) and its cap,
-// the most it claims.
+// Share is a worker's fair share of a pool's keys (weighted), its cap,
+// the most it claims, and its low edge, the fewest it holds within its
+// band: ceil(Fair·(1-Epsilon)), but no more than Fair rounded down. Below
+// about ten keys a worker Epsilon is less than a key, and edges rounded
+// up could add up to more keys than the pool has (39 keys over 8 workers:
+// 8 edges of 5), so that some worker was always below its band and
+// handing keys to it only made another one low.
 type Share struct {
 	Fair float64
 	Cap  int
+	Low  int
 }
 
 // Shares computes each active worker's Share of keys under cfg (its
@@ -266,7 +273,7 @@ func Shares(cfg Config, active []Worker, keys int) map[string]Share {
 		for _, w := range open {
 			fair := left * (w.Weight / largest) / total
 			if cfg.MaxKeys > 0 && fair > float64(cfg.MaxKeys) {
-				out[w.ID] = Share{Fair: float64(cfg.MaxKeys), Cap: cfg.MaxKeys}
+				out[w.ID] = Share{Fair: float64(cfg.MaxKeys), Cap: cfg.MaxKeys, Low: lowEdge(cfg, float64(cfg.MaxKeys))}
 				capped += float64(cfg.MaxKeys)
 				continue
 			}
@@ -275,7 +282,7 @@ func Shares(cfg Config, active []Worker, keys int) map[string]Share {
 			if cfg.MaxKeys > 0 && c > cfg.MaxKeys {
 				c = cfg.MaxKeys
 			}
-			out[w.ID] = Share{Fair: fair, Cap: c}
+			out[w.ID] = Share{Fair: fair, Cap: c, Low: lowEdge(cfg, fair)}
 		}
 		if capped == 0 {
 			break
@@ -284,6 +291,11 @@ func Shares(cfg Config, active []Worker, keys int) map[string]Share {
 		open = next
 	}
 	return out
+}
+
+// lowEdge is Share.Low for a fair share.
+func lowEdge(cfg Config, fair float64) int {
+	return min(int(math.Ceil(fair*(1-cfg.Epsilon))), int(fair))
 }
 
 type heldKey struct {
@@ -401,6 +413,15 @@ func (b *Balanced) classify(rd *planRound) {
 			rd.counts[id] += perNumber[n+1]
 		}
 	}
+	// Only low workers' counts by holder are needed (spareNeed): the map
+	// keeps no others, which a hundred workers would make ten thousand
+	// entries. Free keys are filed knowing which workers are low.
+	rd.low = make(map[string]map[string]int)
+	for _, w := range c.workers {
+		if rd.counts[w.ID] < rd.shares[w.ID].Low {
+			rd.low[w.ID] = make(map[string]int)
+		}
+	}
 	elsewhere := make([]int, len(c.workers))
 	unheld := make([]int, len(c.workers))
 	// heldFor counts keys held by another than their preferred worker, by
@@ -440,14 +461,6 @@ func (b *Balanced) classify(rd *planRound) {
 		if n > 0 {
 			rd.elsewhere[c.workers[i].ID] += n
 			rd.unheld[c.workers[i].ID] += unheld[i]
-		}
-	}
-	// Only low workers' counts are needed (spareNeed): the map keeps no
-	// others, which a hundred workers would make ten thousand entries.
-	rd.low = make(map[string]map[string]int)
-	for _, w := range c.workers {
-		if rd.counts[w.ID] < b.lowEdge(rd, w.ID) {
-			rd.low[w.ID] = make(map[string]int)
 		}
 	}
 	for i, n := range heldFor {
@@ -531,12 +544,21 @@ func (b *Balanced) classifyFree(rd *planRound, k heldKey) {
 	o.round = b.round
 	b.orphanSince.M[k.key] = o
 	since := o.since
-	delay := b.cfg.OrphanDelay
 	underTarget := rd.counts[v.Self] < rd.plan.Target
+	_, selfLow := rd.low[v.Self]
+	_, prefLow := rd.low[k.pref]
+	// While another worker is below its band, one within its band waits
+	// a step longer. A preferred worker within its band that leaves its
+	// key free gave it up for the low one (see partOf), or is about to
+	// claim it; a worker under its target but within its band, the giver
+	// among them, took it as soon as the low one could, and the low one
+	// stayed low.
+	yield := len(rd.low) > 0 && !selfLow && !prefLow
+	delay := b.cfg.OrphanDelay
 	switch prefFull := rd.counts[k.pref] >= rd.shares[k.pref].Cap; {
-	case prefFull && underTarget:
+	case prefFull && underTarget && !yield:
 		delay = 0 // its preferred worker cannot take it: no reason to wait
-	case !prefFull && !underTarget:
+	case !prefFull && (!underTarget || yield):
 		delay *= 2
 	}
 	_, cooling := b.gaveUp.M[k.key]

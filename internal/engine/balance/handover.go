@@ -33,7 +33,7 @@ func (b *Balanced) handOver(rd *planRound) {
 	for _, w := range rd.active {
 		deficit[w.ID] = int(math.Ceil(rd.shares[w.ID].Fair)) - rd.counts[w.ID]
 	}
-	spare := b.spareNeed(rd, deficit)
+	toTarget, toEdge := b.spareNeed(rd, deficit)
 	holdOK := func(key string) bool {
 		since, ok := v.HeldSince[key]
 		return !ok || v.Now.Sub(since) >= b.cfg.MinHold
@@ -49,42 +49,42 @@ func (b *Balanced) handOver(rd *planRound) {
 	// band, and only spare keys could refill it, after an orphan delay
 	// each: a join took MinHold to settle. So it keeps its low edge, and
 	// spareNeed counts only what it can give. Keys still stopping from an
-	// earlier plan are on their way out: they count as gone.
-	keep := b.lowEdge(rd, v.Self)
+	// earlier plan are on their way out: they count as gone, here and
+	// against the floor of the spare keys below.
+	kept := len(rd.held) - len(rd.released)
 	for key := range rd.leaving {
 		if !rd.released[key] {
-			keep++
+			kept--
 		}
 	}
+	release := func(key string) {
+		if !rd.leaving[key] {
+			kept--
+		}
+		rd.released[key] = true
+		budget--
+	}
 	for _, k := range rd.held {
-		if budget <= 0 || len(rd.held)-len(rd.released) <= keep {
+		if budget <= 0 || kept <= rd.shares[v.Self].Low {
 			break
 		}
 		if rd.released[k.key] || rd.leaving[k.key] || k.preferred || toGive[k.pref] <= 0 || !(holdOK(k.key) || tookWhileAway(k)) {
 			continue
 		}
-		rd.released[k.key] = true
+		release(k.key)
 		toGive[k.pref]--
-		budget--
 	}
-	spare = b.partOf(rd, spare)
+	spare, floor := b.partOf(rd, toTarget, toEdge)
 	for _, k := range rd.held {
-		if budget <= 0 || spare <= 0 || len(rd.held)-len(rd.released) <= rd.plan.Target {
+		if budget <= 0 || spare <= 0 || kept <= floor {
 			break
 		}
 		if rd.released[k.key] || !holdOK(k.key) {
 			continue
 		}
-		rd.released[k.key] = true
+		release(k.key)
 		spare--
-		budget--
 	}
-}
-
-// lowEdge is the fewest keys worker id holds within its band:
-// ceil(fair·(1-Epsilon)).
-func (b *Balanced) lowEdge(rd *planRound, id string) int {
-	return int(math.Ceil(rd.shares[id].Fair * (1 - b.cfg.Epsilon)))
 }
 
 // spareNeed is how many keys the low workers (below their band) need
@@ -95,9 +95,10 @@ func (b *Balanced) lowEdge(rd *planRound, id string) int {
 // good, and handing more than the rest would move keys twice. A holder's
 // room counts for every low worker it holds keys of, so two low workers
 // may count the same room, and their spare keys come a round later; a
-// holder that has reached its edge counts for none.
-func (b *Balanced) spareNeed(rd *planRound, deficit map[string]int) int {
-	spare := 0
+// holder that has reached its edge counts for none. toTarget is what
+// brings them to their targets, toEdge what brings them into their band
+// (see partOf).
+func (b *Balanced) spareNeed(rd *planRound, deficit map[string]int) (toTarget, toEdge int) {
 	for w, byHolder := range rd.low {
 		if w == rd.v.Self {
 			continue
@@ -106,11 +107,12 @@ func (b *Balanced) spareNeed(rd *planRound, deficit map[string]int) int {
 		for holder, n := range byHolder {
 			// A holder that is not active has no share, so no edge: it
 			// gives them all.
-			cover += min(n, max(0, rd.counts[holder]-b.lowEdge(rd, holder)))
+			cover += min(n, max(0, rd.counts[holder]-rd.shares[holder].Low))
 		}
-		spare += max(0, deficit[w]-cover)
+		toTarget += max(0, deficit[w]-cover)
+		toEdge += max(0, rd.shares[w].Low-rd.counts[w]-cover)
 	}
-	return spare
+	return toTarget, toEdge
 }
 
 // preferredParts is, per worker under its target, how many of the keys it
@@ -185,30 +187,50 @@ func (b *Balanced) keepPromises(left map[string]int) {
 	}
 }
 
-// partOf is this worker's part of need, the keys the under-target workers
-// still need: every worker above its target plans on the same view, so
-// each gives a part in proportion to what it can give, and together they
-// give about need. When each gave all of it, a worker coming back to a
-// pool of a hundred was handed a hundred times what it needed, and the
-// surplus moved on again as orphans. What a worker can give is measured
-// alike for all, this one included, from the table's counts: its excess
-// over target, at most its hand-over budget. The fraction of a key left
-// over is drawn (see draw).
-func (b *Balanced) partOf(rd *planRound, need int) int {
+// partOf is this worker's part of the spare keys the low workers need,
+// and the fewest keys it keeps while giving it. Every worker plans on the
+// same view, so each gives a part in proportion to what it can give, and
+// together they give about the need. When each gave all of it, a worker
+// coming back to a pool of a hundred was handed a hundred times what it
+// needed, and the surplus moved on again as orphans. What a worker can
+// give is measured alike for all, this one included, from the table's
+// counts: what it holds above its target, at most its hand-over budget,
+// towards bringing the low workers to their targets. The fraction of a
+// key left over is drawn (see draw).
+//
+// Targets are rounded up, so they add up to more than the keys, by up to
+// one a worker: in a pool of fewer than about ten times the square of its
+// workers, a worker can be below its band while every other is at or
+// under its target. When what the others hold above their targets, and
+// the keys that are free or held by a worker leaving, cannot bring the
+// low workers into their band, what a worker can give is measured above
+// its low edge instead, towards bringing them just into their band: a
+// worker below its band otherwise stayed there for good.
+func (b *Balanced) partOf(rd *planRound, toTarget, toEdge int) (part, floor int) {
+	floorOf := func(id string) int { return int(math.Ceil(rd.shares[id].Fair)) }
+	need, coming, active := toTarget, 0, 0
+	for _, w := range rd.active {
+		coming += max(0, rd.counts[w.ID]-floorOf(w.ID))
+		active += rd.counts[w.ID]
+	}
+	if coming+len(rd.v.Keys)-active < toEdge {
+		need = toEdge
+		floorOf = func(id string) int { return rd.shares[id].Low }
+	}
 	canGive := func(id string) int {
 		n := rd.counts[id]
-		over := n - int(math.Ceil(rd.shares[id].Fair))
-		return min(over, max(1, int(math.Ceil(b.cfg.HandoffRate*float64(n)))))
+		return min(n-floorOf(id), max(1, int(math.Ceil(b.cfg.HandoffRate*float64(n)))))
 	}
+	floor = floorOf(rd.v.Self)
 	mine := canGive(rd.v.Self)
 	if need <= 0 || mine <= 0 {
-		return 0
+		return 0, floor
 	}
 	all := 0
 	for _, w := range rd.active {
 		all += max(0, canGive(w.ID))
 	}
-	return b.draw(rd, "", float64(need)*float64(mine)/float64(all))
+	return b.draw(rd, "", float64(need)*float64(mine)/float64(all)), floor
 }
 
 // draw rounds a part of a key count: down, or up with the probability of

@@ -94,14 +94,18 @@ func newcomerPool() (ws []Worker, r *ranker, keys []string, owner map[string]str
 	return ws, r, keys, owner, held
 }
 
-// layOut makes 1,000 keys, taking each while its preferred worker's quota
-// lasts, and has holder (given the key's hash and its preferred worker)
-// name who holds it, for an hour.
+// layOut makes as many keys as the quotas add up to, taking each while
+// its preferred worker's quota lasts, and has holder (given the key's
+// hash and its preferred worker) name who holds it, for an hour.
 func layOut(ws []Worker, r *ranker, quota map[string]int, holder func(kh uint64, pref string) string) (keys []string, owner map[string]string, held map[string]map[string]time.Time) {
 	long := time.Unix(10_000, 0).Add(-time.Hour)
 	owner = map[string]string{}
 	held = map[string]map[string]time.Time{}
-	for i := 0; len(keys) < 1000; i++ {
+	total := 0
+	for _, n := range quota {
+		total += n
+	}
+	for i := 0; len(keys) < total; i++ {
 		k := fmt.Sprintf("k-%d", i)
 		kh := hashString(k)
 		pref := ws[r.top(kh)].ID
@@ -495,5 +499,110 @@ func TestKeysStillStoppingCountAgainstTheLowEdge(t *testing.T) {
 	}
 	if n := len(held["w00"]) - len(released); n != 82 {
 		t.Errorf("over six plans w00 released %d of its %d keys, keeping %d; want it to give down to its low edge, 82", len(released), len(held["w00"]), n)
+	}
+}
+
+// TestWorkersAtTargetGiveALowWorkerWhatTheyHoldAboveTheirEdge lays out
+// small pools, each key with the worker that prefers it, where w00 is
+// below its band and no other worker is above its target, with no key
+// free: spare keys measured above the target never came, and w00 stayed
+// low for good (one in three of a reviewer's random pools of 20–320
+// keys). The others give what w00 needs from what they hold above their
+// own low edge, and w00 claims it before they, now under their target
+// too, claim it back. Which of them gives is drawn at random each round
+// (see draw), so each pool runs from twenty instants; claims are applied
+// w00 last, so a worker that races w00 for a key given to it wins it.
+// (Once w00 is within its band, it may hand a key back to the worker
+// that prefers it: an ordinary hand-over.)
+func TestWorkersAtTargetGiveALowWorkerWhatTheyHoldAboveTheirEdge(t *testing.T) {
+	for _, pool := range []struct {
+		quota        []int // keys each worker prefers and holds, w00 first
+		target, edge int
+	}{
+		// 31 keys over 3: share 10.33.
+		{quota: []int{9, 11, 11}, target: 11, edge: 10},
+		// 28 keys over 8: share 3.5. An edge of ceil(3.5·0.9) = 4 would
+		// add up to 32 keys: some worker would always be low, and none
+		// could give w00 a key without falling below its own edge.
+		{quota: []int{2, 3, 3, 4, 4, 4, 4, 4}, target: 4, edge: 3},
+	} {
+		for start := range 20 {
+			smallPoolRun(t, pool.quota, pool.target, pool.edge, time.Unix(10_000, 0).Add(time.Duration(start)*7919*time.Millisecond))
+		}
+	}
+}
+
+func smallPoolRun(t *testing.T, quota []int, target, edge int, now time.Time) {
+	ws := workers(len(quota))
+	r := newRanker(ws)
+	quotas := map[string]int{}
+	room := 0 // what the others hold above their edge
+	for i, n := range quota {
+		quotas[ws[i].ID] = n
+		if i > 0 {
+			room += n - edge
+		}
+	}
+	keys, owner, held := layOut(ws, r, quotas, func(_ uint64, pref string) string { return pref })
+	at := fmt.Sprintf("%d keys over %d, from %v", len(keys), len(ws), now)
+	policy := map[string]*Balanced{}
+	for _, w := range ws {
+		policy[w.ID] = NewBalanced(Config{})
+	}
+	gave := map[string]string{} // keys given while w00 was low, not yet claimed
+	gifts := 0
+	for round := range 12 { // a minute of 5s rounds
+		view := ownersOf(keys, owner)
+		plans := map[string]Plan{}
+		for _, w := range ws {
+			plans[w.ID] = policy[w.ID].Plan(View{Self: w.ID, Now: now, Workers: ws, Keys: keys, Owners: view, HeldSince: held[w.ID]})
+			if plans[w.ID].Target != target {
+				t.Fatalf("%s: %s: target %d, want %d", at, w.ID, plans[w.ID].Target, target)
+			}
+		}
+		low := len(held["w00"]) < edge
+		for _, w := range ws {
+			for _, k := range plans[w.ID].Release {
+				if low {
+					gave[k] = w.ID
+					gifts++
+				}
+				delete(held[w.ID], k)
+				delete(owner, k)
+			}
+		}
+		var raced []string
+		for i := len(ws) - 1; i >= 0; i-- {
+			w := ws[i].ID
+			for _, k := range plans[w].Claim {
+				if _, taken := owner[k]; taken {
+					continue
+				}
+				if gave[k] != "" && w != "w00" {
+					raced = append(raced, fmt.Sprintf("%s claims %s, given up by %s", w, k, gave[k]))
+				}
+				delete(gave, k)
+				owner[k] = w
+				held[w][k] = now
+			}
+		}
+		// Keys given beyond w00's target (the draw may give more than
+		// needed) go to whoever claims them.
+		if len(raced) > 0 && len(held["w00"]) < target {
+			t.Errorf("%s, round %d: %v, racing w00, left at %d, for it", at, round, raced, len(held["w00"]))
+		}
+		now = now.Add(5 * time.Second)
+	}
+	if n := len(held["w00"]); n < edge || n > target {
+		t.Errorf("%s: w00 ends with %d keys; want it within its band, %d to %d", at, n, edge, target)
+	}
+	for _, w := range ws[1:] {
+		if n := len(held[w.ID]); n < edge {
+			t.Errorf("%s: %s ends with %d keys, below its low edge, %d", at, w.ID, n, edge)
+		}
+	}
+	if len(owner) != len(keys) || gifts > room {
+		t.Errorf("%s: %d of %d keys owned after %d given to w00; want every key owned, and at most the %d held above the others' edges given",
+			at, len(owner), len(keys), gifts, room)
 	}
 }
