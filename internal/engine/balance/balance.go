@@ -151,11 +151,13 @@ type Config struct {
 	MaxKeys int
 	// OrphanDelay is how long a key stays unowned before workers that do
 	// not prefer it may claim it, so its preferred worker claims first.
-	// Workers at or above their target wait twice as long, and so do
-	// workers within their band while another is below it, so orphans go
-	// to the workers that need them. Default 8s: longer than a supervision
-	// round (5s by default), so on a store without push the preferred
-	// worker sees a handed-over key before anyone else may take it.
+	// Workers at or above their target wait twice as long, so orphans go
+	// to the workers that need them; so do workers within their band, for
+	// a key its preferred worker within its band left free, while keys
+	// are too scarce to bring every worker into its band. Default 8s:
+	// longer than a supervision round (5s by default), so on a store
+	// without push the preferred worker sees a handed-over key before
+	// anyone else may take it.
 	OrphanDelay time.Duration
 	// MinHold is how long a key is kept before it may be handed over, so
 	// the same key does not bounce. Default 30s. A key taken while its
@@ -321,7 +323,10 @@ type planRound struct {
 	// low are the workers below their band (this one too), each with
 	// the keys it prefers that another worker holds, counted by holder
 	// (active or not).
-	low      map[string]map[string]int
+	low map[string]map[string]int
+	// scarce: the keys held above targets cannot bring the low workers
+	// into their band (see partOf).
+	scarce   bool
 	released map[string]bool
 	// leaving are the held keys an earlier plan released whose runners
 	// are still stopping: not handed over again against a part (see
@@ -417,11 +422,15 @@ func (b *Balanced) classify(rd *planRound) {
 	// keeps no others, which a hundred workers would make ten thousand
 	// entries. Free keys are filed knowing which workers are low.
 	rd.low = make(map[string]map[string]int)
+	short := 0
 	for _, w := range c.workers {
-		if rd.counts[w.ID] < rd.shares[w.ID].Low {
+		if n, low := rd.counts[w.ID], rd.shares[w.ID].Low; n < low {
 			rd.low[w.ID] = make(map[string]int)
+			short += low - n
 		}
 	}
+	above, _ := rd.aboveTargets()
+	rd.scarce = above < short
 	elsewhere := make([]int, len(c.workers))
 	unheld := make([]int, len(c.workers))
 	// heldFor counts keys held by another than their preferred worker, by
@@ -491,11 +500,11 @@ func (b *Balanced) classify(rd *planRound) {
 // meanwhile. Handed over again at each such plan, the same keys were
 // counted again and again against the part promised to the worker that
 // prefers them, which was left short until its count changed. Shedding
-// above the cap and giving spare keys to low workers still see them as
-// held and may pick them again, as before: the spare part is decided
-// afresh at each plan, with no promise to count against, so skipping the
-// leaving keys there would make every replan give another part of new
-// keys.
+// above the cap and giving spare keys to low workers may pick them again,
+// as before: the spare part is decided afresh at each plan, with no
+// promise to count against, so skipping the leaving keys there would make
+// every replan give another part of new keys. They count as gone against
+// the fewest keys it keeps, though (see handOver).
 //
 // It walks the given-up keys, not the held ones: there are none at all in
 // a settled pool, where a walk of the held keys cost two lookups for each
@@ -547,16 +556,15 @@ func (b *Balanced) classifyFree(rd *planRound, k heldKey) {
 	underTarget := rd.counts[v.Self] < rd.plan.Target
 	_, selfLow := rd.low[v.Self]
 	_, prefLow := rd.low[k.pref]
-	// While another worker is below its band, one within its band waits
-	// a step longer. A preferred worker within its band that leaves its
-	// key free gave it up for the low one (see partOf), or is about to
-	// claim it; a worker under its target but within its band, the giver
-	// among them, took it as soon as the low one could, and the low one
-	// stayed low.
-	yield := len(rd.low) > 0 && !selfLow && !prefLow
+	// While keys are scarce, a preferred worker within its band that
+	// leaves its key free gave it up for a low worker (see partOf), or is
+	// about to claim it: a worker within its band waits as long as one at
+	// its target. Under its target too, the givers among them took the
+	// keys back as soon as the low one could, and it stayed low.
+	yield := rd.scarce && !selfLow && !prefLow
 	delay := b.cfg.OrphanDelay
 	switch prefFull := rd.counts[k.pref] >= rd.shares[k.pref].Cap; {
-	case prefFull && underTarget && !yield:
+	case prefFull && underTarget:
 		delay = 0 // its preferred worker cannot take it: no reason to wait
 	case !prefFull && (!underTarget || yield):
 		delay *= 2

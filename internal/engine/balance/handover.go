@@ -22,10 +22,10 @@ type promise struct {
 // worker took while that worker was away from the pool after a stay of
 // MinHold or more (a rolling restart) goes back before the minimum hold:
 // holding it longer only keeps the returning worker short, as it moves
-// back in the end anyway. Then, while this worker is above its own target
-// and another is below its band, its least-preferred keys, which the
-// under-target workers claim first (their orphan delay is half that of
-// the others).
+// back in the end anyway. Then, while another worker is below its band,
+// its least-preferred keys as spare keys, down to its own target, or to
+// its low edge when keys are scarce (see partOf); the workers that need
+// them claim them first (see classifyFree).
 func (b *Balanced) handOver(rd *planRound) {
 	v := rd.v
 	budget := max(1, int(math.Ceil(b.cfg.HandoffRate*float64(len(rd.held)))))
@@ -167,6 +167,19 @@ func (b *Balanced) preferredParts(rd *planRound, deficit map[string]int) map[str
 func (b *Balanced) partFor(rd *planRound, w string, n, d int) int {
 	need := d - rd.unheld[w]
 	held := rd.elsewhere[w] - rd.unheld[w] // by other workers, this one included
+	if byHolder, low := rd.low[w]; low {
+		// Holders give a low worker only what keeps them at their own
+		// edge, as spareNeed counts: the need is split over that alone.
+		// Split over every key held elsewhere, the one holder with room
+		// drew a small part of a need the others could not give, and a
+		// worker one key short stayed low for minutes (32 keys over 8).
+		held = 0
+		for holder, m := range byHolder {
+			held += min(m, max(0, rd.counts[holder]-rd.shares[holder].Low))
+		}
+		self := rd.v.Self
+		n = min(n, max(0, rd.counts[self]-rd.shares[self].Low))
+	}
 	switch {
 	case need <= 0:
 		return 0
@@ -207,15 +220,12 @@ func (b *Balanced) keepPromises(left map[string]int) {
 // its low edge instead, towards bringing them just into their band: a
 // worker below its band otherwise stayed there for good.
 func (b *Balanced) partOf(rd *planRound, toTarget, toEdge int) (part, floor int) {
-	floorOf := func(id string) int { return int(math.Ceil(rd.shares[id].Fair)) }
-	need, coming, active := toTarget, 0, 0
-	for _, w := range rd.active {
-		coming += max(0, rd.counts[w.ID]-floorOf(w.ID))
-		active += rd.counts[w.ID]
-	}
-	if coming+len(rd.v.Keys)-active < toEdge {
-		need = toEdge
-		floorOf = func(id string) int { return rd.shares[id].Low }
+	need, floorOf := toTarget, func(id string) int { return int(math.Ceil(rd.shares[id].Fair)) }
+	// What can come while every worker keeps its target: the keys above
+	// targets, and those free or held by a worker that is not active.
+	above, held := rd.aboveTargets()
+	if above+len(rd.v.Keys)-held < toEdge {
+		need, floorOf = toEdge, func(id string) int { return rd.shares[id].Low }
 	}
 	canGive := func(id string) int {
 		n := rd.counts[id]
@@ -231,6 +241,17 @@ func (b *Balanced) partOf(rd *planRound, toTarget, toEdge int) (part, floor int)
 		all += max(0, canGive(w.ID))
 	}
 	return b.draw(rd, "", float64(need)*float64(mine)/float64(all)), floor
+}
+
+// aboveTargets is what the active workers hold above their targets, and
+// held is what they hold in all.
+func (rd *planRound) aboveTargets() (above, held int) {
+	for _, w := range rd.active {
+		n := rd.counts[w.ID]
+		above += max(0, n-int(math.Ceil(rd.shares[w.ID].Fair)))
+		held += n
+	}
+	return above, held
 }
 
 // draw rounds a part of a key count: down, or up with the probability of

@@ -606,3 +606,133 @@ func smallPoolRun(t *testing.T, quota []int, target, edge int, now time.Time) {
 			at, len(owner), len(keys), gifts, room)
 	}
 }
+
+// TestALowWorkersPartIsSplitOverWhatItsHoldersCanGive lays out 32 keys
+// over eight workers (share 4, low edge 4): w07 holds 3 of the 10 keys it
+// prefers, w00 holds one more of them above its own 4, and w01…w06 hold
+// one each, at their edge. Only w00 can give, and it must give its key:
+// with w07's need split over all seven keys held elsewhere, w00 drew a
+// part of 1/7 at each plan, and w07 stayed low for a minute on average.
+func TestALowWorkersPartIsSplitOverWhatItsHoldersCanGive(t *testing.T) {
+	ws := workers(8)
+	r := newRanker(ws)
+	quota := map[string]int{"w07": 10, "w00": 4}
+	for _, w := range ws[1:7] {
+		quota[w.ID] = 3
+	}
+	w07s := 0
+	keys, owner, held := layOut(ws, r, quota, func(_ uint64, pref string) string {
+		if pref != "w07" {
+			return pref
+		}
+		w07s++
+		switch {
+		case w07s <= 3:
+			return "w07"
+		case w07s == 4:
+			return "w00"
+		}
+		return ws[w07s-4].ID // w01…w06
+	})
+	for start := range 20 {
+		now := time.Unix(10_000, 0).Add(time.Duration(start) * 7919 * time.Millisecond)
+		for _, w := range ws[:7] {
+			p := NewBalanced(Config{}).Plan(View{Self: w.ID, Now: now, Workers: ws, Keys: keys, Owners: ownersOf(keys, owner), HeldSince: held[w.ID]})
+			want := 0
+			if w.ID == "w00" {
+				want = 1
+			}
+			if len(p.Release) != want {
+				t.Errorf("at %v %s, holding %d, releases %v; want %d of w07's keys", now, w.ID, len(held[w.ID]), p.Release, want)
+			}
+		}
+	}
+}
+
+// TestAHolderWithLittleRoomTakesASmallPartOfALowWorkersNeed lays out 34
+// keys over eight workers (share 4.25: target 5, low edge 4): w07 holds 2
+// of the 8 keys it prefers, w00 holds 4 of them and 2 of its own, w01
+// holds 2 and 4 of its own, so each can give 2 above its edge. w07 needs
+// 3, so each gives 1.5 on average. Counted by all it holds of w07's, w00
+// took a part of 3 and gave its 2 every time, too many in all.
+func TestAHolderWithLittleRoomTakesASmallPartOfALowWorkersNeed(t *testing.T) {
+	ws := workers(8)
+	r := newRanker(ws)
+	quota := map[string]int{"w07": 8, "w00": 2, "w01": 4}
+	for _, w := range ws[2:7] {
+		quota[w.ID] = 4
+	}
+	w07s := 0
+	keys, owner, held := layOut(ws, r, quota, func(_ uint64, pref string) string {
+		if pref != "w07" {
+			return pref
+		}
+		w07s++
+		switch {
+		case w07s <= 2:
+			return "w07"
+		case w07s <= 6:
+			return "w00"
+		}
+		return "w01"
+	})
+	const instants = 100
+	given := 0
+	for start := range instants {
+		now := time.Unix(10_000, 0).Add(time.Duration(start) * 7919 * time.Millisecond)
+		for _, w := range ws[:2] {
+			p := NewBalanced(Config{}).Plan(View{Self: w.ID, Now: now, Workers: ws, Keys: keys, Owners: ownersOf(keys, owner), HeldSince: held[w.ID]})
+			given += len(p.Release)
+		}
+	}
+	// The parts are drawn (see draw): 3 a plan on average, 3.5 before.
+	if avg := float64(given) / instants; avg < 2.6 || avg > 3.25 {
+		t.Errorf("w00 and w01 released %.2f keys a plan on average; want about w07's need, 3", avg)
+	}
+}
+
+// TestKeysStillStoppingCountAgainstTheFloorOfSpareKeys lays out 41 keys
+// over four workers (share 10.25: target 11, low edge 10): w00 holds 8
+// and prefers 9, w01 holds the ninth and 10 of its own, w02 and w03 hold
+// 11 each. w01 hands w00 its key, down to its edge, and plans again while
+// that key still runs: it is gone, so w01 gives no spare key on top (w00
+// still needs one more, which w02 or w03 give), or it ends below its
+// edge. Of w00's keys, w01 holds the one it ranks highest: a replan that
+// picks spare keys from the least preferred up then meets one of w01's
+// own first, not the key already stopping.
+func TestKeysStillStoppingCountAgainstTheFloorOfSpareKeys(t *testing.T) {
+	ws := workers(4)
+	r := newRanker(ws)
+	keys, owner, held := layOut(ws, r, map[string]int{"w00": 9, "w01": 10, "w02": 11, "w03": 11}, func(_ uint64, pref string) string { return pref })
+	rankW01 := func(k string) uint32 { return r.rank(hashString(k), 1) }
+	var moved string
+	for k := range held["w00"] {
+		if moved == "" || rankW01(k) > rankW01(moved) {
+			moved = k
+		}
+	}
+	lowest := moved
+	for k := range held["w01"] {
+		if rankW01(k) < rankW01(lowest) {
+			lowest = k
+		}
+	}
+	if lowest == moved {
+		t.Fatalf("w01 ranks %s, w00's, below all of its own keys: the layout tests nothing", moved)
+	}
+	delete(held["w00"], moved)
+	held["w01"][moved] = time.Unix(10_000, 0).Add(-time.Hour)
+	owner[moved] = "w01"
+	b := NewBalanced(Config{})
+	released := map[string]bool{}
+	for i := range 12 {
+		v := View{Self: "w01", Now: time.Unix(10_000, 0).Add(time.Duration(i) * 977 * time.Millisecond), Workers: ws, Keys: keys,
+			Owners: ownersOf(keys, owner), HeldSince: held["w01"]}
+		for _, k := range b.Plan(v).Release {
+			released[k] = true // still stopping: held in the next view
+		}
+	}
+	if n := len(held["w01"]) - len(released); n != 10 {
+		t.Errorf("over twelve plans w01 released %v of its %d keys, keeping %d; want it to keep its low edge, 10", released, len(held["w01"]), n)
+	}
+}
