@@ -154,7 +154,8 @@ type Config struct {
 	// Workers at or above their target wait twice as long, so orphans go
 	// to the workers that need them; so do workers within their band, for
 	// a key its preferred worker within its band left free, while keys
-	// are too scarce to bring every worker into its band. Default 8s:
+	// held above targets cannot bring every worker into its band (pools
+	// of few keys a worker). Default 8s:
 	// longer than a supervision round (5s by default), so on a store
 	// without push the preferred worker sees a handed-over key before
 	// anyone else may take it.
@@ -215,6 +216,12 @@ type Balanced struct {
 	// heldFor is classify's count of keys by owner number and preferred
 	// worker, kept for the next plan to reuse.
 	heldFor []int32
+	// spareShort: at the last plan, what the workers held above their
+	// targets could not bring the low workers into their band, with what
+	// their preferred keys bring (see spareNeed). Orphans then go to the
+	// low workers first (see classifyFree). It is the last plan's, as the
+	// keys are counted by holder only once every key has been filed.
+	spareShort bool
 }
 
 // orphan is since when a key has been unowned, and the last round that saw
@@ -323,10 +330,7 @@ type planRound struct {
 	// low are the workers below their band (this one too), each with
 	// the keys it prefers that another worker holds, counted by holder
 	// (active or not).
-	low map[string]map[string]int
-	// scarce: the keys held above targets cannot bring the low workers
-	// into their band (see partOf).
-	scarce   bool
+	low      map[string]map[string]int
 	released map[string]bool
 	// leaving are the held keys an earlier plan released whose runners
 	// are still stopping: not handed over again against a part (see
@@ -422,15 +426,11 @@ func (b *Balanced) classify(rd *planRound) {
 	// keeps no others, which a hundred workers would make ten thousand
 	// entries. Free keys are filed knowing which workers are low.
 	rd.low = make(map[string]map[string]int)
-	short := 0
 	for _, w := range c.workers {
-		if n, low := rd.counts[w.ID], rd.shares[w.ID].Low; n < low {
+		if rd.counts[w.ID] < rd.shares[w.ID].Low {
 			rd.low[w.ID] = make(map[string]int)
-			short += low - n
 		}
 	}
-	above, _ := rd.aboveTargets()
-	rd.scarce = above < short
 	elsewhere := make([]int, len(c.workers))
 	unheld := make([]int, len(c.workers))
 	// heldFor counts keys held by another than their preferred worker, by
@@ -556,12 +556,13 @@ func (b *Balanced) classifyFree(rd *planRound, k heldKey) {
 	underTarget := rd.counts[v.Self] < rd.plan.Target
 	_, selfLow := rd.low[v.Self]
 	_, prefLow := rd.low[k.pref]
-	// While keys are scarce, a preferred worker within its band that
-	// leaves its key free gave it up for a low worker (see partOf), or is
-	// about to claim it: a worker within its band waits as long as one at
-	// its target. Under its target too, the givers among them took the
-	// keys back as soon as the low one could, and it stayed low.
-	yield := rd.scarce && !selfLow && !prefLow
+	// While the low workers are short of spare keys, a preferred worker
+	// within its band that leaves its key free gave it up for a low
+	// worker (see partOf), or is about to claim it: a worker within its
+	// band waits as long as one at its target. Under its target too, the
+	// givers among them took the keys back as soon as the low one could,
+	// and it stayed low.
+	yield := b.spareShort && !selfLow && !prefLow
 	delay := b.cfg.OrphanDelay
 	switch prefFull := rd.counts[k.pref] >= rd.shares[k.pref].Cap; {
 	case prefFull && underTarget:

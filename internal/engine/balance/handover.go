@@ -24,8 +24,9 @@ type promise struct {
 // holding it longer only keeps the returning worker short, as it moves
 // back in the end anyway. Then, while another worker is below its band,
 // its least-preferred keys as spare keys, down to its own target, or to
-// its low edge when keys are scarce (see partOf); the workers that need
-// them claim them first (see classifyFree).
+// its low edge when what is above targets and free cannot bring the low
+// workers into their band (see partOf); the workers that need them claim
+// them first (see classifyFree).
 func (b *Balanced) handOver(rd *planRound) {
 	v := rd.v
 	budget := max(1, int(math.Ceil(b.cfg.HandoffRate*float64(len(rd.held)))))
@@ -74,7 +75,11 @@ func (b *Balanced) handOver(rd *planRound) {
 		release(k.key)
 		toGive[k.pref]--
 	}
-	spare, floor := b.partOf(rd, toTarget, toEdge)
+	above, held := rd.aboveTargets()
+	b.spareShort = above < toEdge
+	// What can come while every worker keeps its target: the keys above
+	// targets, and those free or held by a worker that is not active.
+	spare, floor := b.partOf(rd, toTarget, toEdge, above+len(v.Keys)-held)
 	for _, k := range rd.held {
 		if budget <= 0 || spare <= 0 || kept <= floor {
 			break
@@ -219,12 +224,9 @@ func (b *Balanced) keepPromises(left map[string]int) {
 // low workers into their band, what a worker can give is measured above
 // its low edge instead, towards bringing them just into their band: a
 // worker below its band otherwise stayed there for good.
-func (b *Balanced) partOf(rd *planRound, toTarget, toEdge int) (part, floor int) {
+func (b *Balanced) partOf(rd *planRound, toTarget, toEdge, supply int) (part, floor int) {
 	need, floorOf := toTarget, func(id string) int { return int(math.Ceil(rd.shares[id].Fair)) }
-	// What can come while every worker keeps its target: the keys above
-	// targets, and those free or held by a worker that is not active.
-	above, held := rd.aboveTargets()
-	if above+len(rd.v.Keys)-held < toEdge {
+	if supply < toEdge {
 		need, floorOf = toEdge, func(id string) int { return rd.shares[id].Low }
 	}
 	canGive := func(id string) int {

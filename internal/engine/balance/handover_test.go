@@ -511,7 +511,8 @@ func TestKeysStillStoppingCountAgainstTheLowEdge(t *testing.T) {
 // own low edge, and w00 claims it before they, now under their target
 // too, claim it back. Which of them gives is drawn at random each round
 // (see draw), so each pool runs from twenty instants; claims are applied
-// w00 last, so a worker that races w00 for a key given to it wins it.
+// w00 last, so a worker that races w00 for a key given to it wins it, and
+// no key may wait longer than twice the orphan delay for a worker.
 // (Once w00 is within its band, it may hand a key back to the worker
 // that prefers it: an ordinary hand-over.)
 func TestWorkersAtTargetGiveALowWorkerWhatTheyHoldAboveTheirEdge(t *testing.T) {
@@ -551,7 +552,10 @@ func smallPoolRun(t *testing.T, quota []int, target, edge int, now time.Time) {
 	}
 	gave := map[string]string{} // keys given while w00 was low, not yet claimed
 	gifts := 0
-	for round := range 12 { // a minute of 5s rounds
+	freeSince := map[string]time.Time{}
+	var unowned time.Duration // the longest a key was free
+	// A minute of 5s rounds.
+	for round := range 12 {
 		view := ownersOf(keys, owner)
 		plans := map[string]Plan{}
 		for _, w := range ws {
@@ -569,6 +573,7 @@ func smallPoolRun(t *testing.T, quota []int, target, edge int, now time.Time) {
 				}
 				delete(held[w.ID], k)
 				delete(owner, k)
+				freeSince[k] = now
 			}
 		}
 		var raced []string
@@ -584,6 +589,8 @@ func smallPoolRun(t *testing.T, quota []int, target, edge int, now time.Time) {
 				delete(gave, k)
 				owner[k] = w
 				held[w][k] = now
+				unowned = max(unowned, now.Sub(freeSince[k]))
+				delete(freeSince, k)
 			}
 		}
 		// Keys given beyond w00's target (the draw may give more than
@@ -601,9 +608,14 @@ func smallPoolRun(t *testing.T, quota []int, target, edge int, now time.Time) {
 			t.Errorf("%s: %s ends with %d keys, below its low edge, %d", at, w.ID, n, edge)
 		}
 	}
-	if len(owner) != len(keys) || gifts > room {
-		t.Errorf("%s: %d of %d keys owned after %d given to w00; want every key owned, and at most the %d held above the others' edges given",
-			at, len(owner), len(keys), gifts, room)
+	for _, since := range freeSince {
+		unowned = max(unowned, now.Sub(since))
+	}
+	// A key released in one round is seen free in the next, and may then
+	// wait twice the orphan delay (16s): claimed five rounds on.
+	if unowned > 25*time.Second || gifts > room {
+		t.Errorf("%s: a key ran nowhere for %v, and %d were given to w00; want at most 25s, and at most the %d held above the others' edges given",
+			at, unowned, gifts, room)
 	}
 }
 
@@ -734,5 +746,22 @@ func TestKeysStillStoppingCountAgainstTheFloorOfSpareKeys(t *testing.T) {
 	}
 	if n := len(held["w01"]) - len(released); n != 10 {
 		t.Errorf("over twelve plans w01 released %v of its %d keys, keeping %d; want it to keep its low edge, 10", released, len(held["w01"]), n)
+	}
+}
+
+// TestANewcomerWhoseKeysOthersCanGiveLeavesOrphansAlone has w00 plan in
+// newcomerPool: w10 has nothing yet, but the keys it prefers are held by
+// workers well above their edges, so it is not short of spare keys, and
+// orphans keep their usual delays. Judged by its whole shortfall, every
+// join and every return in a rolling restart made the workers within
+// their band wait twice as long for orphans (a rolling restart's longest
+// unowned key went from 12.5s to 15s in the simulator, at 1,000 keys over
+// 10 workers).
+func TestANewcomerWhoseKeysOthersCanGiveLeavesOrphansAlone(t *testing.T) {
+	ws, _, keys, owner, held := newcomerPool()
+	b := NewBalanced(Config{})
+	b.Plan(View{Self: "w00", Now: time.Unix(10_000, 0), Workers: ws, Keys: keys, Owners: ownersOf(keys, owner), HeldSince: held["w00"]})
+	if b.spareShort {
+		t.Error("w00 finds w10, whose 120 preferred keys others hold above their edges, short of spare keys")
 	}
 }
