@@ -528,7 +528,7 @@ func TestWorkersAtTargetGiveALowWorkerWhatTheyHoldAboveTheirEdge(t *testing.T) {
 		{quota: []int{2, 3, 3, 4, 4, 4, 4, 4}, target: 4, edge: 3},
 	} {
 		for start := range 20 {
-			smallPoolRun(t, pool.quota, pool.target, pool.edge, time.Unix(10_000, 0).Add(time.Duration(start)*7919*time.Millisecond))
+			smallPoolRun(t, pool.quota, pool.target, pool.edge, instant(start))
 		}
 	}
 }
@@ -619,6 +619,27 @@ func smallPoolRun(t *testing.T, quota []int, target, edge int, now time.Time) {
 	}
 }
 
+// w07Pool lays out keys over w00…w07 by quota, each with the worker that
+// prefers it, except w07's: the i-th of them (from 1) goes to holder(i).
+func w07Pool(quota map[string]int, holder func(i int) string) (ws []Worker, keys []string, owner map[string]string, held map[string]map[string]time.Time) {
+	ws = workers(8)
+	i := 0
+	keys, owner, held = layOut(ws, newRanker(ws), quota, func(_ uint64, pref string) string {
+		if pref != "w07" {
+			return pref
+		}
+		i++
+		return holder(i)
+	})
+	return ws, keys, owner, held
+}
+
+// instant is the n-th of the instants tests plan at to meet several
+// draws (see draw), 7.919s apart.
+func instant(n int) time.Time {
+	return time.Unix(10_000, 0).Add(time.Duration(n) * 7919 * time.Millisecond)
+}
+
 // TestALowWorkersPartIsSplitOverWhatItsHoldersCanGive lays out 32 keys
 // over eight workers (share 4, low edge 4): w07 holds 3 of the 10 keys it
 // prefers, w00 holds one more of them above its own 4, and w01…w06 hold
@@ -626,28 +647,21 @@ func smallPoolRun(t *testing.T, quota []int, target, edge int, now time.Time) {
 // with w07's need split over all seven keys held elsewhere, w00 drew a
 // part of 1/7 at each plan, and w07 stayed low for a minute on average.
 func TestALowWorkersPartIsSplitOverWhatItsHoldersCanGive(t *testing.T) {
-	ws := workers(8)
-	r := newRanker(ws)
 	quota := map[string]int{"w07": 10, "w00": 4}
-	for _, w := range ws[1:7] {
+	for _, w := range workers(7)[1:] {
 		quota[w.ID] = 3
 	}
-	w07s := 0
-	keys, owner, held := layOut(ws, r, quota, func(_ uint64, pref string) string {
-		if pref != "w07" {
-			return pref
-		}
-		w07s++
+	ws, keys, owner, held := w07Pool(quota, func(i int) string {
 		switch {
-		case w07s <= 3:
+		case i <= 3:
 			return "w07"
-		case w07s == 4:
+		case i == 4:
 			return "w00"
 		}
-		return ws[w07s-4].ID // w01…w06
+		return fmt.Sprintf("w%02d", i-4) // w01…w06
 	})
 	for start := range 20 {
-		now := time.Unix(10_000, 0).Add(time.Duration(start) * 7919 * time.Millisecond)
+		now := instant(start)
 		for _, w := range ws[:7] {
 			p := NewBalanced(Config{}).Plan(View{Self: w.ID, Now: now, Workers: ws, Keys: keys, Owners: ownersOf(keys, owner), HeldSince: held[w.ID]})
 			want := 0
@@ -668,22 +682,15 @@ func TestALowWorkersPartIsSplitOverWhatItsHoldersCanGive(t *testing.T) {
 // 3, so each gives 1.5 on average. Counted by all it holds of w07's, w00
 // took a part of 3 and gave its 2 every time, too many in all.
 func TestAHolderWithLittleRoomTakesASmallPartOfALowWorkersNeed(t *testing.T) {
-	ws := workers(8)
-	r := newRanker(ws)
 	quota := map[string]int{"w07": 8, "w00": 2, "w01": 4}
-	for _, w := range ws[2:7] {
+	for _, w := range workers(7)[2:] {
 		quota[w.ID] = 4
 	}
-	w07s := 0
-	keys, owner, held := layOut(ws, r, quota, func(_ uint64, pref string) string {
-		if pref != "w07" {
-			return pref
-		}
-		w07s++
+	ws, keys, owner, held := w07Pool(quota, func(i int) string {
 		switch {
-		case w07s <= 2:
+		case i <= 2:
 			return "w07"
-		case w07s <= 6:
+		case i <= 6:
 			return "w00"
 		}
 		return "w01"
@@ -691,7 +698,7 @@ func TestAHolderWithLittleRoomTakesASmallPartOfALowWorkersNeed(t *testing.T) {
 	const instants = 100
 	given := 0
 	for start := range instants {
-		now := time.Unix(10_000, 0).Add(time.Duration(start) * 7919 * time.Millisecond)
+		now := instant(start)
 		for _, w := range ws[:2] {
 			p := NewBalanced(Config{}).Plan(View{Self: w.ID, Now: now, Workers: ws, Keys: keys, Owners: ownersOf(keys, owner), HeldSince: held[w.ID]})
 			given += len(p.Release)
