@@ -36,11 +36,12 @@ const (
 // keys it is least preferred for above the cap, and hands keys over to a
 // preferred replica that is under its share — a few per round, only after
 // a minimum hold, and never below the low edge of its own share
-// (fair·(1-Epsilon), or fair rounded down if less) — so a join moves close
-// to the minimum number of keys, no key bounces, and no replica is left
-// short by what it gave. A replica below that edge gets spare keys from
-// the others, from what they hold above their targets or, when that is
-// not enough (in pools of few keys a replica), above their own edges.
+// (fair·(1-Epsilon) rounded up, at most fair rounded down) — so a join
+// moves close to the minimum number of keys, no key bounces, and no
+// replica is left short by what it gave. A replica below that edge gets
+// spare keys from the others, from what they hold above their targets
+// or, when that is not enough (in pools of few keys a replica), above
+// their own edges.
 type Pool struct {
 	// Name identifies the pool; every replica of the pool uses the same
 	// name. It must be a plain identifier (letters, digits, underscore).

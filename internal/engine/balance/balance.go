@@ -153,9 +153,9 @@ type Config struct {
 	// not prefer it may claim it, so its preferred worker claims first.
 	// Workers at or above their target wait twice as long, so orphans go
 	// to the workers that need them; so do workers within their band, for
-	// a key its preferred worker within its band left free, while keys
-	// held above targets cannot bring every worker into its band (pools
-	// of few keys a worker). Default 8s:
+	// a key whose preferred worker is within its band and not full, while
+	// the workers below their band are short of spare keys (pools of few
+	// keys a worker). Default 8s:
 	// longer than a supervision round (5s by default), so on a store
 	// without push the preferred worker sees a handed-over key before
 	// anyone else may take it.
@@ -217,10 +217,12 @@ type Balanced struct {
 	// worker, kept for the next plan to reuse.
 	heldFor []int32
 	// spareShort: at the last plan, what the workers held above their
-	// targets could not bring the low workers into their band, with what
-	// their preferred keys bring (see spareNeed). Orphans then go to the
-	// low workers first (see classifyFree). It is the last plan's, as the
-	// keys are counted by holder only once every key has been filed.
+	// targets could not bring the low workers into their band, beyond
+	// what their preferred keys bring (spareNeed's toEdge). Workers
+	// within their band then wait longer for orphans (see classifyFree).
+	// It is the last plan's, as the keys are counted by holder only once
+	// every key has been filed: one plan late, it costs a round at most,
+	// since an orphan is claimed from the second plan that sees it free.
 	spareShort bool
 }
 
@@ -242,11 +244,12 @@ func NewBalanced(cfg Config) *Balanced {
 
 // Share is a worker's fair share of a pool's keys (weighted), its cap,
 // the most it claims, and its low edge, the fewest it holds within its
-// band: ceil(Fair·(1-Epsilon)), but no more than Fair rounded down. Below
-// about ten keys a worker Epsilon is less than a key, and edges rounded
-// up could add up to more keys than the pool has (39 keys over 8 workers:
-// 8 edges of 5), so that some worker was always below its band and
-// handing keys to it only made another one low.
+// band: Fair·(1-Epsilon) rounded up, but no more than Fair rounded down.
+// Below about ten keys a worker (at the default Epsilon) Epsilon·Fair is
+// less than a key, and edges rounded up could add up to more keys than
+// the pool has (39 keys over 8 workers: 8 edges of 5), so that some
+// worker was always below its band and handing keys to it only made
+// another one low.
 type Share struct {
 	Fair float64
 	Cap  int
@@ -353,6 +356,7 @@ func (b *Balanced) Plan(v View) Plan {
 	if !rd.findActive() {
 		// Draining (or not yet a member): claim nothing; the engine hands
 		// every key back as it stops.
+		b.spareShort = false
 		return Plan{}
 	}
 	rd.shares = Shares(b.cfg, rd.active, len(v.Keys))

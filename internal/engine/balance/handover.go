@@ -24,9 +24,10 @@ type promise struct {
 // holding it longer only keeps the returning worker short, as it moves
 // back in the end anyway. Then, while another worker is below its band,
 // its least-preferred keys as spare keys, down to its own target, or to
-// its low edge when what is above targets and free cannot bring the low
-// workers into their band (see partOf); the workers that need them claim
-// them first (see classifyFree).
+// its low edge when what is above targets, free or held by a worker that
+// is not active cannot bring the low workers into their band (see
+// partOf); the workers that need them claim them first (see
+// classifyFree).
 func (b *Balanced) handOver(rd *planRound) {
 	v := rd.v
 	budget := max(1, int(math.Ceil(b.cfg.HandoffRate*float64(len(rd.held)))))
@@ -220,7 +221,7 @@ func (b *Balanced) keepPromises(left map[string]int) {
 // one a worker: in a pool of fewer than about ten times the square of its
 // workers, a worker can be below its band while every other is at or
 // under its target. When what the others hold above their targets, and
-// the keys that are free or held by a worker leaving, cannot bring the
+// the keys free or held by a worker that is not active, cannot bring the
 // low workers into their band, what a worker can give is measured above
 // its low edge instead, towards bringing them just into their band: a
 // worker below its band otherwise stayed there for good.

@@ -14,9 +14,9 @@ import (
 // keys came only from workers above their target, so it stayed there for
 // good: about 30 of these 90 cold starts (29 to 31 in three runs) ended
 // with a worker below its band (41 keys over 5: one worker at 5, its band
-// starting at 8). Every worker must end within its band, every key owned.
-// The figures (moves, longest spell a key ran nowhere) are in
-// BENCHMARKS.md.
+// starting at 8). Every worker must end within its band, and no key run
+// nowhere longer than twice the orphan delay and a round. The figures
+// (moves, longest spell a key ran nowhere) are in BENCHMARKS.md.
 func TestEveryWorkerOfASmallPoolEndsWithinItsBand(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
@@ -44,8 +44,11 @@ func TestEveryWorkerOfASmallPoolEndsWithinItsBand(t *testing.T) {
 							keys, workers, su.Push, id, n, sh.Low, sh.Cap, r.End.Counts)
 					}
 				}
-				if r.Unowned != 0 {
-					t.Errorf("%d keys over %d workers: %d keys unowned at the end", keys, workers, r.Unowned)
+				// A key given beyond what a low worker needs waits twice
+				// the orphan delay (1.5 rounds by default), and a round
+				// to be seen.
+				if bound := 4 * r.Interval; r.MaxUnowned > bound {
+					t.Errorf("%d keys over %d workers: a key ran nowhere for %v, want at most %v", keys, workers, r.MaxUnowned, bound)
 				}
 			}
 		}
