@@ -75,7 +75,7 @@ type termStart struct {
 type poolRole struct {
 	pool    *poolState // the pool that manages this key, if any
 	poolKey string     // for pool keys: the key as the pool's source gives it
-	member  bool       // a pool membership lease
+	member  *poolState // for a pool membership lease: its pool
 	claim   bool       // for pool keys: the policy wants this key held here
 }
 
@@ -144,9 +144,15 @@ func (ks *keyState) intent() intent {
 // wantsRun: the key should have a runner here, lease permitting.
 func (ks *keyState) wantsRun() bool { return ks.intent() == wanted }
 
-// wantsLease: the key should be acquired by this replica.
+// wantsLease: the key should be acquired by this replica. A pool's
+// membership waits until the pool's keys have been read once: a replica
+// that cannot read them (a command missing on its host, a database it
+// cannot reach) can run none of them, and as a member it took a share,
+// so that its peers stopped at their caps and part of the pool ran
+// nowhere.
 func (ks *keyState) wantsLease() bool {
-	return ks.wantsRun() && ks.job.Mode == Exclusive && (ks.pool == nil || ks.claim)
+	return ks.wantsRun() && ks.job.Mode == Exclusive && (ks.pool == nil || ks.claim) &&
+		(ks.member == nil || ks.member.coord.Loaded())
 }
 
 // reconcile compares every key's wanted state with what runs, and
@@ -312,7 +318,7 @@ func (s *Supervisor) start(key string) {
 	// straight from the store, last thing before the fence: the last read
 	// of the table may predate a pause or a move — a new term, a restart
 	// after a failure, a key just Set — and a Reload may take a while.
-	checkControls := s.leased && ks.pool == nil && !ks.member
+	checkControls := s.leased && ks.pool == nil && ks.member == nil
 	s.unlock()
 
 	runner := job.Runner

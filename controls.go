@@ -63,7 +63,7 @@ func (s *Supervisor) applyControls() {
 	s.mu.Lock()
 	defer s.unlock()
 	for key, ks := range s.keys {
-		if ks.pool == nil && !ks.member {
+		if ks.pool == nil && ks.member == nil {
 			ks.ctl = controlsOf(key, s.owner, records)
 		}
 	}

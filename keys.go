@@ -135,7 +135,7 @@ func poolOwned(ks *keyState) error {
 	switch {
 	case ks.pool != nil:
 		return fmt.Errorf("key %q belongs to pool %s, whose source says which keys it runs: change the source instead: %w", ks.key, ks.pool.cfg.Name, ErrConfig)
-	case ks.member:
+	case ks.member != nil:
 		return fmt.Errorf("key %q is this worker's membership of a pool: %w", ks.key, ErrConfig)
 	}
 	return nil

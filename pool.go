@@ -49,6 +49,10 @@ type Pool struct {
 	// pool's keys exactly when they use the same name (and Config.Prefix).
 	Name string
 	// Source supplies the keys. Keys listed twice count once. Required.
+	// A replica joins the pool, and takes a share of its keys, only once
+	// it has read them: one that cannot (a command missing on its host)
+	// logs why at each attempt and leaves the keys to its peers. A read
+	// that fails later keeps the last keys read.
 	Source KeySource
 	// Runner runs each claimed key; lease.Key is the key as Source gave it
 	// (the lease itself lives in the pool's namespace). Required.
@@ -190,7 +194,7 @@ func (s *Supervisor) AddPool(p Pool) error {
 	s.pools.byName[p.Name] = ps
 	// Membership is a lease like any other, renewed in the same batch; its
 	// runner only marks the worker as running (not draining).
-	s.keys[member] = &keyState{key: member, poolRole: poolRole{member: true}, configured: true, job: &Job{Runner: RunnerFunc(func(ctx context.Context, _ Lease) error {
+	s.keys[member] = &keyState{key: member, poolRole: poolRole{member: ps}, configured: true, job: &Job{Runner: RunnerFunc(func(ctx context.Context, _ Lease) error {
 		<-ctx.Done()
 		return nil
 	})}}

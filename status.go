@@ -159,7 +159,7 @@ func (s *Supervisor) running(terms []hold.Term) []bool {
 	flags := make([]bool, len(terms))
 	for i, t := range terms {
 		ks := s.keys[t.Key]
-		if ks != nil && ks.member && s.stopping {
+		if ks != nil && ks.member != nil && s.stopping {
 			continue // draining: peers stop counting this worker
 		}
 		flags[i] = ks != nil && ks.run != nil && !ks.run.stopped()

@@ -350,7 +350,7 @@ func (s *Supervisor) reportKeys() {
 	for key, ks := range s.keys {
 		holds := s.leased && s.keeper.HoldsAt(key, keeperNow)
 		switch {
-		case ks.member || !ks.configured:
+		case ks.member != nil || !ks.configured:
 		case ks.pool != nil:
 			if holds {
 				held[ks.pool.cfg.Name]++
@@ -400,7 +400,7 @@ func (s *Supervisor) acquirePass(ctx context.Context) {
 			return
 		}
 		s.mu.Lock()
-		member := s.keys[key] != nil && s.keys[key].member
+		member := s.keys[key] != nil && s.keys[key].member != nil
 		s.unlock()
 		res, err := s.keeper.Acquire(ctx, key, member)
 		s.storeAnswered(err)

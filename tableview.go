@@ -106,7 +106,7 @@ func (s *Supervisor) followsPools(now time.Time) (follow, followable bool, t tab
 		return false, followable, t
 	}
 	for _, ks := range s.keys {
-		if ks.pool == nil && !ks.member {
+		if ks.pool == nil && ks.member == nil {
 			return false, true, t // a singleton: its controls and peers need the whole table
 		}
 	}
