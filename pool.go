@@ -50,9 +50,12 @@ type Pool struct {
 	Name string
 	// Source supplies the keys. Keys listed twice count once. Required.
 	// A replica joins the pool, and takes a share of its keys, only once
-	// it has read them: one that cannot (a command missing on its host)
-	// logs why at each attempt and leaves the keys to its peers. A read
-	// that fails later keeps the last keys read.
+	// it has read them: one that cannot (a command missing on its host,
+	// a key that is not valid) logs why at each attempt, every
+	// RefreshEvery, and leaves the keys to its peers. A slow first read
+	// keeps it out for as long, up to SourceTimeout: its peers run the
+	// keys meanwhile and hand over its share once it joins. A read that
+	// fails later keeps the last keys read.
 	Source KeySource
 	// Runner runs each claimed key; lease.Key is the key as Source gave it
 	// (the lease itself lives in the pool's namespace). Required.
@@ -134,7 +137,7 @@ type poolState struct {
 	refresh chan struct{}
 }
 
-// AddPool adds a pool to the supervisor. Leases must be on.
+// AddPool adds a pool to the supervisor, before Run. Leases must be on.
 func (s *Supervisor) AddPool(p Pool) error {
 	if err := store.ValidateName("pool name", p.Name); err != nil {
 		return fmt.Errorf("pool: %w", err)
@@ -188,8 +191,14 @@ func (s *Supervisor) AddPool(p Pool) error {
 	if s.pools.byName == nil {
 		s.pools.byName = make(map[string]*poolState)
 	}
-	if _, dup := s.pools.byName[p.Name]; dup {
+	switch _, dup := s.pools.byName[p.Name]; {
+	case dup:
 		return fmt.Errorf("pool %s: already added: %w", p.Name, ErrConfig)
+	case s.active:
+		// Run starts each pool's reading of its source: a pool added
+		// later was never read, so it never joined and ran nothing,
+		// without a word.
+		return fmt.Errorf("pool %s: add pools before Run: %w", p.Name, ErrConfig)
 	}
 	s.pools.byName[p.Name] = ps
 	// Membership is a lease like any other, renewed in the same batch; its
@@ -235,9 +244,12 @@ func (s *Supervisor) refreshPool(ctx context.Context, ps *poolState) {
 		} else {
 			ps.coord.SourceFailed(err)
 		}
-		if err != nil {
+		switch {
+		case err != nil && !ps.coord.Loaded():
+			s.logLocked(slog.LevelWarn, "could not read the pool's keys; not joining the pool until they can be read", "pool", ps.cfg.Name, "err", err, "next_read_in", ps.cfg.RefreshEvery)
+		case err != nil:
 			s.logLocked(slog.LevelWarn, "could not read the pool's keys; keeping the previous set", "pool", ps.cfg.Name, "err", err)
-		} else {
+		default:
 			if newDups {
 				s.logLocked(slog.LevelWarn, "the pool's key source lists keys more than once; each runs once", "pool", ps.cfg.Name, "duplicates", dups)
 			}

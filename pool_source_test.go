@@ -52,3 +52,17 @@ func TestAReplicaThatCannotReadItsKeysTakesNoShareUntilItCan(t *testing.T) {
 		}
 	})
 }
+
+// Run starts each pool's reading of its source, so a pool added while it
+// runs was never read: AddPool returned nil and the pool ran nothing,
+// without a word. It is refused.
+func TestAPoolAddedWhileRunningIsRefused(t *testing.T) {
+	bubble(t, func(t *testing.T, st *memstore.Store) {
+		w := newReplica(t, st, "w0").start()
+		defer w.stop()
+		err := w.AddPool(tenure.Pool{Name: "mail", Source: tenure.StaticKeys("a"), Runner: newLedger(t).runner()})
+		if !errors.Is(err, tenure.ErrConfig) {
+			t.Errorf("AddPool while running: %v; want an error wrapping ErrConfig", err)
+		}
+	})
+}
