@@ -1,7 +1,6 @@
 package balance
 
 import (
-	"math"
 	"slices"
 	"strings"
 	"time"
@@ -293,7 +292,7 @@ func (b *Balanced) Plan(v View) Plan {
 	}
 	rd.shares = Shares(b.cfg, rd.active, len(v.Keys))
 	mine := rd.shares[v.Self]
-	rd.plan.Target, rd.plan.Cap = int(math.Ceil(mine.Fair)), mine.Cap
+	rd.plan.Target, rd.plan.Cap = rd.target(v.Self), mine.Cap
 	b.classify(rd)
 	b.notePresent(rd)
 	b.claim(rd)
@@ -584,7 +583,7 @@ func (rd *planRound) shed() {
 	slices.SortFunc(rd.held, func(a, b heldKey) int { return -byRankDesc(a, b) })
 	shedClass := func(k heldKey) int {
 		switch {
-		case !k.preferred && rd.counts[k.pref] < int(math.Ceil(rd.shares[k.pref].Fair)):
+		case !k.preferred && rd.counts[k.pref] < rd.target(k.pref):
 			return 0
 		case !k.preferred:
 			return 1

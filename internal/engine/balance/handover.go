@@ -33,7 +33,7 @@ func (b *Balanced) handOver(rd *planRound) {
 	budget := max(1, int(math.Ceil(b.cfg.HandoffRate*float64(len(rd.held)))))
 	deficit := make(map[string]int)
 	for _, w := range rd.active {
-		deficit[w.ID] = int(math.Ceil(rd.shares[w.ID].Fair)) - rd.counts[w.ID]
+		deficit[w.ID] = rd.target(w.ID) - rd.counts[w.ID]
 	}
 	toTarget, toEdge := b.spareNeed(rd, deficit)
 	holdOK := func(key string) bool {
@@ -111,9 +111,7 @@ func (b *Balanced) spareNeed(rd *planRound, deficit map[string]int) (toTarget, t
 		}
 		cover := rd.unheld[w]
 		for holder, n := range byHolder {
-			// A holder that is not active has no share, so no edge: it
-			// gives them all.
-			cover += min(n, max(0, rd.counts[holder]-rd.shares[holder].Low))
+			cover += min(n, rd.aboveEdge(holder))
 		}
 		toTarget += max(0, deficit[w]-cover)
 		toEdge += max(0, rd.shares[w].Low-rd.counts[w]-cover)
@@ -181,10 +179,9 @@ func (b *Balanced) partFor(rd *planRound, w string, n, d int) int {
 		// worker one key short stayed low for minutes (32 keys over 8).
 		held = 0
 		for holder, m := range byHolder {
-			held += min(m, max(0, rd.counts[holder]-rd.shares[holder].Low))
+			held += min(m, rd.aboveEdge(holder))
 		}
-		self := rd.v.Self
-		n = min(n, max(0, rd.counts[self]-rd.shares[self].Low))
+		n = min(n, rd.aboveEdge(rd.v.Self))
 	}
 	switch {
 	case need <= 0:
@@ -226,7 +223,7 @@ func (b *Balanced) keepPromises(left map[string]int) {
 // its low edge instead, towards bringing them just into their band: a
 // worker below its band otherwise stayed there for good.
 func (b *Balanced) partOf(rd *planRound, toTarget, toEdge, supply int) (part, floor int) {
-	need, floorOf := toTarget, func(id string) int { return int(math.Ceil(rd.shares[id].Fair)) }
+	need, floorOf := toTarget, rd.target
 	if supply < toEdge {
 		need, floorOf = toEdge, func(id string) int { return rd.shares[id].Low }
 	}
@@ -246,12 +243,20 @@ func (b *Balanced) partOf(rd *planRound, toTarget, toEdge, supply int) (part, fl
 	return b.draw(rd, "", float64(need)*float64(mine)/float64(all)), floor
 }
 
+// target is worker id's target, its fair share rounded up.
+func (rd *planRound) target(id string) int { return int(math.Ceil(rd.shares[id].Fair)) }
+
+// aboveEdge is what worker id holds above its low edge: what it can give
+// a low worker (see handOver). A worker that is not active has no share,
+// so no edge: it can give all it holds.
+func (rd *planRound) aboveEdge(id string) int { return max(0, rd.counts[id]-rd.shares[id].Low) }
+
 // aboveTargets is what the active workers hold above their targets, and
 // held is what they hold in all.
 func (rd *planRound) aboveTargets() (above, held int) {
 	for _, w := range rd.active {
 		n := rd.counts[w.ID]
-		above += max(0, n-int(math.Ceil(rd.shares[w.ID].Fair)))
+		above += max(0, n-rd.target(w.ID))
 		held += n
 	}
 	return above, held
