@@ -76,7 +76,10 @@ type Pool struct {
 	// 1.5×RenewEvery (longer than a round, so a handed-over key reaches
 	// its preferred worker first even without push events), 30s and 0.1.
 	// A worker holds at most MaxKeys; a share above it goes to the
-	// others. A key is handed over only once held MinHold, so it does not
+	// others. Replicas may set different weights and limits: both are in
+	// the replica's membership lease, so every replica plans with each
+	// one's own. (Replicas of versions that wrote no limit there ignore a
+	// membership that has one.) A key is handed over only once held MinHold, so it does not
 	// bounce, except back to a worker that it was taken from while that
 	// worker restarted (after a stay of MinHold or more).
 	Epsilon     float64
@@ -174,12 +177,12 @@ func (s *Supervisor) AddPool(p Pool) error {
 	policy := p.policy
 	if policy == nil {
 		policy = balance.NewBalanced(balance.Config{
-			Epsilon: p.Epsilon, MaxKeys: p.MaxKeys, OrphanDelay: p.OrphanDelay,
+			Epsilon: p.Epsilon, OrphanDelay: p.OrphanDelay,
 			MinHold: p.MinHold, HandoffRate: p.HandoffRate,
 		})
 	}
 	coord, err := poolcoord.New(poolcoord.Config{
-		Prefix: s.cfg.Prefix, Pool: p.Name, Self: s.owner, Weight: p.Weight, NameOf: OwnerName, Policy: policy,
+		Prefix: s.cfg.Prefix, Pool: p.Name, Self: s.owner, Weight: p.Weight, MaxKeys: p.MaxKeys, NameOf: OwnerName, Policy: policy,
 	})
 	if err != nil {
 		return fmt.Errorf("pool %s: %w", p.Name, err)

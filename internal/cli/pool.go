@@ -61,8 +61,11 @@ held is restarted with exponential backoff (from ttl/3 up to 16×ttl/3).
 
 Key K of the pool is leased as ~pool/NAME/K, so pools with other names, and
 tenure run, may use the same key names without sharing a lease.
-Each replica holds a membership lease, ~workers/NAME/OWNER@WEIGHT, which
-tenure status lists under POOL and WORKER. Each key prefers one replica (by
+Each replica holds a membership lease, ~workers/NAME/OWNER@WEIGHT, or
+OWNER@WEIGHT,max=M with --max M, which tenure status lists under POOL and
+WORKER. Replicas may set different --weight and --max: each reads the
+others' from their memberships. Older versions ignore a membership that
+has a limit: when upgrading, set --max once every replica runs this version. Each key prefers one replica (by
 hashing). A replica waits one renewal round (ttl/3) after joining, so that
 replicas started together see each other, then claims the keys it prefers,
 up to a little above its fair share, and after about ttl/2 other keys left

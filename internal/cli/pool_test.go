@@ -138,7 +138,7 @@ func TestStatusTableListsPoolWorkersApartWithTheKeysTheyHold(t *testing.T) {
 		{Key: tenure.PoolPrefix + "other/e", Owner: "w1", Epoch: 1, Live: true, Running: true, TimeLeft: 2 * time.Second},
 		{Key: "singleton", Owner: "w1", Epoch: 1, Live: true, Running: true, TimeLeft: 2 * time.Second},
 		{Key: tenure.WorkerPrefix + "mail/w1@1", Owner: "w1", Epoch: 1, Live: true, Running: true, TimeLeft: time.Second},
-		{Key: tenure.WorkerPrefix + "mail/w2@2.5", Owner: "w2", Epoch: 1, Live: true, Running: false, TimeLeft: time.Second},
+		{Key: tenure.WorkerPrefix + "mail/w2@2.5,max=8", Owner: "w2", Epoch: 1, Live: true, Running: false, TimeLeft: time.Second},
 		{Key: tenure.WorkerPrefix + "mail/w3@1", Owner: "w3", Epoch: 1, Released: true},
 	}
 	var out bytes.Buffer
@@ -146,10 +146,10 @@ func TestStatusTableListsPoolWorkersApartWithTheKeysTheyHold(t *testing.T) {
 	got := out.String()
 	for _, want := range []*regexp.Regexp{
 		regexp.MustCompile(`(?m)^KEY\s+OWNER\s+EPOCH\s+STATE\s+RUNNING\s+TIME LEFT$`),
-		regexp.MustCompile(`(?m)^POOL\s+WORKER\s+WEIGHT\s+STATE\s+KEYS\s+TIME LEFT$`),
-		regexp.MustCompile(`(?m)^mail\s+w1\s+1\s+active\s+2\s+1s$`),
-		regexp.MustCompile(`(?m)^mail\s+w2\s+2\.5\s+draining\s+1\s+1s$`),
-		regexp.MustCompile(`(?m)^mail\s+w3\s+1\s+released\s+-\s+-$`),
+		regexp.MustCompile(`(?m)^POOL\s+WORKER\s+WEIGHT\s+MAX\s+STATE\s+KEYS\s+TIME LEFT$`),
+		regexp.MustCompile(`(?m)^mail\s+w1\s+1\s+-\s+active\s+2\s+1s$`),
+		regexp.MustCompile(`(?m)^mail\s+w2\s+2\.5\s+8\s+draining\s+1\s+1s$`),
+		regexp.MustCompile(`(?m)^mail\s+w3\s+1\s+-\s+released\s+-\s+-$`),
 	} {
 		if !want.MatchString(got) {
 			t.Errorf("table does not match %s:\n%s", want, got)

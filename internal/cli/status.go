@@ -117,13 +117,16 @@ func writeTable(w io.Writer, leases []store.Lease) {
 	}
 	// KEYS counts the worker's live leases of its pool in the listing.
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "POOL\tWORKER\tWEIGHT\tSTATE\tKEYS\tTIME LEFT")
+	fmt.Fprintln(tw, "POOL\tWORKER\tWEIGHT\tMAX\tSTATE\tKEYS\tTIME LEFT")
 	for _, wk := range v.Workers {
-		n := "-"
+		n, limit := "-", "-"
 		if wk.Lease.Live {
 			n = strconv.Itoa(wk.Held)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", printable(wk.Prefix+wk.Pool), printable(orDash(wk.Lease.Owner)), strconv.FormatFloat(wk.Weight, 'g', -1, 64), wk.State(), n, timeLeft(wk.Lease))
+		if wk.MaxKeys > 0 {
+			limit = strconv.Itoa(wk.MaxKeys)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", printable(wk.Prefix+wk.Pool), printable(orDash(wk.Lease.Owner)), strconv.FormatFloat(wk.Weight, 'g', -1, 64), limit, wk.State(), n, timeLeft(wk.Lease))
 	}
 	tw.Flush()
 }
@@ -171,7 +174,8 @@ is noticed. (SQLite may add its -wal and -shm files next to an existing
 file, as any reader of it does.)
 
 The members of tenure pool pools are listed apart, under POOL and WORKER:
-their weight, state (active, draining — stopping and handing its keys back
+their weight, MAX (the most keys the worker holds, its --max; - for no
+limit), state (active, draining — stopping and handing its keys back
 — or, once gone, released, expired or revoked) and KEYS, how many live
 leases the worker's owner holds among those listed.
 

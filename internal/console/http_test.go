@@ -73,7 +73,8 @@ func TestThePageIsServedOnlyForThisHost(t *testing.T) {
 }
 
 // The state is the store's, with pause records shown on their key and
-// pool members with their fair share and cap.
+// pool members with their fair share and cap, which take each member's
+// key limit into account.
 func TestTheSnapshotShowsKeysPausesAndPools(t *testing.T) {
 	ctx := context.Background()
 	st := memstore.New(memstore.Options{})
@@ -87,7 +88,7 @@ func TestTheSnapshotShowsKeysPausesAndPools(t *testing.T) {
 		t.Fatal(err)
 	}
 	acquire("~workers/mail/w1@1", "w1")
-	acquire("~workers/mail/w2@3", "w2")
+	acquire("~workers/mail/w2@3,max=5", "w2")
 	for i, owner := range []string{"w1", "w2", "w2", "w2", "w2", "w2", "w2", "w2"} {
 		acquire("~pool/mail/k"+string(rune('0'+i)), owner)
 	}
@@ -108,8 +109,9 @@ func TestTheSnapshotShowsKeysPausesAndPools(t *testing.T) {
 		t.Fatalf("pools %+v", snap.Pools)
 	}
 	w1, w2 := snap.Pools[0].Workers[0], snap.Pools[0].Workers[1]
-	if snap.Pools[0].Keys != 8 || w1.Held != 1 || w2.Held != 7 || w1.Share != 2 || w2.Share != 6 || w1.Cap != 3 || w2.Cap != 7 {
-		t.Errorf("pool %+v: want 8 keys, w1 1 held of share 2 cap 3, w2 7 of 6 cap 7", snap.Pools[0])
+	// By weight alone w2's share is 6; its limit of 5 leaves 3 to w1.
+	if snap.Pools[0].Keys != 8 || w1.Held != 1 || w2.Held != 7 || w1.Share != 3 || w2.Share != 5 || w1.Cap != 4 || w2.Cap != 5 || w2.MaxKeys != 5 {
+		t.Errorf("pool %+v: want 8 keys, w1 1 held of share 3 cap 4, w2 (at most 5) 7 of 5 cap 5", snap.Pools[0])
 	}
 }
 

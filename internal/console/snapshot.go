@@ -73,8 +73,11 @@ type Pool struct {
 type Worker struct {
 	Owner  string  `json:"owner"`
 	Weight float64 `json:"weight"`
-	State  string  `json:"state"` // active, draining, released, expired, revoked
-	Held   int     `json:"held"`
+	// MaxKeys is the most keys the worker holds (its --max), 0 for no
+	// limit.
+	MaxKeys int    `json:"max_keys"`
+	State   string `json:"state"` // active, draining, released, expired, revoked
+	Held    int    `json:"held"`
 	// Share is the worker's fair share of the pool's keys by weight, Cap
 	// its claim limit, as the balancer computes them (its default
 	// Epsilon: share plus 10%, rounded up).
@@ -143,7 +146,7 @@ func pools(workers []leaseview.Worker, keysOf map[string]int) []Pool {
 			byName[name] = p
 			names = append(names, name)
 		}
-		p.Workers = append(p.Workers, Worker{Owner: w.Lease.Owner, Weight: w.Weight, State: w.State(), Held: w.Held})
+		p.Workers = append(p.Workers, Worker{Owner: w.Lease.Owner, Weight: w.Weight, MaxKeys: w.MaxKeys, State: w.State(), Held: w.Held})
 	}
 	slices.Sort(names)
 	out := make([]Pool, 0, len(names))
@@ -152,11 +155,11 @@ func pools(workers []leaseview.Worker, keysOf map[string]int) []Pool {
 		var active []balance.Worker
 		for _, w := range p.Workers {
 			if w.State == "active" { // a draining worker's share is nothing: it hands its keys over
-				active = append(active, balance.Worker{ID: w.Owner, Weight: w.Weight})
+				active = append(active, balance.Worker{ID: w.Owner, Weight: w.Weight, MaxKeys: w.MaxKeys})
 			}
 		}
-		// The balancer's default Epsilon; a worker's --max is not in the
-		// store.
+		// The balancer's default Epsilon, and each worker's --max from its
+		// membership.
 		shares := balance.Shares(balance.Config{}, active, p.Keys)
 		for i, w := range p.Workers {
 			if sh, ok := shares[w.Owner]; ok && w.State == "active" {

@@ -206,7 +206,7 @@ function drawPools(s) {
         cap.style.left = (100 * w.cap / scale) + "%";
         bar.append(share, cap);
       }
-      const n = gone ? w.state : w.held + " held · share " + w.share.toFixed(1) + " · cap " + w.cap + " · weight " + w.weight;
+      const n = gone ? w.state : w.held + " held · share " + w.share.toFixed(1) + " · cap " + w.cap + " · weight " + w.weight + (w.max_keys ? " · max " + w.max_keys : "");
       row.append(el("span", { class: "who", title: w.owner, text: w.owner || "–" }), bar, el("span", { class: "n", "data-role": "held", text: n }));
       box.append(row);
     }

@@ -17,6 +17,10 @@ type Worker struct {
 	// name prefer the same keys; the lower ID wins each tie.
 	Name   string
 	Weight float64 // > 0; 1 is the norm
+	// MaxKeys is the most keys the worker holds; 0 means no limit. Each
+	// worker's own, as it published it: a share above it goes to the
+	// other workers.
+	MaxKeys int
 	// Draining workers are stopping: they get no keys and hand theirs back.
 	Draining bool
 }
@@ -145,9 +149,6 @@ type Config struct {
 	// Epsilon is the slack above fair share before a worker stops claiming
 	// and starts shedding: cap = ceil(fair·(1+Epsilon)). Default 0.1.
 	Epsilon float64
-	// MaxKeys is a hard per-worker maximum; 0 means none. A share above
-	// it goes to the other workers.
-	MaxKeys int
 	// OrphanDelay is how long a key stays unowned before workers that do
 	// not prefer it may claim it, so its preferred worker claims first.
 	// Workers at or above their target wait twice as long, so orphans go

@@ -247,7 +247,9 @@ func TestPreferredNamesTheWorkerThePolicyClaimsEachKeyFor(t *testing.T) {
 func TestAShareAboveMaxKeysGoesToTheOthers(t *testing.T) {
 	ws := workers(11)
 	ws[0].Weight = 2 // a fair share of 1,100 × 2/12 = 183, above MaxKeys
-	shares := Shares(Config{MaxKeys: 150}, ws, 1100)
+	ws[0].MaxKeys = 150
+	ws[1].MaxKeys = 200 // above its share: no effect
+	shares := Shares(Config{}, ws, 1100)
 	if s := shares["w00"]; s.Fair != 150 || s.Cap != 150 {
 		t.Errorf("w00: %+v, want fair share and cap 150 (its MaxKeys)", s)
 	}
@@ -264,7 +266,10 @@ func TestAShareAboveMaxKeysGoesToTheOthers(t *testing.T) {
 	}
 	// Every worker capped: each holds MaxKeys, and the keys beyond stay
 	// unowned, as no worker may hold them.
-	for id, s := range Shares(Config{MaxKeys: 50}, ws, 1100) {
+	for i := range ws {
+		ws[i].MaxKeys = 50
+	}
+	for id, s := range Shares(Config{}, ws, 1100) {
 		if s.Fair != 50 || s.Cap != 50 {
 			t.Errorf("all capped, %s: %+v, want 50 and 50", id, s)
 		}

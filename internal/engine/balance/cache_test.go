@@ -33,7 +33,7 @@ type churn struct {
 func newChurn(seed uint64, self string) *churn {
 	c := &churn{rng: rand.New(rand.NewPCG(seed, 1)), self: self, now: time.Unix(1000, 0),
 		owner: map[string]string{}, held: map[string]time.Time{}}
-	c.workers = append(c.workers, Worker{ID: self, Name: "self", Weight: 1})
+	c.workers = append(c.workers, Worker{ID: self, Name: "self", Weight: 1, MaxKeys: 60})
 	for range 4 {
 		c.join()
 	}
@@ -77,6 +77,7 @@ func (c *churn) step() View {
 		c.workers[i].Draining = !c.workers[i].Draining
 	case 3:
 		c.workers[c.rng.IntN(len(c.workers))].Weight = []float64{1, 1, 2, 0.5, 0, math.Inf(1)}[c.rng.IntN(6)]
+		c.workers[c.rng.IntN(len(c.workers))].MaxKeys = []int{0, 60, 20}[c.rng.IntN(3)]
 	case 4:
 		for i := range c.workers {
 			c.workers[i].Weight = 1
@@ -180,7 +181,7 @@ func (c *churn) carryOut(p Plan) {
 }
 
 func TestPlansWithTheCacheAreThoseComputedFromScratch(t *testing.T) {
-	cfg := Config{OrphanDelay: 2 * time.Second, MinHold: 5 * time.Second, MaxKeys: 60}
+	cfg := Config{OrphanDelay: 2 * time.Second, MinHold: 5 * time.Second}
 	for seed := range uint64(8) {
 		c := newChurn(seed, "w000")
 		cached, scratch := NewBalanced(cfg), NewBalanced(cfg)
@@ -313,13 +314,13 @@ func TestKeysOfOneRankAreOrderedByKey(t *testing.T) {
 // every key at weight 1e40, and the worker shed by key name instead.
 func TestAWorkerOfAnExtremeWeightShedsItsLeastPreferredKeys(t *testing.T) {
 	for _, weight := range []float64{1e40, 1e-40, 1} {
-		ws := []Worker{{ID: "w00", Weight: weight}, {ID: "w01", Weight: 2 * weight}}
+		ws := []Worker{{ID: "w00", Weight: weight, MaxKeys: 100}, {ID: "w01", Weight: 2 * weight, MaxKeys: 100}}
 		keys := keysN(1000)
 		owner := map[string]string{}
 		for _, k := range keys {
 			owner[k] = "w00"
 		}
-		b := NewBalanced(Config{MaxKeys: 100})
+		b := NewBalanced(Config{})
 		p := b.Plan(View{Self: "w00", Now: time.Unix(1000, 0), Workers: ws, Keys: keys, Owners: ownersOf(keys, owner)})
 		released := make(map[string]bool)
 		for _, k := range p.Release {

@@ -19,7 +19,7 @@ type Share struct {
 }
 
 // Shares computes each active worker's Share of keys under cfg (its
-// Epsilon and MaxKeys, defaults applied). Tools that show a pool (the web
+// Epsilon, default applied) and each worker's own MaxKeys. Tools that show a pool (the web
 // console) call it, so they show the shares the workers act on.
 func Shares(cfg Config, active []Worker, keys int) map[string]Share {
 	cfg = cfg.withDefaults()
@@ -30,7 +30,7 @@ func Shares(cfg Config, active []Worker, keys int) map[string]Share {
 	for _, w := range active {
 		largest = max(largest, w.Weight)
 	}
-	// A worker whose share by weight is above MaxKeys gets MaxKeys, and
+	// A worker whose share by weight is above its MaxKeys gets MaxKeys, and
 	// the keys it cannot hold are shared among the others, again by
 	// weight, until no share is above it. A worker left with a share it
 	// may not hold would stay under its target for good, handed keys it
@@ -46,15 +46,15 @@ func Shares(cfg Config, active []Worker, keys int) map[string]Share {
 		capped := 0.0
 		for _, w := range open {
 			fair := left * (w.Weight / largest) / total
-			if cfg.MaxKeys > 0 && fair > float64(cfg.MaxKeys) {
-				out[w.ID] = Share{Fair: float64(cfg.MaxKeys), Cap: cfg.MaxKeys, Low: lowEdge(cfg, float64(cfg.MaxKeys))}
-				capped += float64(cfg.MaxKeys)
+			if w.MaxKeys > 0 && fair > float64(w.MaxKeys) {
+				out[w.ID] = Share{Fair: float64(w.MaxKeys), Cap: w.MaxKeys, Low: lowEdge(cfg, float64(w.MaxKeys))}
+				capped += float64(w.MaxKeys)
 				continue
 			}
 			next = append(next, w)
 			c := int(math.Ceil(fair * (1 + cfg.Epsilon)))
-			if cfg.MaxKeys > 0 && c > cfg.MaxKeys {
-				c = cfg.MaxKeys
+			if w.MaxKeys > 0 && c > w.MaxKeys {
+				c = w.MaxKeys
 			}
 			out[w.ID] = Share{Fair: fair, Cap: c, Low: lowEdge(cfg, fair)}
 		}

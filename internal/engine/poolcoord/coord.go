@@ -32,6 +32,10 @@ type Config struct {
 	Self string
 	// Weight is this worker's finite positive weight.
 	Weight float64
+	// MaxKeys is the most keys this worker holds, 0 for no limit. It goes
+	// into the membership key with the weight, so that every worker
+	// plans with each worker's own limit.
+	MaxKeys int
 	// NameOf maps an owner id to the name its key preferences are hashed
 	// from, so a restarted worker is preferred for the keys it had.
 	// Default: the id itself.
@@ -66,7 +70,7 @@ func New(cfg Config) (*Coordinator, error) {
 	if cfg.NameOf == nil {
 		cfg.NameOf = func(owner string) string { return owner }
 	}
-	member := poolkey.Member{Prefix: cfg.Prefix, Pool: cfg.Pool, Owner: cfg.Self, Weight: cfg.Weight}.Key()
+	member := poolkey.Member{Prefix: cfg.Prefix, Pool: cfg.Pool, Owner: cfg.Self, Weight: cfg.Weight, MaxKeys: cfg.MaxKeys}.Key()
 	if err := store.ValidateKey(member); err != nil {
 		return nil, fmt.Errorf("owner id too long for a membership key: %w", err)
 	}
@@ -310,7 +314,7 @@ func (c *Coordinator) addWorker(view *balance.View, out *Round, e Entry, member 
 		}
 		return
 	}
-	w := balance.Worker{ID: e.Owner, Name: c.cfg.NameOf(e.Owner), Weight: m.Weight, Draining: !e.Running}
+	w := balance.Worker{ID: e.Owner, Name: c.cfg.NameOf(e.Owner), Weight: m.Weight, MaxKeys: m.MaxKeys, Draining: !e.Running}
 	if e.Owner == c.cfg.Self {
 		w.Draining = !member
 	}

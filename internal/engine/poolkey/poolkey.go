@@ -6,7 +6,8 @@
 // Under a supervisor's namespace prefix P (Config.Prefix, often empty):
 //
 //	P~pool/NAME/KEY          key KEY of pool NAME
-//	P~workers/NAME/OWNER@W   the membership of OWNER, weight W, in pool NAME
+//	P~workers/NAME/OWNER@W          the membership of OWNER, weight W, in pool NAME
+//	P~workers/NAME/OWNER@W,max=M    the same, for a worker that holds at most M keys
 //
 // Each pool's keys live in the pool's own namespace, so two pools — or a
 // pool and a singleton — that use the same key name never share a lease.
@@ -55,20 +56,36 @@ type Member struct {
 	Prefix, Pool string
 	Owner        string
 	Weight       float64
+	// MaxKeys is the most keys the worker holds (Pool.MaxKeys), 0 for no
+	// limit. It is in the key so that every worker computes the same
+	// shares: a peer that assumed its own limit for the others saw a
+	// worker capped below that worker's band as low for good, and kept
+	// handing it keys it shed again.
+	MaxKeys int
 }
 
-// Key is the membership's lease key.
+// maxTag introduces a membership's key limit, after its weight.
+const maxTag = ",max="
+
+// Key is the membership's lease key. A worker without a key limit has
+// the form older versions wrote and read, so a rollout mixes versions
+// unharmed unless it also sets a limit.
 func (m Member) Key() string {
-	return MembersPrefix(m.Prefix, m.Pool) + m.Owner + "@" + strconv.FormatFloat(m.Weight, 'g', -1, 64)
+	k := MembersPrefix(m.Prefix, m.Pool) + m.Owner + "@" + strconv.FormatFloat(m.Weight, 'g', -1, 64)
+	if m.MaxKeys > 0 {
+		k += maxTag + strconv.Itoa(m.MaxKeys)
+	}
+	return k
 }
 
 // ErrNotMember: a lease key is not a membership key.
 var ErrNotMember = errors.New("poolkey: not a membership key")
 
 // ParseMember reads a membership lease key. It fails for a key that is not
-// one, and for one whose weight is not a finite positive number: a peer
-// that sent such a weight must be ignored, not let into the arithmetic
-// every other worker does with it.
+// one, and for one whose weight is not a finite positive number or whose
+// key limit is not a positive whole number: a peer that sent such a value
+// must be ignored, not let into the arithmetic every other worker does
+// with it.
 func ParseMember(leaseKey string) (Member, error) {
 	prefix, rest, ok := split(leaseKey, WorkersSegment)
 	if !ok {
@@ -79,11 +96,21 @@ func ParseMember(leaseKey string) (Member, error) {
 	if !ok || pool == "" || at <= 0 {
 		return Member{}, fmt.Errorf("membership key %q: want %sPOOL/OWNER@WEIGHT: %w", leaseKey, WorkersSegment, ErrNotMember)
 	}
-	w, err := strconv.ParseFloat(member[at+1:], 64)
+	weight, limit, limited := strings.Cut(member[at+1:], maxTag)
+	w, err := strconv.ParseFloat(weight, 64)
 	if err != nil || !ValidWeight(w) {
-		return Member{}, fmt.Errorf("membership key %q: weight %q is not a finite positive number", leaseKey, member[at+1:])
+		return Member{}, fmt.Errorf("membership key %q: weight %q is not a finite positive number", leaseKey, weight)
 	}
-	return Member{Prefix: prefix, Pool: pool, Owner: member[:at], Weight: w}, nil
+	m := Member{Prefix: prefix, Pool: pool, Owner: member[:at], Weight: w}
+	if limited {
+		// Digits only: Atoi would also take a sign.
+		n, err := strconv.Atoi(limit)
+		if err != nil || n <= 0 || strings.TrimLeft(limit, "0123456789") != "" {
+			return Member{}, fmt.Errorf("membership key %q: key limit %q is not a positive whole number", leaseKey, limit)
+		}
+		m.MaxKeys = n
+	}
+	return m, nil
 }
 
 // ValidWeight reports whether w is a finite positive number.

@@ -46,6 +46,9 @@ type Config struct {
 	// Balance tunes Tenure's policy through the Pool's fields; zero
 	// fields take the engine's defaults.
 	Balance balance.Config
+	// MaxKeys is each worker's Pool.MaxKeys, by worker id; a worker not
+	// in it has no limit.
+	MaxKeys map[string]int
 	// NewPolicy, when set, replaces Tenure's policy on every worker (a new
 	// or restarted one) with another, such as [Reference].
 	NewPolicy func(worker string) balance.Policy
@@ -279,7 +282,7 @@ func (s *Sim) join(id string, wrap func(balance.Policy) balance.Policy) error {
 	}
 	b := s.cfg.Balance
 	pool := tenure.Pool{Name: PoolName, Source: tenure.StaticKeys(s.cfg.Keys...), RefreshEvery: time.Hour,
-		Epsilon: b.Epsilon, MaxKeys: b.MaxKeys, OrphanDelay: b.OrphanDelay, MinHold: b.MinHold, HandoffRate: b.HandoffRate,
+		Epsilon: b.Epsilon, MaxKeys: s.cfg.MaxKeys[id], OrphanDelay: b.OrphanDelay, MinHold: b.MinHold, HandoffRate: b.HandoffRate,
 		Runner: s.runner(id)}
 	var policy balance.Policy
 	if s.cfg.NewPolicy != nil {
