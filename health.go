@@ -3,6 +3,8 @@ package tenure
 import (
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/tenure-dev/tenure/store"
@@ -10,6 +12,10 @@ import (
 
 // ErrStoreUnreachable: the store has not answered recently (Ready).
 var ErrStoreUnreachable = errors.New("tenure: store not reached")
+
+// ErrPoolKeysUnread: a pool's key source has not been read once, so this
+// replica takes no part in the pool (Ready).
+var ErrPoolKeysUnread = errors.New("tenure: a pool's keys have not been read")
 
 // Live reports whether the supervisor is alive: Run is active and its
 // loop began a round within the last 3×RenewEvery. It says nothing about
@@ -31,9 +37,13 @@ func (s *Supervisor) Live() error {
 // Ready reports whether the supervisor can do its job now: it is Live and,
 // with leases, the store answered — an acquisition, a read of the lease
 // table or a confirmed renewal — within the last 2×RenewEvery (one missed round is
-// tolerated). The error wraps ErrStoreUnreachable with the store's last
-// error. A readiness probe takes an unready replica out of rotation
-// without restarting it.
+// tolerated), and every pool's keys have been read once. The error wraps
+// ErrStoreUnreachable with the store's last error, or ErrPoolKeysUnread
+// with the source's. A readiness probe takes an unready replica out of
+// rotation without restarting it, and a rollout waits for it: one whose
+// key source fails everywhere (a command missing from the new image)
+// stops at its first replica instead of replacing every working one by
+// one that joins no pool.
 func (s *Supervisor) Ready() error {
 	if err := s.Live(); err != nil {
 		return err
@@ -52,6 +62,16 @@ func (s *Supervisor) Ready() error {
 	}
 	if since := time.Since(s.storeSeen); since > 2*s.cfg.RenewEvery {
 		return fmt.Errorf("%w for %v%s", ErrStoreUnreachable, since.Round(time.Millisecond), why)
+	}
+	for _, name := range slices.Sorted(maps.Keys(s.pools.byName)) {
+		ps := s.pools.byName[name]
+		if ps.coord.Loaded() {
+			continue
+		}
+		if _, err := ps.coord.Source(); err != nil {
+			return fmt.Errorf("%w: pool %s, so this replica takes no part in it: %w", ErrPoolKeysUnread, name, err)
+		}
+		return fmt.Errorf("%w yet: pool %s, so this replica takes no part in it", ErrPoolKeysUnread, name)
 	}
 	return nil
 }

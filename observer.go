@@ -42,6 +42,10 @@ type Observer interface {
 	// Pools is, after every round, how many keys of each pool this
 	// replica holds.
 	Pools(held map[string]int)
+	// PoolSources is, after every round, each pool's key source as this
+	// replica last read it, and whether the replica takes part in the
+	// pool; in no set order.
+	PoolSources(sources []PoolSource)
 }
 
 // The causes Observer.Handover reports.
@@ -60,6 +64,21 @@ type KeyState struct {
 	Running bool // its runner runs here
 }
 
+// PoolSource is one pool's key source on this replica, for metrics.
+type PoolSource struct {
+	Pool string
+	// Keys is how many keys the last good read of the source listed.
+	Keys int
+	// Failing: the latest read failed or timed out. The last good read's
+	// keys stay in force.
+	Failing bool
+	// Member: this replica holds its membership lease, so it takes part
+	// in the pool. It joins only once it has read the pool's keys, so a
+	// replica whose source never answers stays out, and no peer lists it:
+	// this is where it shows.
+	Member bool
+}
+
 // NopObserver observes nothing. Embed it in an Observer that implements
 // only some methods, so it keeps compiling when Observer grows.
 type NopObserver struct{}
@@ -76,3 +95,4 @@ func (NopObserver) Round(time.Duration)       {}
 func (NopObserver) Handoff(time.Duration)     {}
 func (NopObserver) Keys([]KeyState)           {}
 func (NopObserver) Pools(map[string]int)      {}
+func (NopObserver) PoolSources([]PoolSource)  {}

@@ -390,7 +390,10 @@ type PoolStatus struct {
 	Target  int            `json:"target"`
 	Cap     int            `json:"cap"`
 	Workers map[string]int `json:"workers"` // live worker → keys it holds
-	Error   string         `json:"error,omitempty"`
+	// Member: this replica holds its membership of the pool. It joins
+	// once it has read the pool's keys; until then Error says why not.
+	Member bool   `json:"member"`
+	Error  string `json:"error,omitempty"`
 }
 
 // Pools reports every pool: its keys, this replica's share and the keys
@@ -401,7 +404,8 @@ func (s *Supervisor) Pools() []PoolStatus {
 	var out []PoolStatus
 	for _, ps := range s.pools.byName {
 		c := ps.coord.Status(s.leaseTable(false))
-		st := PoolStatus{Name: c.Name, Keys: c.Keys, Held: c.Held, Target: c.Target, Cap: c.Cap, Workers: c.Workers}
+		st := PoolStatus{Name: c.Name, Keys: c.Keys, Held: c.Held, Target: c.Target, Cap: c.Cap, Workers: c.Workers,
+			Member: s.leased && s.keeper.HoldsAt(ps.coord.MemberKey(), s.loopClock().now())}
 		if c.Error != nil {
 			st.Error = c.Error.Error()
 		}

@@ -3,6 +3,10 @@ package tenure_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -65,4 +69,88 @@ func TestAPoolAddedWhileRunningIsRefused(t *testing.T) {
 			t.Errorf("AddPool while running: %v; want an error wrapping ErrConfig", err)
 		}
 	})
+}
+
+// A replica that cannot read its pool's keys takes no part in the pool,
+// and so appears in no peer's view of it: it says so itself, in Ready
+// (a rollout whose new source fails then stops at its first replica), in
+// Pools and to its Observer.
+func TestAReplicaThatCannotReadItsKeysSaysSo(t *testing.T) {
+	bubble(t, func(t *testing.T, st *memstore.Store) {
+		keys := poolKeys(20)
+		var mended atomic.Bool
+		obs := &sourceObserver{}
+		r := newReplica(t, st, "broken", func(cfg *tenure.Config) { cfg.Observer = obs })
+		err := r.AddPool(tenure.Pool{Name: "mail", Runner: newLedger(t).runner(), Source: tenure.KeySourceFunc(func(context.Context) ([]string, error) {
+			if !mended.Load() {
+				return nil, errors.New("psql: command not found")
+			}
+			return keys, nil
+		})})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.start()
+		stopped := false
+		defer func() {
+			if !stopped {
+				r.stop()
+			}
+		}()
+		advance(3 * renew)
+		if err := r.Ready(); !errors.Is(err, tenure.ErrPoolKeysUnread) || !strings.Contains(err.Error(), "psql: command not found") || !strings.Contains(err.Error(), "mail") {
+			t.Errorf("Ready() = %v; want ErrPoolKeysUnread naming the pool and the source's error", err)
+		}
+		if ps := r.Pools(); len(ps) != 1 || ps[0].Member || ps[0].Error == "" {
+			t.Errorf("Pools() = %+v; want mail, not a member, with the source's error", ps)
+		}
+		if got, want := obs.last(), (tenure.PoolSource{Pool: "mail", Failing: true}); got != want {
+			t.Errorf("observed %+v; want %+v", got, want)
+		}
+
+		mended.Store(true)
+		if err := r.RefreshPool("mail"); err != nil {
+			t.Fatal(err)
+		}
+		advance(3 * renew)
+		if err := r.Ready(); err != nil {
+			t.Errorf("Ready() once the keys are read = %v", err)
+		}
+		if ps := r.Pools(); len(ps) != 1 || !ps[0].Member || ps[0].Error != "" {
+			t.Errorf("Pools() once the keys are read = %+v; want a member", ps)
+		}
+		if got, want := obs.last(), (tenure.PoolSource{Pool: "mail", Keys: 20, Member: true}); got != want {
+			t.Errorf("observed %+v once the keys are read; want %+v", got, want)
+		}
+
+		stopped = true
+		if err := r.stop(); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := obs.last(), (tenure.PoolSource{Pool: "mail", Keys: 20}); got != want {
+			t.Errorf("observed %+v once stopped; want %+v", got, want)
+		}
+	})
+}
+
+// sourceObserver keeps the last pool source reported.
+type sourceObserver struct {
+	tenure.NopObserver
+	mu      sync.Mutex
+	sources []tenure.PoolSource
+}
+
+func (o *sourceObserver) PoolSources(s []tenure.PoolSource) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.sources = slices.Clone(s)
+}
+
+func (o *sourceObserver) last() tenure.PoolSource {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if len(o.sources) != 1 {
+		return tenure.PoolSource{Pool: fmt.Sprintf("%d pools", len(o.sources))}
+	}
+	return o.sources[0]
 }

@@ -244,8 +244,10 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	for name := range s.pools.byName {
 		none[name] = 0
 	}
+	sources := s.poolSourcesLocked(func(*poolState) bool { return false })
 	s.unlock()
 	s.obs.Pools(none)
+	s.obs.PoolSources(sources)
 	if gaveUp != nil {
 		// Only now: nothing is held or runs, so a blocked log waits for nothing.
 		s.log.Error("giving up: the store keeps refusing the calls for good", "err", gaveUp)
@@ -329,8 +331,8 @@ func (s *Supervisor) round(ctx context.Context) {
 	s.obs.Round(time.Since(start))
 }
 
-// reportKeys tells the Observer each leased singleton key's state and how
-// many keys of each pool this replica holds: per key for the few keys Set
+// reportKeys tells the Observer each leased singleton key's state, how
+// many keys of each pool this replica holds and each pool's source: per key for the few keys Set
 // names, per pool for the thousands a pool may hold. Keys nobody should
 // hold — disabled, finished, paused — and Everywhere keys are left out,
 // so "held nowhere" and "running twice" stay alerts about real trouble.
@@ -363,10 +365,25 @@ func (s *Supervisor) reportKeys() {
 			}
 		}
 	}
+	sources := s.poolSourcesLocked(func(ps *poolState) bool {
+		return s.keeper.HoldsAt(ps.coord.MemberKey(), keeperNow)
+	})
 	s.observeLocked(func(o Observer) {
 		o.Keys(keys)
 		o.Pools(held)
+		o.PoolSources(sources)
 	})
+}
+
+// poolSourcesLocked is each pool's PoolSource, member telling whether this
+// replica holds the pool's membership lease.
+func (s *Supervisor) poolSourcesLocked(member func(*poolState) bool) []PoolSource {
+	out := make([]PoolSource, 0, len(s.pools.byName))
+	for name, ps := range s.pools.byName {
+		keys, err := ps.coord.Source()
+		out = append(out, PoolSource{Pool: name, Keys: keys, Failing: err != nil, Member: member(ps)})
+	}
+	return out
 }
 
 // acquirePass tries to acquire every wanted key that is not held and whose

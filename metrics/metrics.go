@@ -7,7 +7,7 @@
 //
 // One collector may observe several supervisors: it sums their counters
 // and histograms. The per-key and per-pool gauges (tenure_key_held,
-// tenure_key_running, tenure_pool_keys_held) describe one supervisor: give
+// tenure_key_running, tenure_pool_*) describe one supervisor: give
 // each its own collector, registered with a constant label
 // (prometheus.WrapRegistererWith), when one process runs several.
 package metrics
@@ -42,6 +42,9 @@ type Collector struct {
 	keyHeld      *prometheus.GaugeVec
 	keyRunning   *prometheus.GaugeVec
 	poolHeld     *prometheus.GaugeVec
+	poolKeys     *prometheus.GaugeVec
+	poolFailing  *prometheus.GaugeVec
+	poolMember   *prometheus.GaugeVec
 
 	mu        sync.Mutex
 	keys      map[string]keySeries // the keys keyHeld and keyRunning have series for
@@ -98,6 +101,15 @@ func New() *Collector {
 		poolHeld: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "tenure_pool_keys_held", Help: "Keys of the pool this replica holds.",
 		}, []string{"pool"}),
+		poolKeys: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tenure_pool_keys", Help: "Keys the last good read of the pool's source listed.",
+		}, []string{"pool"}),
+		poolFailing: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tenure_pool_source_failing", Help: "1 while the latest read of the pool's key source failed; the last good read's keys stay in force.",
+		}, []string{"pool"}),
+		poolMember: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "tenure_pool_member", Help: "1 while this replica holds its membership of the pool; 0 until it has read the pool's keys once, which no peer shows.",
+		}, []string{"pool"}),
 		keys: make(map[string]keySeries),
 	}
 	for _, cause := range []string{tenure.HandoverReleased, tenure.HandoverRebalance, tenure.HandoverCrashLoop, tenure.HandoverLost, tenure.HandoverExpired} {
@@ -112,7 +124,8 @@ func New() *Collector {
 
 func (m *Collector) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.held, m.renewals, m.lastRenewal, m.acquisitions, m.handovers, m.deadlines, m.starts, m.failures,
-		m.round, m.renewalTime, m.handoff, m.keyHeld, m.keyRunning, m.poolHeld}
+		m.round, m.renewalTime, m.handoff, m.keyHeld, m.keyRunning, m.poolHeld,
+		m.poolKeys, m.poolFailing, m.poolMember}
 }
 
 // Describe implements prometheus.Collector.
@@ -212,6 +225,15 @@ type keySeries struct {
 func (m *Collector) Pools(held map[string]int) {
 	for pool, n := range held {
 		m.poolHeld.WithLabelValues(pool).Set(float64(n))
+	}
+}
+
+// PoolSources implements tenure.Observer.
+func (m *Collector) PoolSources(sources []tenure.PoolSource) {
+	for _, s := range sources {
+		m.poolKeys.WithLabelValues(s.Pool).Set(float64(s.Keys))
+		m.poolFailing.WithLabelValues(s.Pool).Set(b2f(s.Failing))
+		m.poolMember.WithLabelValues(s.Pool).Set(b2f(s.Member))
 	}
 }
 

@@ -2,6 +2,7 @@ package metrics_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"testing"
@@ -150,6 +151,51 @@ func TestPoolsAreCountedPerPoolNotPerKey(t *testing.T) {
 		cancel()
 		if err := <-done; err != nil {
 			t.Fatal(err)
+		}
+	})
+}
+
+// TestAPoolWhoseKeysCannotBeReadShowsAsNotJoined: such a replica takes no
+// part in the pool, so no peer lists it; its own metrics must say so.
+func TestAPoolWhoseKeysCannotBeReadShowsAsNotJoined(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sup, reg := observed(t)
+		wait := tenure.RunnerFunc(func(ctx context.Context, _ tenure.Lease) error { <-ctx.Done(); return nil })
+		for name, src := range map[string]tenure.KeySource{
+			"mail": tenure.StaticKeys("a", "b", "c"),
+			"broken": tenure.KeySourceFunc(func(context.Context) ([]string, error) {
+				return nil, errors.New("imap-list: not found")
+			}),
+		} {
+			if err := sup.AddPool(tenure.Pool{Name: name, Source: src, Runner: wait}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error)
+		go func() { done <- sup.Run(ctx) }()
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		for _, want := range []struct {
+			metric, pool string
+			value        float64
+		}{
+			{"tenure_pool_member", "mail", 1}, {"tenure_pool_source_failing", "mail", 0}, {"tenure_pool_keys", "mail", 3},
+			{"tenure_pool_member", "broken", 0}, {"tenure_pool_source_failing", "broken", 1}, {"tenure_pool_keys", "broken", 0},
+		} {
+			if n, err := testutil.GatherAndCount(reg, want.metric); err != nil || n != 2 {
+				t.Errorf("%s: %d series (%v), want one per pool", want.metric, n, err)
+			}
+			if got := gathered(t, reg, want.metric, "pool", want.pool); got != want.value {
+				t.Errorf("%s{pool=%s} = %v, want %v", want.metric, want.pool, got, want.value)
+			}
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if got := gathered(t, reg, "tenure_pool_member", "pool", "mail"); got != 0 {
+			t.Errorf("tenure_pool_member{pool=mail} = %v once stopped, want 0", got)
 		}
 	})
 }

@@ -51,7 +51,7 @@ func addReplicaFlags(cmd *cobra.Command, f *replicaFlags) {
 	fl.DurationVar(&f.failureWindow, "failure-window", 0, "the window --max-failures counts in (default 8 renewal periods: three tries under the restart backoff)")
 	fl.DurationVar(&f.cooldown, "cooldown", 0, "how long a replica that released a failing key waits before asking for it again (default 12 renewal periods)")
 	fl.BoolVar(&f.passSighup, "pass-sighup", false, "pass SIGHUP on to the command (its reload); off by default, as a command that does not expect SIGHUP dies of it")
-	fl.StringVar(&f.http, "http", "", "serve the web console at /, and /metrics, /status, /healthz (alive) and /readyz (store reachable; for run, the key held here or by a known peer) on this address (loopback only, e.g. 127.0.0.1:9090)")
+	fl.StringVar(&f.http, "http", "", "serve the web console at /, and /metrics, /status, /healthz (alive) and /readyz (store reachable; for run, the key held here or by a known peer; for pool, its keys read) on this address (loopback only, e.g. 127.0.0.1:9090)")
 	fl.BoolVar(&f.httpPublic, "http-public", false, "allow --http on a non-loopback address")
 }
 

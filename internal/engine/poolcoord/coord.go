@@ -171,6 +171,10 @@ func (c *Coordinator) Index() *Index { return c.index }
 // stays in force.
 func (c *Coordinator) SourceFailed(err error) { c.lastErr = err }
 
+// Source is how many keys the last good read of the source listed, and
+// why the latest read failed, if it did.
+func (c *Coordinator) Source() (keys int, err error) { return len(c.keys), c.lastErr }
+
 // Entry is one lease as the holder sees it: a live lease, or one whose
 // holder's term ended less than grace ago (still blocked for everyone
 // else), with the owner's running flag. Its key is Key; or, when Index is
