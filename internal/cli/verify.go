@@ -29,18 +29,20 @@ func (e *env) verifyCommand() *cobra.Command {
 		duration          time.Duration
 		seed              uint64
 		replicas, keys    int
+		poolKeys          int
 		timeline, history string
 		faults            []string
 		failoverCmd       string
 	)
 	cmd := &cobra.Command{
-		Use:   "verify [--store URL] [--duration 2m] [--seed N] [--replicas 3] [--keys 4] [--faults KIND,…] [--timeline FILE] [--failover-cmd CMD]",
+		Use:   "verify [--store URL] [--duration 2m] [--seed N] [--replicas 3] [--keys 4] [--pool-keys 8] [--faults KIND,…] [--timeline FILE] [--failover-cmd CMD]",
 		Short: "Prove the guarantees on your store under injected faults",
 		Long: `verify runs several tenure replicas as separate processes against the store,
 on scratch keys in a table (namespace, prefix) of their own that is dropped
 at the end (it writes, like run: an SQLite file that does not exist is
 created); every other key's work runs as a child process through the guard
-that run uses. It injects faults one at a time, on a schedule drawn from
+that run uses. The replicas also share --pool-keys keys in a pool, as pool
+does (0: no pool). It injects faults one at a time, on a schedule drawn from
 the seed; the first faults go through every kind once. Each replica reaches
 a networked store through proxies of its own, where the network faults
 happen (for SQLite and a Redis Sentinel URL, whose master's address comes
@@ -77,6 +79,10 @@ store calls). The kinds (--faults):
                   standby — with TENURE_FAULT_DOWN set to how long it
                   should stay down (0.25–2 TTL, in seconds); CMD returns once
                   the store serves again
+  source-down     with a pool: restart a holder gracefully as a replica
+                  that cannot read the pool's keys (a command missing from
+                  a new image), and mend its source after 5–7 TTL: it must
+                  take no share of keys it cannot run
 
 Every replica logs its work, its store calls and its fenced writes;
 afterwards verify checks that no two replicas' work on a key overlapped,
@@ -86,8 +92,10 @@ last holder's expiry + grace, that a runner stopped for lack of renewals
 (a frozen replica's child too, which only its guard can stop) stopped at
 least renew-every + grace before a successor, that crashed holders were
 replaced in time, that an abandoned term ended and a peer ran its key in
-time, and that a slow store which answered every call never
-made a holder stop at its deadline. It prints a report with
+time, that a slow store which answered every call never
+made a holder stop at its deadline, and that, outside faults that stop
+work for a while, every key of the pool ran at some moment of every
+stretch of the takeover bound plus 3 renewal periods. It prints a report with
 takeover latencies against their bound.
 
 Supported stores: every one tenure runs on —
@@ -138,8 +146,10 @@ could not be carried out; 2 usage error.`,
 				return withCode(ExitUsage, fmt.Errorf("--replicas %d: between 2 and 16", replicas))
 			case keys < 1 || keys > 64:
 				return withCode(ExitUsage, fmt.Errorf("--keys %d: between 1 and 64", keys))
+			case poolKeys < 0 || poolKeys > 64:
+				return withCode(ExitUsage, fmt.Errorf("--pool-keys %d: between 0 (no pool) and 64", poolKeys))
 			}
-			kinds := verifyFaults(failoverCmd != "")
+			kinds := verifyFaults(failoverCmd != "", poolKeys > 0)
 			for _, f := range faults {
 				if !slices.Contains(kinds, f) {
 					return withCode(ExitUsage, fmt.Errorf("--faults: unknown fault kind %q (known: %s)", f, strings.Join(kinds, ",")))
@@ -150,9 +160,9 @@ could not be carried out; 2 usage error.`,
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(e.stdout, "verifying %s for %v with %d replicas on %d keys…\n", spec.Shown, duration, replicas, keys)
+			fmt.Fprintf(e.stdout, "verifying %s for %v with %d replicas on %d keys and %d pool keys…\n", spec.Shown, duration, replicas, keys, poolKeys)
 			opts := chaos.Options{
-				Store: raw, Duration: duration, Seed: seed, Replicas: replicas, Keys: keys, Faults: faults,
+				Store: raw, Duration: duration, Seed: seed, Replicas: replicas, Keys: keys, PoolKeys: poolKeys, Faults: faults,
 				ReplicaArgs: []string{replicaCommand}, HistoryDir: history, Logger: logger,
 			}
 			if failoverCmd != "" {
@@ -183,21 +193,21 @@ could not be carried out; 2 usage error.`,
 	f.Uint64Var(&seed, "seed", 0, "seed of the fault schedule (0: random, reported)")
 	f.IntVar(&replicas, "replicas", 3, "replica processes running at once")
 	f.IntVar(&keys, "keys", 4, "keys every replica wants")
+	f.IntVar(&poolKeys, "pool-keys", 8, "keys the replicas share in a pool (0: no pool)")
 	f.StringVar(&timeline, "timeline", "", "write an SVG timeline of the run to FILE")
 	f.StringVar(&history, "history", "", "keep the run's history (logs, schedule) in DIR, a new or empty one")
 	f.StringSliceVar(&faults, "faults", nil, "fault kinds to inject, comma-separated (default all: "+
-		strings.Join(verifyFaults(false), ",")+", and store-restart with --failover-cmd)")
+		strings.Join(verifyFaults(false, true), ",")+", and store-restart with --failover-cmd; source-down only with a pool)")
 	f.StringVar(&failoverCmd, "failover-cmd", "", "shell command that fails the store over (store-restart faults)")
 	return cmd
 }
 
 // verifyFaults are the fault kinds verify can inject: restarting the
-// store only when told how.
-func verifyFaults(canFailOver bool) []string {
-	if canFailOver {
-		return slices.Clone(chaos.FaultKinds)
-	}
-	return slices.DeleteFunc(slices.Clone(chaos.FaultKinds), func(k string) bool { return k == chaos.FaultStoreRestart })
+// store only when told how, a pool's source only with a pool.
+func verifyFaults(canFailOver, pool bool) []string {
+	return slices.DeleteFunc(slices.Clone(chaos.FaultKinds), func(k string) bool {
+		return k == chaos.FaultStoreRestart && !canFailOver || k == chaos.FaultSourceDown && !pool
+	})
 }
 
 // failoverTimeout bounds one run of --failover-cmd beyond its down time.

@@ -14,9 +14,12 @@ func TestVerifyRefusesAFaultKindItCannotInject(t *testing.T) {
 		{"kill,log-stal", `unknown fault kind "log-stal"`},
 		// Restarting the store needs a server the harness owns.
 		{"store-restart", `unknown fault kind "store-restart"`},
+		// A pool's source needs a pool.
+		{"source-down --pool-keys 0", `unknown fault kind "source-down"`},
 	} {
 		e, _, errOut := testEnv(nil)
-		code := e.main(t.Context(), []string{"verify", "--store", store, "--faults", c.faults})
+		faults, more, _ := strings.Cut(c.faults, " ")
+		code := e.main(t.Context(), append([]string{"verify", "--store", store, "--faults", faults}, strings.Fields(more)...))
 		if code != ExitUsage || !strings.Contains(errOut.String(), c.want) ||
 			!strings.Contains(errOut.String(), "log-stall,slow-store,same-owner") {
 			t.Errorf("--faults %s: exit %d, stderr %q; want %d naming %s and the known kinds", c.faults, code, errOut.String(), ExitUsage, c.want)
@@ -29,7 +32,7 @@ func TestVerifyHelpListsEveryFaultKind(t *testing.T) {
 	if code := e.main(t.Context(), []string{"verify", "--help"}); code != 0 {
 		t.Fatalf("exit %d", code)
 	}
-	for _, k := range verifyFaults(true) {
+	for _, k := range verifyFaults(true, true) {
 		if !strings.Contains(out.String(), "\n  "+k+" ") {
 			t.Errorf("verify --help does not describe %s:\n%s", k, out.String())
 		}

@@ -18,7 +18,7 @@ import (
 //
 //	TENURE_CHAOS_DURATION=10m go test ./internal/harness/chaos -run TestChaosPostgres -v -timeout 30m
 //
-// TENURE_CHAOS_SEED replays a schedule; TENURE_CHAOS_KEYS,
+// TENURE_CHAOS_SEED replays a schedule; TENURE_CHAOS_KEYS, TENURE_CHAOS_POOL_KEYS,
 // TENURE_CHAOS_REPLICAS and TENURE_CHAOS_CONCURRENCY change the shape;
 // TENURE_CHAOS_FAULTS=log-stall,slow-store picks fault kinds;
 // TENURE_CHAOS_HISTORY=DIR keeps every run's history (otherwise only a
@@ -45,6 +45,22 @@ func TestChaosMySQL(t *testing.T) {
 
 func TestChaosEtcd(t *testing.T) {
 	runChaos(t, testenv.Etcd.URL(t))
+}
+
+// TestChaosPool shares keys in a pool besides the singletons, under the
+// faults that move a pool's keys: a replica killed, frozen or restarted,
+// and one restarted unable to read the pool's keys (source-down), which
+// must take no share of them: when it took one, its peers stopped
+// claiming at their lowered caps and keys ran nowhere while its source
+// failed.
+func TestChaosPool(t *testing.T) {
+	rep := runChaosWith(t, "sqlite:"+filepath.Join(t.TempDir(), "leases.db"), 30*time.Second, func(o *Options) {
+		o.PoolKeys = 12
+		o.Faults = []string{FaultSourceDown, FaultKill, FaultPause, FaultRestart}
+	})
+	if rep != nil && rep.Faults[FaultSourceDown] == 0 {
+		t.Errorf("no source-down fault ran: %v", rep.Faults)
+	}
 }
 
 func runChaos(t *testing.T, url string) { _ = runChaosWith(t, url, 30*time.Second, nil) }
@@ -75,7 +91,7 @@ func runChaosWith(t *testing.T, url string, d time.Duration, adjust func(*Option
 		opts.Seed = seed
 	}
 	for env, field := range map[string]*int{"TENURE_CHAOS_KEYS": &opts.Keys, "TENURE_CHAOS_REPLICAS": &opts.Replicas,
-		"TENURE_CHAOS_CONCURRENCY": &opts.Concurrency} {
+		"TENURE_CHAOS_CONCURRENCY": &opts.Concurrency, "TENURE_CHAOS_POOL_KEYS": &opts.PoolKeys} {
 		if v := os.Getenv(env); v != "" {
 			n, err := strconv.Atoi(v)
 			if err != nil {

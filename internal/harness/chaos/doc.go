@@ -37,6 +37,11 @@
 // stop). Half the keys keep the cost at one guard and one child per held
 // key on a two-core host, and the other half keep in-process work tested.
 //
+// With Options.PoolKeys, every replica also shares that many keys in a
+// pool (pool.go), with the same in-process workload recorded under each
+// key's lease key, so the checks of overlaps, epochs and fencing cover the
+// pool's hand-overs; MinHold is five renewal periods, so a run sees many.
+//
 // Every store call (Acquire, Renew, Release, List) goes through a
 // recorder that logs its send time and outcome. Each record is one
 // write(2) to an O_APPEND file, so a replica killed with SIGKILL leaves a
@@ -112,6 +117,12 @@
 //     after its primary's host died with the replica behind; tenure
 //     verify --failover-cmd). A store that may fail over keeps no fenced
 //     resource: its acknowledged writes may be lost.
+//   - source-down (with a pool only): a holder is restarted gracefully as
+//     a replica whose pool key source fails (a command missing from a new
+//     image), and the source is mended after 5–7×TTL. It must take no
+//     share of keys it cannot run: when it joined the pool anyway, its
+//     peers stopped claiming at their lowered caps and keys went from
+//     one to another with none running them.
 //
 // PostgreSQL, MySQL, Redis and etcd are reached through in-process TCP
 // proxies, one per replica and store endpoint, and nothing else: the SQL
@@ -150,7 +161,11 @@
 // during a slow-store window and one TTL after it, no runner of a slowed
 // replica stops at its deadline while every store call that replica made
 // since its last confirmed renewal answered within the call timeout
-// (renewals starved by a slow store). The [Report] adds takeover
+// (renewals starved by a slow store); and, with a pool, every pool key
+// runs at some instant of every stretch of the takeover bound plus three
+// renewal periods (twice the orphan delay), unless a fault other than a
+// graceful restart or source-down was under way within that bound. The
+// [Report] adds takeover
 // latencies, time without a holder, the longest gap between renewals
 // under a slow store, whether same-owner pairs shared an owner id, what
 // wrapper freezes did (children stopped by their guard while frozen, how

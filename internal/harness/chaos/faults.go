@@ -28,6 +28,8 @@ func (h *harness) apply(ctx context.Context, s Step, targets []*proc) {
 		h.sameOwner(ctx, p, s)
 	case FaultAbandon:
 		h.abandon(ctx, p, s)
+	case FaultSourceDown:
+		h.sourceDownFault(ctx, p, s)
 	case FaultStoreRestart:
 		h.hl.add(Event{Ev: evFaultBegin, Fault: s.Fault, Target: "*", Dur: int64(s.Dur)})
 		if err := h.opts.RestartStore(ctx, s.Dur); err != nil {
@@ -135,7 +137,7 @@ func (h *harness) logStall(ctx context.Context, p *proc, s Step) {
 // both run for the step's duration, and stops the extra one gracefully.
 // The recorded window lasts until the extra replica is gone.
 func (h *harness) sameOwner(ctx context.Context, p *proc, s Step) {
-	x, err := h.spawnAs(p.configured, true)
+	x, err := h.spawnWith(spawnOpts{owner: p.configured, busy: true})
 	if err != nil {
 		h.log.Error("could not start a replica under a shared owner name", "err", err)
 		return

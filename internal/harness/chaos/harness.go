@@ -17,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/tenure-dev/tenure/internal/engine/poolkey"
 	"github.com/tenure-dev/tenure/store"
 )
 
@@ -52,6 +53,11 @@ type Options struct {
 	Replicas int
 	// Keys is how many keys each replica wants. Default 4.
 	Keys int
+	// PoolKeys, when not zero, is how many keys every replica also shares
+	// in a pool (Supervisor.AddPool), whose work is checked like the
+	// singletons' and must run somewhere (see the source-down fault).
+	// Default 0: no pool.
+	PoolKeys int
 	// Timing is the replicas' lease timing; zero fields take DefaultTiming.
 	Timing Timing
 	// Concurrency is how many faults may be under way at once, each on
@@ -135,7 +141,7 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if len(o.Faults) == 0 {
 		o.Faults = slices.DeleteFunc(slices.Clone(FaultKinds), func(f string) bool {
-			return f == FaultStoreRestart && o.RestartStore == nil
+			return f == FaultStoreRestart && o.RestartStore == nil || f == FaultSourceDown && o.PoolKeys == 0
 		})
 	}
 	for _, f := range o.Faults {
@@ -144,6 +150,9 @@ func (o Options) withDefaults() (Options, error) {
 		}
 		if f == FaultStoreRestart && o.RestartStore == nil {
 			return o, errors.New("chaos: the store-restart fault needs Options.RestartStore")
+		}
+		if f == FaultSourceDown && o.PoolKeys == 0 {
+			return o, errors.New("chaos: the source-down fault needs a pool (Options.PoolKeys)")
 		}
 	}
 	switch {
@@ -155,6 +164,8 @@ func (o Options) withDefaults() (Options, error) {
 		return o, fmt.Errorf("chaos: Concurrency %d: between 1 and Replicas (%d)", o.Concurrency, o.Replicas)
 	case o.Keys < 1 || o.Keys > 64:
 		return o, fmt.Errorf("chaos: Keys %d: between 1 and 64", o.Keys)
+	case o.PoolKeys < 0 || o.PoolKeys > 64:
+		return o, fmt.Errorf("chaos: PoolKeys %d: between 0 (no pool) and 64", o.PoolKeys)
 	}
 	if o.Executable == "" {
 		exe, err := os.Executable()
@@ -175,11 +186,13 @@ func (o Options) withDefaults() (Options, error) {
 // History is everything a run recorded: its parameters, the faults it
 // drew, and every event of every process, ordered by time.
 type History struct {
-	Seed     uint64        `json:"seed"`
-	Store    string        `json:"store"` // redacted URL
-	Kind     string        `json:"kind"`
-	Timing   Timing        `json:"timing"`
-	Keys     []string      `json:"keys"`
+	Seed   uint64   `json:"seed"`
+	Store  string   `json:"store"` // redacted URL
+	Kind   string   `json:"kind"`
+	Timing Timing   `json:"timing"`
+	Keys   []string `json:"keys"`
+	// PoolKeys are the lease keys of the pool's keys, if the run had one.
+	PoolKeys []string      `json:"pool_keys,omitempty"`
 	Replicas int           `json:"replicas"`
 	Duration time.Duration `json:"duration"`         // planned time of faults
 	Faults   []string      `json:"faults,omitempty"` // the kinds the schedule drew from
@@ -259,6 +272,10 @@ func Run(ctx context.Context, opts Options) (*Report, error) {
 	for i := range o.Keys {
 		h.hist.Keys = append(h.hist.Keys, fmt.Sprintf("chaos-%s/k%d", runID, i+1))
 	}
+	for i := range o.PoolKeys {
+		h.poolKeys = append(h.poolKeys, fmt.Sprintf("p%d", i+1))
+		h.hist.PoolKeys = append(h.hist.PoolKeys, poolkey.Key(h.prefix(), poolName, h.poolKeys[i]))
+	}
 	// A store the run fails over may lose what it acknowledged; a
 	// resource kept in it would lose fenced writes and make the fencing
 	// check meaningless.
@@ -317,6 +334,8 @@ type harness struct {
 	hl      *eventLog
 	mon     closingStore // the harness's own view of the store, for targeting
 	hist    History
+	// poolKeys are the pool's keys as its source lists them.
+	poolKeys []string
 
 	mu    sync.Mutex
 	procs map[string]*proc // live replicas by name
@@ -365,6 +384,9 @@ func (h *harness) run(ctx context.Context) (err error) {
 	h.hl.add(clockEvent(evRunEnd))
 	return h.writeMeta()
 }
+
+// prefix is the namespace of every lease key of the run.
+func (h *harness) prefix() string { return "chaos-" + h.runID + "/" }
 
 func (h *harness) writeMeta() error {
 	b, err := json.MarshalIndent(h.hist, "", "  ")

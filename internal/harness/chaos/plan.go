@@ -48,17 +48,22 @@ const (
 	// FaultStoreRestart crashes and restarts the store itself, through
 	// Options.RestartStore; drawn only when that is set.
 	FaultStoreRestart = "store-restart"
+	// FaultSourceDown restarts a replica (gracefully) as one whose pool
+	// key source fails, and mends the source later (runs with a pool
+	// only: Options.PoolKeys).
+	FaultSourceDown = "source-down"
 )
 
 // FaultKinds lists every fault kind, in report order.
 var FaultKinds = []string{FaultKill, FaultPause, FaultPartition, FaultHold, FaultLoseReplies, FaultLatency, FaultRestart,
-	FaultLogStall, FaultSlowStore, FaultSameOwner, FaultFreezeWrapper, FaultAbandon, FaultStoreRestart}
+	FaultLogStall, FaultSlowStore, FaultSameOwner, FaultFreezeWrapper, FaultAbandon, FaultStoreRestart, FaultSourceDown}
 
 // faultWeights are the kinds' relative frequencies once every enabled
 // kind has been drawn once.
 var faultWeights = map[string]int{
 	FaultKill: 22, FaultPause: 22, FaultPartition: 16, FaultHold: 10, FaultLoseReplies: 10, FaultLatency: 10, FaultRestart: 20,
 	FaultLogStall: 14, FaultSlowStore: 14, FaultSameOwner: 12, FaultFreezeWrapper: 16, FaultAbandon: 12, FaultStoreRestart: 10,
+	FaultSourceDown: 10,
 }
 
 // Step is one fault of a schedule. Its target is resolved when it runs:
@@ -134,6 +139,10 @@ func (p *planner) next() Step {
 		s.Dur = between(0.5, 4)
 	case FaultStoreRestart:
 		s.Dur = between(0.25, 2) // how long the store stays down
+	case FaultSourceDown:
+		// Well past the pool bound (under 4 TTL with the harness's
+		// timing), so that keys left to nobody show as a violation.
+		s.Dur = between(5, 7)
 	case FaultPartition, FaultHold:
 		s.Dur = between(1, 3)
 		s.All = p.rng.IntN(10) < 3

@@ -28,7 +28,7 @@ type proc struct {
 	pid        int
 	log        string         // its event log
 	proxies    netproxy.Group // networked stores: one per store endpoint
-	control    string         // the fault control file (recorder.go)
+	control    string         // the fault control file (recorder.go); its name + ".src" is the source-down file
 	expected   atomic.Bool
 	exited     chan struct{}
 	busy       bool // a fault is using it; guarded by harness.mu
@@ -81,12 +81,22 @@ func (p *proc) firstEvent(match func(Event) bool) (Event, bool) {
 }
 
 // spawn starts a new replica process with an owner name of its own.
-func (h *harness) spawn() (*proc, error) { return h.spawnAs("", false) }
+func (h *harness) spawn() (*proc, error) { return h.spawnWith(spawnOpts{}) }
 
-// spawnAs starts a replica configured with owner ("" for a name of its
-// own), already marked busy when busy is set, so no other fault can
-// claim it before its own fault is done with it.
-func (h *harness) spawnAs(owner string, busy bool) (p *proc, err error) {
+// spawnOpts are how a replica starts other than as usual.
+type spawnOpts struct {
+	// owner is its configured owner name; "" for a name of its own.
+	owner string
+	// busy marks it claimed already, so no other fault can claim it
+	// before its own fault is done with it.
+	busy bool
+	// sourceDown starts it with its pool's key source failing.
+	sourceDown bool
+}
+
+// spawnWith starts a replica as o says.
+func (h *harness) spawnWith(o spawnOpts) (p *proc, err error) {
+	owner, busy := o.owner, o.busy
 	h.mu.Lock()
 	h.seq++
 	n := h.seq
@@ -127,11 +137,17 @@ func (h *harness) spawnAs(owner string, busy bool) (p *proc, err error) {
 	if err := setControl(p.control, ""); err != nil {
 		return nil, err
 	}
+	if o.sourceDown {
+		if err := p.setSourceDown(true); err != nil {
+			return nil, err
+		}
+	}
 	spec := replicaSpec{
-		Name: p.name, Owner: p.configured, Store: sb, Keys: h.hist.Keys, Prefix: "chaos-" + h.runID + "/",
+		Name: p.name, Owner: p.configured, Store: sb, Keys: h.hist.Keys, Prefix: h.prefix(),
 		Timing: h.opts.Timing, Log: p.log, Control: p.control,
 		Resource: h.res, Seed: h.opts.Seed ^ uint64(n)*0x9e3779b97f4a7c15, LateStop: h.opts.lateStop,
 		Children: childKeys(h.hist.Keys), ChildNoDeadline: h.opts.childNoDeadline,
+		Pool: h.poolKeys, SourceDown: p.sourceDown(),
 	}
 	if h.opts.uniqueIDs {
 		spec.IDSuffix = fmt.Sprintf("#%s.%d", h.runID, n)
@@ -244,7 +260,7 @@ func (h *harness) settle(ctx context.Context, limit time.Duration) bool {
 				}
 			}
 			all := true
-			for _, k := range h.hist.Keys {
+			for _, k := range h.allKeys() {
 				all = all && owners[held[k]]
 			}
 			if all {
@@ -256,6 +272,9 @@ func (h *harness) settle(ctx context.Context, limit time.Duration) bool {
 	return false
 }
 
+// allKeys are the lease keys of the singletons and of the pool's keys.
+func (h *harness) allKeys() []string { return slices.Concat(h.hist.Keys, h.hist.PoolKeys) }
+
 // holdersRunning reports whether each key's holder has started its
 // runner, as its event log says. Faults start only then: a kill that came
 // a few milliseconds after the holder's acquisition, before its runner
@@ -266,7 +285,7 @@ func (h *harness) holdersRunning(ctx context.Context) bool {
 	if err != nil {
 		return false
 	}
-	for _, k := range h.hist.Keys {
+	for _, k := range h.allKeys() {
 		if !slices.ContainsFunc(h.live(), func(p *proc) bool { return p.storeID() == held[k] && p.started(k) }) {
 			return false
 		}

@@ -53,6 +53,11 @@ type replicaSpec struct {
 	// their guard (tests only): the guard of `tenure run` before it
 	// learned deadlines, which a frozen wrapper's child outlives.
 	ChildNoDeadline bool `json:"child_no_deadline,omitempty"`
+	// Pool are the keys of the run's pool, if it has one (pool.go).
+	Pool []string `json:"pool,omitempty"`
+	// SourceDown is a file whose existence makes the pool's key source
+	// fail (the source-down fault).
+	SourceDown string `json:"source_down,omitempty"`
 }
 
 // IsReplica reports whether this process was started by the harness as a
@@ -148,6 +153,11 @@ func runReplica(ctx context.Context, spec replicaSpec) error {
 			run = cw.run
 		}
 		if err := sup.Set(key, tenure.Job{Runner: tenure.RunnerFunc(run)}); err != nil {
+			return err
+		}
+	}
+	if len(spec.Pool) > 0 {
+		if err := sup.AddPool(chaosPool(spec, w)); err != nil {
 			return err
 		}
 	}
