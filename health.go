@@ -51,6 +51,14 @@ func (s *Supervisor) Ready() error {
 	if !s.leased {
 		return nil
 	}
+	if err := s.storeReady(); err != nil {
+		return err
+	}
+	return s.poolsReady()
+}
+
+// storeReady is Ready's check of the store.
+func (s *Supervisor) storeReady() error {
 	s.mu.Lock()
 	defer s.unlock()
 	why := ""
@@ -63,17 +71,31 @@ func (s *Supervisor) Ready() error {
 	if since := time.Since(s.storeSeen); since > 2*s.cfg.RenewEvery {
 		return fmt.Errorf("%w for %v%s", ErrStoreUnreachable, since.Round(time.Millisecond), why)
 	}
-	for _, name := range slices.Sorted(maps.Keys(s.pools.byName)) {
-		ps := s.pools.byName[name]
-		if ps.coord.Loaded() {
-			continue
-		}
-		if _, err := ps.coord.Source(); err != nil {
-			return fmt.Errorf("%w: pool %s, so this replica takes no part in it: %w", ErrPoolKeysUnread, name, err)
-		}
-		return fmt.Errorf("%w yet: pool %s, so this replica takes no part in it", ErrPoolKeysUnread, name)
-	}
 	return nil
+}
+
+// poolsReady is Ready's check of the pools: the first, by name, whose keys
+// were never read. The source's error is formatted once the lock is
+// released: its Error method is user code.
+func (s *Supervisor) poolsReady() error {
+	s.mu.Lock()
+	unread, why := "", error(nil)
+	for _, name := range slices.Sorted(maps.Keys(s.pools.byName)) {
+		if ps := s.pools.byName[name]; !ps.coord.Loaded() {
+			unread = name
+			_, why = ps.coord.Source()
+			break
+		}
+	}
+	s.unlock()
+	switch {
+	case unread == "":
+		return nil
+	case why != nil:
+		return fmt.Errorf("%w: pool %s, so this replica takes no part in it: %w", ErrPoolKeysUnread, unread, why)
+	default:
+		return fmt.Errorf("%w yet: pool %s, so this replica takes no part in it", ErrPoolKeysUnread, unread)
+	}
 }
 
 // storeAnswered records that the store answered a call (err nil), or why

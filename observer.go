@@ -44,7 +44,8 @@ type Observer interface {
 	Pools(held map[string]int)
 	// PoolSources is, after every round, each pool's key source as this
 	// replica last read it, and whether the replica takes part in the
-	// pool; in no set order.
+	// pool; in no set order. Once Run has returned, every field but the
+	// pool's name is zero.
 	PoolSources(sources []PoolSource)
 }
 

@@ -20,7 +20,8 @@ import (
 // NAME is leased as P + PoolPrefix + NAME + "/" + K, so two pools — or a
 // pool and a singleton — using one key name never share a lease; each
 // worker holds a membership lease P + WorkerPrefix + NAME + "/" + owner +
-// "@" + weight. A key given to Set may hold neither segment.
+// "@" + weight, followed by ",max=" + MaxKeys when it has a limit. A key
+// given to Set may hold neither segment.
 const (
 	PoolPrefix   = poolkey.KeysSegment
 	WorkerPrefix = poolkey.WorkersSegment
@@ -78,10 +79,12 @@ type Pool struct {
 	// A worker holds at most MaxKeys; a share above it goes to the
 	// others. Replicas may set different weights and limits: both are in
 	// the replica's membership lease, so every replica plans with each
-	// one's own. (Replicas of versions that wrote no limit there ignore a
-	// membership that has one.) A key is handed over only once held MinHold, so it does not
-	// bounce, except back to a worker that it was taken from while that
-	// worker restarted (after a stay of MinHold or more).
+	// one's own. (Versions that wrote no limit there ignore a membership
+	// that has one, so a pool that mixes them balances unevenly until
+	// every replica runs this one.) A key is handed over only once held
+	// MinHold, so it does not bounce, except back to a worker that it was
+	// taken from while that worker restarted (after a stay of MinHold or
+	// more).
 	Epsilon     float64
 	MaxKeys     int
 	OrphanDelay time.Duration
@@ -334,7 +337,7 @@ func (s *Supervisor) poolSelf(ps *poolState, now time.Time) poolcoord.Self {
 // those it no longer manages. s.mu is held.
 func (s *Supervisor) applyRound(ps *poolState, round poolcoord.Round) {
 	for _, key := range round.Malformed {
-		s.logLocked(slog.LevelWarn, "ignored a pool member whose membership lease is malformed (its weight must be a finite positive number)", "pool", ps.cfg.Name, "lease", key)
+		s.logLocked(slog.LevelWarn, "ignored a pool member whose membership lease is malformed (its weight must be a finite positive number, its key limit a positive whole number)", "pool", ps.cfg.Name, "lease", key)
 	}
 	s.pools.recheckAt(round.Recheck)
 	for _, key := range round.Claim {
@@ -400,16 +403,19 @@ type PoolStatus struct {
 // each live worker holds.
 func (s *Supervisor) Pools() []PoolStatus {
 	s.mu.Lock()
-	defer s.unlock()
 	var out []PoolStatus
+	var errs []error // each pool's source error, formatted once unlocked: user code
 	for _, ps := range s.pools.byName {
 		c := ps.coord.Status(s.leaseTable(false))
-		st := PoolStatus{Name: c.Name, Keys: c.Keys, Held: c.Held, Target: c.Target, Cap: c.Cap, Workers: c.Workers,
-			Member: s.leased && s.keeper.HoldsAt(ps.coord.MemberKey(), s.loopClock().now())}
-		if c.Error != nil {
-			st.Error = c.Error.Error()
+		out = append(out, PoolStatus{Name: c.Name, Keys: c.Keys, Held: c.Held, Target: c.Target, Cap: c.Cap, Workers: c.Workers,
+			Member: s.leased && s.keeper.HoldsAt(ps.coord.MemberKey(), s.loopClock().now())})
+		errs = append(errs, c.Error)
+	}
+	s.unlock()
+	for i, err := range errs {
+		if err != nil {
+			out[i].Error = err.Error()
 		}
-		out = append(out, st)
 	}
 	return out
 }

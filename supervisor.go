@@ -244,7 +244,10 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	for name := range s.pools.byName {
 		none[name] = 0
 	}
-	sources := s.poolSourcesLocked(func(*poolState) bool { return false })
+	sources := make([]PoolSource, 0, len(s.pools.byName))
+	for name := range s.pools.byName {
+		sources = append(sources, PoolSource{Pool: name}) // no read, no keys, no membership
+	}
 	s.unlock()
 	s.obs.Pools(none)
 	s.obs.PoolSources(sources)
@@ -365,25 +368,17 @@ func (s *Supervisor) reportKeys() {
 			}
 		}
 	}
-	sources := s.poolSourcesLocked(func(ps *poolState) bool {
-		return s.keeper.HoldsAt(ps.coord.MemberKey(), keeperNow)
-	})
+	sources := make([]PoolSource, 0, len(s.pools.byName))
+	for name, ps := range s.pools.byName {
+		keys, err := ps.coord.Source()
+		sources = append(sources, PoolSource{Pool: name, Keys: keys, Failing: err != nil,
+			Member: s.keeper.HoldsAt(ps.coord.MemberKey(), keeperNow)})
+	}
 	s.observeLocked(func(o Observer) {
 		o.Keys(keys)
 		o.Pools(held)
 		o.PoolSources(sources)
 	})
-}
-
-// poolSourcesLocked is each pool's PoolSource, member telling whether this
-// replica holds the pool's membership lease.
-func (s *Supervisor) poolSourcesLocked(member func(*poolState) bool) []PoolSource {
-	out := make([]PoolSource, 0, len(s.pools.byName))
-	for name, ps := range s.pools.byName {
-		keys, err := ps.coord.Source()
-		out = append(out, PoolSource{Pool: name, Keys: keys, Failing: err != nil, Member: member(ps)})
-	}
-	return out
 }
 
 // acquirePass tries to acquire every wanted key that is not held and whose

@@ -194,8 +194,14 @@ func TestAPoolWhoseKeysCannotBeReadShowsAsNotJoined(t *testing.T) {
 		if err := <-done; err != nil {
 			t.Fatal(err)
 		}
-		if got := gathered(t, reg, "tenure_pool_member", "pool", "mail"); got != 0 {
-			t.Errorf("tenure_pool_member{pool=mail} = %v once stopped, want 0", got)
+		// A process that goes on serving metrics must not keep alerting
+		// on a supervisor that has stopped.
+		for _, metric := range []string{"tenure_pool_member", "tenure_pool_source_failing", "tenure_pool_keys"} {
+			for _, pool := range []string{"mail", "broken"} {
+				if got := gathered(t, reg, metric, "pool", pool); got != 0 {
+					t.Errorf("%s{pool=%s} = %v once stopped, want 0", metric, pool, got)
+				}
+			}
 		}
 	})
 }

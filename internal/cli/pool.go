@@ -64,9 +64,11 @@ tenure run, may use the same key names without sharing a lease.
 Each replica holds a membership lease, ~workers/NAME/OWNER@WEIGHT, or
 OWNER@WEIGHT,max=M with --max M, which tenure status lists under POOL and
 WORKER. Replicas may set different --weight and --max: each reads the
-others' from their memberships. Older versions ignore a membership that
-has a limit: when upgrading, set --max once every replica runs this version. Each key prefers one replica (by
-hashing). A replica waits one renewal round (ttl/3) after joining, so that
+others' from their memberships. Versions before this one neither publish
+their --max nor read another's, and ignore a membership that has one: while
+an upgrade mixes versions, replicas with --max balance unevenly (they may
+hand keys back and forth), until every replica runs this version. Each key
+prefers one replica (by hashing). A replica waits one renewal round (ttl/3) after joining, so that
 replicas started together see each other, then claims the keys it prefers,
 up to a little above its fair share, and after about ttl/2 other keys left
 without a holder. It sheds keys above its share at once, and hands a few
