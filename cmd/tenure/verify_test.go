@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -15,7 +16,8 @@ import (
 
 // tenure verify on SQLite: real replica processes (this binary re-run as
 // its hidden replica subcommand) under faults for 15 seconds, every
-// invariant holding, a report and an SVG timeline.
+// invariant holding, the pool's keys (8 by default) checked too, a report
+// and an SVG timeline.
 func TestVerifyRunsReplicasUnderFaultsAndReportsEveryInvariantHeld(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs for 15s")
@@ -34,10 +36,13 @@ func TestVerifyRunsReplicasUnderFaultsAndReportsEveryInvariantHeld(t *testing.T)
 	if code != 0 {
 		t.Fatalf("verify exited %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
 	}
-	for _, want := range []string{"seed", "7"} {
+	for _, want := range []string{"seed", "7", "and 8 pool keys"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, out)
 		}
+	}
+	if m := regexp.MustCompile(`ok +pool keys run somewhere +(\d+) checked`).FindStringSubmatch(out); m == nil || m[1] == "0" {
+		t.Errorf("the pool's keys were not checked:\n%s", out)
 	}
 	data, err := os.ReadFile(svg)
 	if err != nil || !strings.Contains(string(data), "<svg") {
