@@ -94,8 +94,9 @@ least renew-every + grace before a successor, that crashed holders were
 replaced in time, that an abandoned term ended and a peer ran its key in
 time, that a slow store which answered every call never
 made a holder stop at its deadline, and that, outside faults that stop
-work for a while, every key of the pool ran at some moment of every
-stretch of the takeover bound plus 3 renewal periods. It prints a report with
+work for a while, no stretch longer than the takeover bound plus 3
+renewal periods passed without an instant at which every key of the pool
+ran. It prints a report with
 takeover latencies against their bound.
 
 Supported stores: every one tenure runs on —
@@ -151,6 +152,9 @@ could not be carried out; 2 usage error.`,
 			}
 			kinds := verifyFaults(failoverCmd != "", poolKeys > 0)
 			for _, f := range faults {
+				if f == chaos.FaultSourceDown && poolKeys == 0 {
+					return withCode(ExitUsage, fmt.Errorf("--faults %s needs a pool: --pool-keys above 0", f))
+				}
 				if !slices.Contains(kinds, f) {
 					return withCode(ExitUsage, fmt.Errorf("--faults: unknown fault kind %q (known: %s)", f, strings.Join(kinds, ",")))
 				}

@@ -14,15 +14,23 @@ func TestVerifyRefusesAFaultKindItCannotInject(t *testing.T) {
 		{"kill,log-stal", `unknown fault kind "log-stal"`},
 		// Restarting the store needs a server the harness owns.
 		{"store-restart", `unknown fault kind "store-restart"`},
-		// A pool's source needs a pool.
-		{"source-down --pool-keys 0", `unknown fault kind "source-down"`},
 	} {
 		e, _, errOut := testEnv(nil)
-		faults, more, _ := strings.Cut(c.faults, " ")
-		code := e.main(t.Context(), append([]string{"verify", "--store", store, "--faults", faults}, strings.Fields(more)...))
+		code := e.main(t.Context(), []string{"verify", "--store", store, "--faults", c.faults})
 		if code != ExitUsage || !strings.Contains(errOut.String(), c.want) ||
 			!strings.Contains(errOut.String(), "log-stall,slow-store,same-owner") {
 			t.Errorf("--faults %s: exit %d, stderr %q; want %d naming %s and the known kinds", c.faults, code, errOut.String(), ExitUsage, c.want)
+		}
+	}
+}
+
+func TestVerifyRefusesAPoolFaultWithoutAPool(t *testing.T) {
+	store := "sqlite:" + filepath.Join(t.TempDir(), "leases.db")
+	for _, args := range [][]string{{"--faults", "source-down", "--pool-keys", "0"}, {"--pool-keys", "65"}, {"--pool-keys", "-1"}} {
+		e, _, errOut := testEnv(nil)
+		code := e.main(t.Context(), append([]string{"verify", "--store", store}, args...))
+		if code != ExitUsage || !strings.Contains(errOut.String(), "pool") {
+			t.Errorf("%v: exit %d, stderr %q; want %d naming the pool", args, code, errOut.String(), ExitUsage)
 		}
 	}
 }

@@ -79,7 +79,7 @@ func (c *checker) violate(inv string, at int64, key, replica string, amount time
 // Check checks a history against every invariant and measures it.
 func Check(h *History) *Report {
 	m := buildModel(h)
-	rep := &Report{Store: h.Store, Seed: h.Seed, Timing: h.Timing, Replicas: h.Replicas, Keys: len(h.Keys),
+	rep := &Report{Store: h.Store, Seed: h.Seed, Timing: h.Timing, Replicas: h.Replicas, Keys: len(h.Keys), PoolKeys: len(h.PoolKeys),
 		Duration: time.Duration(m.end - m.begin), Faults: map[string]int{}, Kinds: h.Faults, History: h,
 		WallClockPPM: m.wallRate * 1e6}
 	c := &checker{m: m, t: h.Timing, rep: rep, results: map[string]*InvariantResult{}}

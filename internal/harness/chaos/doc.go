@@ -161,11 +161,12 @@
 // during a slow-store window and one TTL after it, no runner of a slowed
 // replica stops at its deadline while every store call that replica made
 // since its last confirmed renewal answered within the call timeout
-// (renewals starved by a slow store); and, with a pool, every pool key
-// runs at some instant of every stretch of the takeover bound plus three
-// renewal periods (twice the orphan delay), unless a fault other than a
-// graceful restart or source-down was under way within that bound. The
-// [Report] adds takeover
+// (renewals starved by a slow store); and, with a pool, no stretch longer
+// than the takeover bound plus three renewal periods (twice the orphan
+// delay) passes without an instant at which every pool key runs, outside
+// each fault that stops work (a kill, a freeze, a network fault, a second
+// process under one owner name, a store restart) and that bound after it.
+// The [Report] adds takeover
 // latencies, time without a holder, the longest gap between renewals
 // under a slow store, whether same-owner pairs shared an owner id, what
 // wrapper freezes did (children stopped by their guard while frozen, how

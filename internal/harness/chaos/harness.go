@@ -380,7 +380,11 @@ func (h *harness) run(ctx context.Context) (err error) {
 	// that ended first would measure none (a kill 2.5 s before the end
 	// once left a test with nothing to check). The replicas run on, without
 	// faults, until every fault's bound has passed.
-	_ = sleepCtx(ctx, time.Until(last.Add(takeoverBoundOf(h.opts.Timing, h.backend.Kind))))
+	bound := takeoverBoundOf(h.opts.Timing, h.backend.Kind)
+	if h.opts.PoolKeys > 0 {
+		bound = poolBoundOf(h.opts.Timing, h.backend.Kind)
+	}
+	_ = sleepCtx(ctx, time.Until(last.Add(bound)))
 	h.hl.add(clockEvent(evRunEnd))
 	return h.writeMeta()
 }

@@ -15,6 +15,7 @@ type Report struct {
 	Duration time.Duration `json:"duration"` // from the first fault to the last
 	Replicas int           `json:"replicas"`
 	Keys     int           `json:"keys"`
+	PoolKeys int           `json:"pool_keys,omitempty"`
 	Timing   Timing        `json:"timing"`
 
 	Ops Ops `json:"ops"`
@@ -259,7 +260,11 @@ func (r *Report) WriteText(w io.Writer) error {
 	fmt.Fprintf(&b, "tenure verify: %s\n", verdict)
 	fmt.Fprintf(&b, "store      %s\n", r.Store)
 	fmt.Fprintf(&b, "seed       %d (replay: --seed %d)\n", r.Seed, r.Seed)
-	fmt.Fprintf(&b, "run        %v of faults, %d replicas × %d keys\n", r.Duration.Round(time.Second), r.Replicas, r.Keys)
+	fmt.Fprintf(&b, "run        %v of faults, %d replicas × %d keys", r.Duration.Round(time.Second), r.Replicas, r.Keys)
+	if r.PoolKeys > 0 {
+		fmt.Fprintf(&b, ", and %d keys in a pool", r.PoolKeys)
+	}
+	b.WriteString("\n")
 	t := r.Timing
 	fmt.Fprintf(&b, "timing     TTL %v, grace %v, renew every %v, call timeout %v\n", t.TTL, t.Grace, t.RenewEvery, t.CallTimeout)
 	fmt.Fprintf(&b, "clocks     this host's wall clock ran %+.0f ppm against CLOCK_MONOTONIC\n", r.WallClockPPM)
@@ -277,7 +282,13 @@ func (r *Report) WriteText(w io.Writer) error {
 		}
 	}
 	fmt.Fprintf(&b, "faults     %s\n", orNone(strings.Join(faults, ", ")))
-	if len(r.Kinds) > 0 && len(r.Kinds) < len(FaultKinds)-1 { // all but store-restart is the default
+	// The default is every kind but store-restart, and source-down without
+	// a pool.
+	defaults := len(FaultKinds) - 1
+	if r.PoolKeys == 0 {
+		defaults--
+	}
+	if len(r.Kinds) > 0 && len(r.Kinds) < defaults {
 		fmt.Fprintf(&b, "           drawn from %s only\n", strings.Join(r.Kinds, ", "))
 	}
 	fmt.Fprintf(&b, "takeover after kill   %s\n", r.Takeover)

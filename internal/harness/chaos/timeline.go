@@ -23,7 +23,7 @@ var tlPalette = []string{"#4e79a7", "#f28e2b", "#59a14f", "#b07aa1", "#76b7b2", 
 
 var tlFaultColor = map[string]string{
 	FaultKill: "#d62728", FaultPause: "#7f7f7f", FaultPartition: "#9467bd",
-	FaultHold: "#8c564b", FaultLoseReplies: "#c49c94", FaultLatency: "#17becf", FaultRestart: "#2ca02c", FaultStoreRestart: "#e377c2", FaultSourceDown: "#bcbd22",
+	FaultHold: "#8c564b", FaultLoseReplies: "#c49c94", FaultLatency: "#17becf", FaultRestart: "#2ca02c", FaultStoreRestart: "#e377c2", FaultSourceDown: "#aec7e8",
 	FaultLogStall: "#bcbd22", FaultSlowStore: "#1f77b4", FaultSameOwner: "#ff7f0e", FaultFreezeWrapper: "#393b79", FaultAbandon: "#98df8a",
 }
 
@@ -62,7 +62,7 @@ func WriteTimeline(w io.Writer, h *History) error {
 	x := func(t int64) float64 {
 		return tlLabel + float64(max(min(t, to), from)-from)/float64(to-from)*tlWidth
 	}
-	keys := slices.Clone(h.Keys)
+	keys := slices.Concat(h.Keys, h.PoolKeys)
 	for k := range m.intervals {
 		if !slices.Contains(keys, k) {
 			keys = append(keys, k)
