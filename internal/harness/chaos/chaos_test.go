@@ -14,7 +14,9 @@ import (
 )
 
 // The store tests run a short schedule (TENURE_CHAOS_DURATION, default
-// 30s) of every fault kind and expect no violation. A long run of one store:
+// 30s) of every fault kind, with 8 keys in a pool besides the singletons
+// as tenure verify has by default, and expect no violation. A long run of
+// one store:
 //
 //	TENURE_CHAOS_DURATION=10m go test ./internal/harness/chaos -run TestChaosPostgres -v -timeout 30m
 //
@@ -28,7 +30,7 @@ import (
 // time, which measures each takeover on its own).
 func TestChaosSQLite(t *testing.T) {
 	runChaosWith(t, "sqlite:"+filepath.Join(t.TempDir(), "leases.db"), 30*time.Second,
-		func(o *Options) { o.Concurrency = 2 })
+		func(o *Options) { o.Concurrency, o.PoolKeys = 2, 8 })
 }
 
 func TestChaosPostgres(t *testing.T) {
@@ -63,7 +65,9 @@ func TestChaosPool(t *testing.T) {
 	}
 }
 
-func runChaos(t *testing.T, url string) { _ = runChaosWith(t, url, 30*time.Second, nil) }
+func runChaos(t *testing.T, url string) {
+	_ = runChaosWith(t, url, 30*time.Second, func(o *Options) { o.PoolKeys = 8 })
+}
 
 // runChaosWith runs a schedule of d (unless TENURE_CHAOS_DURATION says
 // otherwise) on url and expects no violation; adjust changes the options.
