@@ -40,11 +40,7 @@ func TestTheCollectorCountsWhatTheSupervisorDoes(t *testing.T) {
 		})}); err != nil {
 			t.Fatal(err)
 		}
-		ctx, cancel := context.WithCancel(t.Context())
-		done := make(chan error)
-		go func() { done <- sup.Run(ctx) }()
-		time.Sleep(5 * time.Second) // a few renewals on the bubble's clock
-		synctest.Wait()
+		stop := runFor(t, sup, 5*time.Second) // a few renewals on the bubble's clock
 		for name, want := range map[string]float64{"tenure_leases_held": 1, "tenure_acquisitions_total": 1} {
 			if got := gathered(t, reg, name); got != want {
 				t.Errorf("%s = %v while held, want %v", name, got, want)
@@ -63,7 +59,7 @@ func TestTheCollectorCountsWhatTheSupervisorDoes(t *testing.T) {
 			t.Errorf("tenure_key_running{key=job} = %v while running, want 1", got)
 		}
 		// A removed key's series goes with it.
-		if err := sup.Remove(ctx, "job"); err != nil {
+		if err := sup.Remove(t.Context(), "job"); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(2 * time.Second)
@@ -71,10 +67,7 @@ func TestTheCollectorCountsWhatTheSupervisorDoes(t *testing.T) {
 		if n, err := testutil.GatherAndCount(reg, "tenure_key_held"); err != nil || n != 0 {
 			t.Errorf("tenure_key_held has %d series after the key was removed (%v), want 0", n, err)
 		}
-		cancel()
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
+		stop()
 		for name, want := range map[string]float64{"tenure_leases_held": 0, "tenure_runner_starts_total": 1} {
 			if got := gathered(t, reg, name); got != want {
 				t.Errorf("%s = %v after shutdown, want %v", name, got, want)
@@ -128,6 +121,24 @@ func hasLabel(pairs []*dto.LabelPair, name, value string) bool {
 	return false
 }
 
+// runFor starts sup's Run and lets it run for d on the bubble's clock;
+// stop ends it, failing t if Run failed.
+func runFor(t *testing.T, sup *tenure.Supervisor, d time.Duration) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error)
+	go func() { done <- sup.Run(ctx) }()
+	time.Sleep(d)
+	synctest.Wait()
+	return func() {
+		t.Helper()
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // TestPoolsAreCountedPerPoolNotPerKey: a pool of thousands of keys must not
 // make thousands of series.
 func TestPoolsAreCountedPerPoolNotPerKey(t *testing.T) {
@@ -137,21 +148,14 @@ func TestPoolsAreCountedPerPoolNotPerKey(t *testing.T) {
 			Runner: tenure.RunnerFunc(func(ctx context.Context, _ tenure.Lease) error { <-ctx.Done(); return nil })}); err != nil {
 			t.Fatal(err)
 		}
-		ctx, cancel := context.WithCancel(t.Context())
-		done := make(chan error)
-		go func() { done <- sup.Run(ctx) }()
-		time.Sleep(5 * time.Second)
-		synctest.Wait()
+		stop := runFor(t, sup, 5*time.Second)
 		if got := gathered(t, reg, "tenure_pool_keys_held", "pool", "mail"); got != 5 {
 			t.Errorf("tenure_pool_keys_held{pool=mail} = %v, want 5", got)
 		}
 		if n, err := testutil.GatherAndCount(reg, "tenure_key_held"); err != nil || n != 0 {
 			t.Errorf("tenure_key_held has %d series for a pool's keys (%v), want none", n, err)
 		}
-		cancel()
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
+		stop()
 	})
 }
 
@@ -171,11 +175,7 @@ func TestAPoolWhoseKeysCannotBeReadShowsAsNotJoined(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		ctx, cancel := context.WithCancel(t.Context())
-		done := make(chan error)
-		go func() { done <- sup.Run(ctx) }()
-		time.Sleep(5 * time.Second)
-		synctest.Wait()
+		stop := runFor(t, sup, 5*time.Second)
 		for _, want := range []struct {
 			metric, pool string
 			value        float64
@@ -190,10 +190,7 @@ func TestAPoolWhoseKeysCannotBeReadShowsAsNotJoined(t *testing.T) {
 				t.Errorf("%s{pool=%s} = %v, want %v", want.metric, want.pool, got, want.value)
 			}
 		}
-		cancel()
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
+		stop()
 		// A process that goes on serving metrics must not keep alerting
 		// on a supervisor that has stopped.
 		for _, metric := range []string{"tenure_pool_member", "tenure_pool_source_failing", "tenure_pool_keys"} {
@@ -222,21 +219,14 @@ func TestOnlyKeysSomeoneShouldHoldAreReported(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		ctx, cancel := context.WithCancel(t.Context())
-		done := make(chan error)
-		go func() { done <- sup.Run(ctx) }()
-		time.Sleep(3 * time.Second)
-		synctest.Wait()
+		stop := runFor(t, sup, 3*time.Second)
 		if n, err := testutil.GatherAndCount(reg, "tenure_key_running"); err != nil || n != 1 {
 			t.Errorf("tenure_key_running has %d series (%v), want 1: job's", n, err)
 		}
 		if got := gathered(t, reg, "tenure_key_held", "key", "job"); got != 1 {
 			t.Errorf("tenure_key_held{key=job} = %v, want 1", got)
 		}
-		cancel()
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
+		stop()
 		if n, err := testutil.GatherAndCount(reg, "tenure_key_held"); err != nil || n != 0 {
 			t.Errorf("tenure_key_held has %d series after Run returned (%v), want none", n, err)
 		}
