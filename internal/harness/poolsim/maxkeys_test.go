@@ -1,6 +1,7 @@
 package poolsim
 
 import (
+	"fmt"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -19,43 +20,47 @@ import (
 func TestReplicasWithDifferentKeyLimitsSettle(t *testing.T) {
 	t.Parallel()
 	for _, push := range []bool{false, true} {
-		synctest.Test(t, func(t *testing.T) {
-			limits := map[string]int{"w00": 8, "w02": 40}
-			s, err := New(Config{Keys: Keys(31), MaxKeys: limits, Seed: 3, Push: push})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() {
-				if err := s.Close(); err != nil {
-					t.Error(err)
+		t.Run(fmt.Sprintf("push=%v", push), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				limits := map[string]int{"w00": 8, "w02": 40}
+				s, err := New(Config{Keys: Keys(31), MaxKeys: limits, Seed: 3, Push: push})
+				if err != nil {
+					t.Fatal(err)
 				}
-			}()
-			ids := workerIDs(3)
-			for i, id := range ids {
-				s.JoinAt(s.Now().Add(time.Duration(i)*s.cfg.ClaimInterval/3), id)
-			}
-			if err := s.RunFor(t.Context(), 4*time.Minute); err != nil {
-				t.Fatal(err)
-			}
-			w := s.Mark()
-			if err := s.RunFor(t.Context(), 4*time.Minute); err != nil {
-				t.Fatal(err)
-			}
-			st := s.Stats(w, Tolerance)
-			if st.Released != 0 || st.Moves != 0 || st.Unowned != 0 || st.Overlaps != 0 {
-				t.Errorf("push %v: once settled, %d keys released, %d moved, %d running nowhere, %d overlaps; want none (ends at %v)",
-					push, st.Released, st.Moves, st.Unowned, st.Overlaps, st.End.Counts)
-			}
-			active := make([]balance.Worker, 0, len(ids))
-			for _, id := range ids {
-				active = append(active, balance.Worker{ID: id, Weight: 1, MaxKeys: limits[id]})
-			}
-			shares := balance.Shares(balance.Config{}, active, 31)
-			for _, id := range ids {
-				if n, sh := st.End.Counts[id], shares[id]; n < sh.Low || n > sh.Cap {
-					t.Errorf("push %v: %s ends with %d keys, its band %d to %d (all: %v)", push, id, n, sh.Low, sh.Cap, st.End.Counts)
+				defer func() {
+					if err := s.Close(); err != nil {
+						t.Error(err)
+					}
+				}()
+				ids := workerIDs(3)
+				for i, id := range ids {
+					s.JoinAt(s.Now().Add(time.Duration(i)*s.cfg.ClaimInterval/3), id)
 				}
-			}
+				if err := s.RunFor(t.Context(), 4*time.Minute); err != nil {
+					t.Fatal(err)
+				}
+				w := s.Mark()
+				if err := s.RunFor(t.Context(), 4*time.Minute); err != nil {
+					t.Fatal(err)
+				}
+				st := s.Stats(w, Tolerance)
+				t.Logf("push %v, four settled minutes: %d keys released, %d moved, %d running nowhere at the end (ends at %v)",
+					push, st.Released, st.Moves, st.Unowned, st.End.Counts)
+				if st.Released != 0 || st.Moves != 0 || st.Unowned != 0 || st.Overlaps != 0 {
+					t.Errorf("push %v: once settled, %d keys released, %d moved, %d running nowhere, %d overlaps; want none (ends at %v)",
+						push, st.Released, st.Moves, st.Unowned, st.Overlaps, st.End.Counts)
+				}
+				active := make([]balance.Worker, 0, len(ids))
+				for _, id := range ids {
+					active = append(active, balance.Worker{ID: id, Weight: 1, MaxKeys: limits[id]})
+				}
+				shares := balance.Shares(balance.Config{}, active, 31)
+				for _, id := range ids {
+					if n, sh := st.End.Counts[id], shares[id]; n < sh.Low || n > sh.Cap {
+						t.Errorf("push %v: %s ends with %d keys, its band %d to %d (all: %v)", push, id, n, sh.Low, sh.Cap, st.End.Counts)
+					}
+				}
+			})
 		})
 	}
 }
