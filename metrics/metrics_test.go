@@ -126,7 +126,8 @@ func hasLabel(pairs []*dto.LabelPair, name, value string) bool {
 func runFor(t *testing.T, sup *tenure.Supervisor, d time.Duration) (stop func()) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error)
+	t.Cleanup(cancel) // a test that fails before stop still ends Run in its bubble
+	done := make(chan error, 1)
 	go func() { done <- sup.Run(ctx) }()
 	time.Sleep(d)
 	synctest.Wait()

@@ -17,9 +17,8 @@ type Worker struct {
 	// name prefer the same keys; the lower ID wins each tie.
 	Name   string
 	Weight float64 // > 0; 1 is the norm
-	// MaxKeys is the most keys the worker holds; 0 means no limit. Each
-	// worker's own, as it published it: a share above it goes to the
-	// other workers.
+	// MaxKeys is the most keys the worker holds, as it published it; 0
+	// means no limit. A share above it goes to the other workers.
 	MaxKeys int
 	// Draining workers are stopping: they get no keys and hand theirs back.
 	Draining bool

@@ -60,9 +60,9 @@
 // own), from a schedule drawn from the seed (math/rand/v2); the first
 // steps go through every enabled kind once (Options.Faults), then kinds
 // are drawn by weight. Once Options.Duration is up no fault starts, and
-// the replicas run on, without faults, until the takeover bound (see The
-// checks) has passed since the last fault ended, so that the run still
-// measures what that fault set off:
+// the replicas run on, without faults, until the takeover bound (the pool
+// bound, with a pool; see The checks) has passed since the last fault
+// ended, so that the run still measures what that fault set off:
 //
 //   - kill: SIGKILL a holder; a replacement starts within a TTL.
 //   - pause: SIGSTOP a holder for 0.5–4×TTL, then SIGCONT.

@@ -3,6 +3,7 @@ package chaos
 import (
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/tenure-dev/tenure/internal/engine/poolkey"
 )
@@ -58,8 +59,12 @@ func TestPoolKeysLeftToNobodyInTurnAreCaught(t *testing.T) {
 
 	s = newPoolStory().inTurn()
 	s.fault(FaultSourceDown, "r3", 9_000, 41_000)
-	if got := violations(s.check(t), InvPoolRuns); len(got) != 1 {
+	rep := s.check(t)
+	if got := violations(rep, InvPoolRuns); len(got) != 1 {
 		t.Fatalf("keys left to nobody in turn for 33 s: %+v; want one violation", got)
+	}
+	if rep.PoolChecked != time.Minute {
+		t.Errorf("checked over %v; want the whole minute: no fault that stops work", rep.PoolChecked)
 	}
 }
 
@@ -82,7 +87,8 @@ func TestOnlyTheStretchAFaultStopsWorkInIsExcused(t *testing.T) {
 	} {
 		s := newPoolStory().inTurn()
 		s.fault(c.fault, "r1", c.from, c.to)
-		if got := violations(s.check(t), InvPoolRuns); len(got) != c.want {
+		rep := s.check(t)
+		if got := violations(rep, InvPoolRuns); len(got) != c.want {
 			t.Errorf("%s: %d violations (%+v); want %d", c.name, len(got), got, c.want)
 		}
 	}

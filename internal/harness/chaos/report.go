@@ -16,7 +16,10 @@ type Report struct {
 	Replicas int           `json:"replicas"`
 	Keys     int           `json:"keys"`
 	PoolKeys int           `json:"pool_keys,omitempty"`
-	Timing   Timing        `json:"timing"`
+	// PoolChecked is how much of the run the pool check applied to:
+	// outside the faults that stop work and a pool bound after each.
+	PoolChecked time.Duration `json:"pool_checked,omitempty"`
+	Timing      Timing        `json:"timing"`
 
 	Ops Ops `json:"ops"`
 	// WallClockPPM is how much faster than CLOCK_MONOTONIC this host's
@@ -290,6 +293,10 @@ func (r *Report) WriteText(w io.Writer) error {
 	}
 	if len(r.Kinds) > 0 && len(r.Kinds) < defaults {
 		fmt.Fprintf(&b, "           drawn from %s only\n", strings.Join(r.Kinds, ", "))
+	}
+	if r.PoolKeys > 0 {
+		fmt.Fprintf(&b, "pool coverage checked over %v of %v (the rest within a fault that stops work, or a bound after it)\n",
+			r.PoolChecked.Round(time.Second), r.Duration.Round(time.Second))
 	}
 	fmt.Fprintf(&b, "takeover after kill   %s\n", r.Takeover)
 	fmt.Fprintf(&b, "handoff on restart    %s\n", r.Handoff)
