@@ -307,7 +307,7 @@ func leaseExpiries(t *testing.T, st store.Store, owner string) map[string]time.T
 	return out
 }
 
-var workerRow = regexp.MustCompile(`(?m)^accts\s+(\S+)\s+1\s+(\S+)\s+(\S+)\s`)
+var workerRow = regexp.MustCompile(`(?m)^accts\s+(\S+)\s+1\s+-\s+(\S+)\s+(\S+)\s`)
 
 // checkWorkersTable checks the WORKERS part of tenure status against the
 // keys the commands' log shows running.
