@@ -47,6 +47,11 @@ type Observer interface {
 	// pool; in no set order. Once Run has returned, every field but the
 	// pool's name is zero.
 	PoolSources(sources []PoolSource)
+	// LogRecordsDropped: n log records were dropped because the
+	// Config.Logger's handler did not take them as fast as they came
+	// (it blocked, or fell behind a burst). Work never waits for the log
+	// handler; a record saying how many were dropped follows them.
+	LogRecordsDropped(n int)
 }
 
 // The causes Observer.Handover reports.
@@ -97,3 +102,4 @@ func (NopObserver) Handoff(time.Duration)     {}
 func (NopObserver) Keys([]KeyState)           {}
 func (NopObserver) Pools(map[string]int)      {}
 func (NopObserver) PoolSources([]PoolSource)  {}
+func (NopObserver) LogRecordsDropped(int)     {}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/tenure-dev/tenure/internal/engine/clock"
 	"github.com/tenure-dev/tenure/internal/engine/hold"
+	"github.com/tenure-dev/tenure/internal/logqueue"
 	"github.com/tenure-dev/tenure/store"
 )
 
@@ -58,6 +59,7 @@ type Supervisor struct {
 	leased bool
 	keeper *hold.Keeper // nil in single-instance mode
 	log    *slog.Logger
+	logs   *logqueue.Queue // writes log's records while Run runs
 	obs    Observer
 
 	wake chan struct{} // pokes the loop; buffered, never blocks
@@ -142,7 +144,6 @@ func New(cfg Config) (*Supervisor, error) {
 		cfg:    cfg,
 		leased: leased,
 		owner:  owner,
-		log:    cfg.Logger.With("owner", owner),
 		obs:    cfg.Observer,
 		wake:   make(chan struct{}, 1),
 		keys:   make(map[string]*keyState),
@@ -150,6 +151,8 @@ func New(cfg Config) (*Supervisor, error) {
 		suspended: clock.Suspended,
 		table:     newTableReads(cfg.Prefix),
 	}
+	s.logs = logqueue.New(logQueueSize, s.obs.LogRecordsDropped)
+	s.log = slog.New(s.logs.Handler(cfg.Logger.Handler())).With("owner", owner)
 	s.dogs = newWatchdogs(s.watchdogsFired)
 	if leased {
 		// Deadlines are measured on a clock that counts the time the host
@@ -201,6 +204,11 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	// A Run after a give-up (the grants fixed) starts counting afresh.
 	s.refusedRounds, s.sawRefusal, s.sawAnswer, s.storeErr = 0, false, false, nil
 	s.unlock()
+	// From here a record is queued, not written by whoever logs (see
+	// logQueueSize); what is queued when Run ends is written out first,
+	// for as long as a runner is given to stop.
+	s.logs.Start()
+	defer s.logs.Stop(s.cfg.StopTimeout)
 
 	var watchers sync.WaitGroup
 	watchCtx, stopWatch := context.WithCancel(ctx)

@@ -45,6 +45,7 @@ type Collector struct {
 	poolKeys     *prometheus.GaugeVec
 	poolFailing  *prometheus.GaugeVec
 	poolMember   *prometheus.GaugeVec
+	logsDropped  prometheus.Counter
 
 	mu        sync.Mutex
 	keys      map[string]keySeries // the keys keyHeld and keyRunning have series for
@@ -110,6 +111,9 @@ func New() *Collector {
 		poolMember: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "tenure_pool_member", Help: "1 while this replica holds its membership of the pool; 0 until it has read the pool's keys once, which no peer shows.",
 		}, []string{"pool"}),
+		logsDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "tenure_log_records_dropped_total", Help: "Log records dropped because the log handler did not keep up (it blocked, or fell behind a burst); work never waits for it.",
+		}),
 		keys: make(map[string]keySeries),
 	}
 	for _, cause := range []string{tenure.HandoverReleased, tenure.HandoverRebalance, tenure.HandoverCrashLoop, tenure.HandoverLost, tenure.HandoverExpired} {
@@ -125,7 +129,7 @@ func New() *Collector {
 func (m *Collector) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.held, m.renewals, m.lastRenewal, m.acquisitions, m.handovers, m.deadlines, m.starts, m.failures,
 		m.round, m.renewalTime, m.handoff, m.keyHeld, m.keyRunning, m.poolHeld,
-		m.poolKeys, m.poolFailing, m.poolMember}
+		m.poolKeys, m.poolFailing, m.poolMember, m.logsDropped}
 }
 
 // Describe implements prometheus.Collector.
@@ -236,6 +240,9 @@ func (m *Collector) PoolSources(sources []tenure.PoolSource) {
 		m.poolMember.WithLabelValues(s.Pool).Set(b2f(s.Member))
 	}
 }
+
+// LogRecordsDropped implements tenure.Observer.
+func (m *Collector) LogRecordsDropped(n int) { m.logsDropped.Add(float64(n)) }
 
 func b2f(b bool) float64 {
 	if b {

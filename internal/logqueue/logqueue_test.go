@@ -1,0 +1,171 @@
+package logqueue_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/tenure-dev/tenure/internal/logqueue"
+)
+
+// sink records what it is handed, as "message k=v ...", and blocks while
+// stalled, as a full stderr pipe does.
+type sink struct {
+	mu      sync.Mutex
+	lines   []string
+	stalled chan struct{} // non-nil while stalled
+	attrs   []slog.Attr
+	shared  *sink // the sink that keeps the lines, for WithAttrs copies
+}
+
+func newSink() *sink { s := &sink{}; s.shared = s; return s }
+
+func (s *sink) stall() {
+	s.shared.mu.Lock()
+	defer s.shared.mu.Unlock()
+	s.shared.stalled = make(chan struct{})
+}
+
+func (s *sink) open() {
+	s.shared.mu.Lock()
+	defer s.shared.mu.Unlock()
+	if s.shared.stalled != nil {
+		close(s.shared.stalled)
+		s.shared.stalled = nil
+	}
+}
+
+func (s *sink) Enabled(context.Context, slog.Level) bool { return true }
+
+func (s *sink) Handle(_ context.Context, r slog.Record) error {
+	s.shared.mu.Lock()
+	c := s.shared.stalled
+	s.shared.mu.Unlock()
+	if c != nil {
+		<-c
+	}
+	var b strings.Builder
+	b.WriteString(r.Message)
+	for _, a := range s.attrs {
+		fmt.Fprintf(&b, " %s=%v", a.Key, a.Value)
+	}
+	r.Attrs(func(a slog.Attr) bool {
+		fmt.Fprintf(&b, " %s=%v", a.Key, a.Value)
+		return true
+	})
+	s.shared.mu.Lock()
+	defer s.shared.mu.Unlock()
+	s.shared.lines = append(s.shared.lines, b.String())
+	return nil
+}
+
+func (s *sink) WithAttrs(as []slog.Attr) slog.Handler {
+	return &sink{attrs: append(slices.Clip(s.attrs), as...), shared: s.shared}
+}
+
+func (s *sink) WithGroup(string) slog.Handler { return s }
+
+func (s *sink) got() []string {
+	s.shared.mu.Lock()
+	defer s.shared.mu.Unlock()
+	return slices.Clone(s.shared.lines)
+}
+
+// A stalled sink costs records, never the caller's time: the first record
+// waits in the sink, the queue keeps the next ones, the rest are dropped,
+// and once the sink takes records again it gets the kept ones in order,
+// then how many were dropped.
+func TestAStalledSinkDropsRecordsAndNeverBlocksTheCaller(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const size = 3
+		s := newSink()
+		var reported []int
+		q := logqueue.New(size, func(n int) { reported = append(reported, n) })
+		log := slog.New(q.Handler(s)).With("owner", "a")
+		q.Start()
+		t.Cleanup(func() { s.open(); q.Stop(time.Second) })
+		s.stall()
+		log.Info("r", "i", 0)
+		synctest.Wait() // the writer holds record 0, stuck in the sink
+		for i := 1; i <= size+4; i++ {
+			log.Info("r", "i", i) // a blocked call would never return: the bubble would deadlock
+		}
+		if got := s.got(); len(got) != 0 {
+			t.Fatalf("the stalled sink wrote %q", got)
+		}
+		s.open()
+		synctest.Wait()
+		want := []string{"r owner=a i=0", "r owner=a i=1", "r owner=a i=2", "r owner=a i=3", logqueue.DroppedMessage + " owner=a dropped=4"}
+		if got := s.got(); !slices.Equal(got, want) {
+			t.Fatalf("the sink got\n%q\nwant\n%q", got, want)
+		}
+		if !slices.Equal(reported, []int{4}) {
+			t.Fatalf("drops reported %v, want [4]", reported)
+		}
+		log.Info("after", "i", 9)
+		if !q.Stop(time.Second) {
+			t.Fatal("Stop did not flush a sink that takes records")
+		}
+		if got := s.got(); got[len(got)-1] != "after owner=a i=9" {
+			t.Fatalf("the sink's last record %q, want the one queued before Stop", got[len(got)-1])
+		}
+	})
+}
+
+// Stop writes out what is queued; with a sink still stalled it gives up
+// after its wait, and the records follow when the sink comes back.
+func TestStopWaitsForTheQueueUpToItsBound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSink()
+		q := logqueue.New(8, nil)
+		log := slog.New(q.Handler(s))
+		q.Start()
+		t.Cleanup(s.open)
+		s.stall()
+		log.Info("one")
+		log.Info("two")
+		began := time.Now()
+		if q.Stop(5 * time.Second) {
+			t.Fatal("Stop reported a flush through a stalled sink")
+		}
+		if waited := time.Since(began); waited != 5*time.Second {
+			t.Fatalf("Stop waited %v, want its bound of 5s", waited)
+		}
+		s.open()
+		synctest.Wait()
+		if got := s.got(); !slices.Equal(got, []string{"one", "two"}) {
+			t.Fatalf("after the sink came back it got %q, want both records", got)
+		}
+	})
+}
+
+// Before Start and after Stop a record is written before the call returns,
+// as the sink alone would; a Queue can be started again.
+func TestAStoppedQueueWritesAtOnce(t *testing.T) {
+	s := newSink()
+	q := logqueue.New(8, nil)
+	log := slog.New(q.Handler(s))
+	log.Info("before")
+	if got := s.got(); !slices.Equal(got, []string{"before"}) {
+		t.Fatalf("before Start the sink got %q", got)
+	}
+	q.Start()
+	q.Start()
+	log.Info("queued")
+	if !q.Stop(time.Minute) || !q.Stop(time.Minute) {
+		t.Fatal("Stop did not flush")
+	}
+	log.Info("after")
+	q.Start()
+	log.Info("again")
+	q.Stop(time.Minute)
+	if got := s.got(); !slices.Equal(got, []string{"before", "queued", "after", "again"}) {
+		t.Fatalf("the sink got %q", got)
+	}
+}
