@@ -2,6 +2,7 @@ package hold_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -138,29 +139,32 @@ func (p pausedList) List(ctx context.Context, prefix string) ([]store.Lease, err
 
 func TestAnEventPushedDuringAReadIsNotUndoneByTheOlderTableItReturns(t *testing.T) {
 	for _, vouching := range []bool{false, true} {
-		synctest.Test(t, func(t *testing.T) {
-			st := memstore.New(memstore.Options{})
-			p := pausedList{Store: st, read: make(chan struct{}), resume: make(chan struct{})}
-			a, b := newKeeper(p, "A"), newKeeper(st, "B")
-			done := make(chan error)
-			go func() {
-				if vouching {
-					_, err := a.ObserveVouching(context.Background(), "m/", func(string) bool { return true })
-					done <- err
-				} else {
-					done <- a.ObserveAll(context.Background(), "")
+		// A subtest each: synctest.Test does not run on a t that failed.
+		t.Run(fmt.Sprintf("vouching=%v", vouching), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				st := memstore.New(memstore.Options{})
+				p := pausedList{Store: st, read: make(chan struct{}), resume: make(chan struct{})}
+				a, b := newKeeper(p, "A"), newKeeper(st, "B")
+				done := make(chan error)
+				go func() {
+					if vouching {
+						_, err := a.ObserveVouching(context.Background(), "m/", func(string) bool { return true })
+						done <- err
+					} else {
+						done <- a.ObserveAll(context.Background(), "")
+					}
+				}()
+				<-p.read
+				res := mustAcquire(t, b, "p/1")
+				a.Apply(store.Event{Kind: store.Acquired, Key: "p/1", Owner: "B", Epoch: res.Epoch})
+				close(p.resume)
+				if err := <-done; err != nil {
+					t.Fatal(err)
 				}
-			}()
-			<-p.read
-			res := mustAcquire(t, b, "p/1")
-			a.Apply(store.Event{Kind: store.Acquired, Key: "p/1", Owner: "B", Epoch: res.Epoch})
-			close(p.resume)
-			if err := <-done; err != nil {
-				t.Fatal(err)
-			}
-			if !a.PeerLeads("p/1") {
-				t.Fatalf("vouching=%v: the read undid B's acquisition pushed while it was in flight", vouching)
-			}
+				if !a.PeerLeads("p/1") {
+					t.Fatalf("vouching=%v: the read undid B's acquisition pushed while it was in flight", vouching)
+				}
+			})
 		})
 	}
 }

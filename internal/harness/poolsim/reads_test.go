@@ -1,6 +1,7 @@
 package poolsim
 
 import (
+	"fmt"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -64,11 +65,14 @@ func TestOnAPushStoreAWorkerAtRestReadsTheMembershipsNotEveryKey(t *testing.T) {
 func TestReadsReport(t *testing.T) {
 	testenv.ReportOnly(t)
 	for _, size := range []struct{ keys, workers int }{{10_000, 10}, {10_000, 30}} {
-		synctest.Test(t, func(t *testing.T) {
-			every := readsAtRest(t, size.keys, size.workers, 5*time.Second)
-			following := readsAtRest(t, size.keys, size.workers, 0)
-			t.Logf("| %d | %d | %d | %d | %d | %d |", size.keys, size.workers,
-				every.Lists, every.RowsRead, following.Lists, following.RowsRead)
+		// A subtest each: synctest.Test does not run on a t that failed.
+		t.Run(fmt.Sprintf("%dx%d", size.keys, size.workers), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				every := readsAtRest(t, size.keys, size.workers, 5*time.Second)
+				following := readsAtRest(t, size.keys, size.workers, 0)
+				t.Logf("| %d | %d | %d | %d | %d | %d |", size.keys, size.workers,
+					every.Lists, every.RowsRead, following.Lists, following.RowsRead)
+			})
 		})
 	}
 }
