@@ -29,6 +29,12 @@
 //     supervisor cannot cancel itself (a child process) gets the deadline
 //     through [Lease.StopAt]; `tenure run` hands it to a guard process that
 //     stops the command on its own when tenure is frozen.
+//   - A blocked log costs log lines, never work: while [Supervisor.Run]
+//     runs, records wait in a bounded queue written by a goroutine of
+//     their own, so the loops that renew leases and start work never wait
+//     for Config.Logger's handler. When the queue is full, records are
+//     dropped, counted ([Observer].LogRecordsDropped) and reported once
+//     the handler takes records again.
 //   - One owner id per start: the store sees Config.Owner plus an
 //     incarnation drawn by [New], so replicas given one name (a hostname
 //     shared by containers, a copied unit file) never take a key from each

@@ -60,7 +60,8 @@ store calls). The kinds (--faults):
   restart         SIGTERM a holder (graceful handoff), start a replacement
   log-stall       block a holder's log output for 1–3 TTL (a full stderr
                   pipe, a stuck log shipper), mostly with a short partition
-                  inside so it has a failed renewal to log
+                  inside so it has a failed renewal to log; it must go on
+                  renewing and starting work
   slow-store      every call of one replica, or all, answers 0.6–0.9 call
                   timeouts late, for 2–4 TTL
   same-owner      start an extra replica under a live holder's owner name

@@ -51,14 +51,14 @@ func TestChaosEtcd(t *testing.T) {
 
 // TestChaosPool shares keys in a pool besides the singletons, under the
 // faults that move a pool's keys: a replica killed, frozen or restarted,
-// and one restarted unable to read the pool's keys (source-down), which
-// must take no share of them: when it took one, its peers stopped
-// claiming at their lowered caps and keys ran nowhere while its source
-// failed.
+// one restarted unable to read the pool's keys (source-down), which must
+// take no share of them (when it took one, its peers stopped claiming at
+// their lowered caps and keys ran nowhere while its source failed), and
+// one whose log stalls, which must go on taking and running its share.
 func TestChaosPool(t *testing.T) {
 	rep := runChaosWith(t, "sqlite:"+filepath.Join(t.TempDir(), "leases.db"), 30*time.Second, func(o *Options) {
 		o.PoolKeys = 12
-		o.Faults = []string{FaultSourceDown, FaultKill, FaultPause, FaultRestart}
+		o.Faults = []string{FaultSourceDown, FaultKill, FaultPause, FaultRestart, FaultLogStall}
 	})
 	if rep != nil && (rep.Faults[FaultSourceDown] == 0 || rep.PoolChecked == 0) {
 		t.Errorf("no source-down fault ran (%v), or the pool check applied to none of the run (%v)", rep.Faults, rep.PoolChecked)

@@ -21,7 +21,7 @@ const (
 
 // Invariants lists them in report order.
 var Invariants = []string{InvOverlap, InvEpochUnique, InvEpochOrder, InvFence, InvEarly,
-	InvTakeover, InvAbandoned, InvResume, InvMargin, InvStarved, InvPoolRuns, InvHealth}
+	InvTakeover, InvAbandoned, InvResume, InvMargin, InvStarved, InvLogStall, InvPoolRuns, InvHealth}
 
 // Tolerances of the checks.
 const (
@@ -95,6 +95,7 @@ func Check(h *History) *Report {
 	c.resumes()
 	c.margins()
 	c.slowStores()
+	c.logStalls()
 	c.poolRuns()
 	c.health()
 	c.measure()

@@ -165,9 +165,11 @@
 // than the takeover bound plus three renewal periods (twice the orphan
 // delay) passes without an instant at which every pool key runs, outside
 // each fault that stops work (a kill, a freeze, a network fault, a second
-// process under one owner name, a store restart, a stalled log, which
-// holds up the starts of the stalled replica's work) and that bound after
-// it; the report says how much of the run that left to check. The
+// process under one owner name, a store restart) and that bound after it;
+// the report says how much of the run that left to check; and a replica
+// whose log is stalled goes on with its rounds once the store answers it
+// again: no more than TTL + slack between its store calls other than
+// renewals (the engine writes log records from a queue of its own). The
 // [Report] adds takeover latencies, time without a holder, the longest gap between renewals
 // under a slow store, whether same-owner pairs shared an owner id, what
 // wrapper freezes did (children stopped by their guard while frozen, how

@@ -112,15 +112,12 @@ func isPoolKey(key string) bool {
 // stopsWork are the faults that may leave a pool key to nobody for a
 // while, each checked on its own terms: a process killed, frozen or cut
 // off, calls that time out, a second process under one owner name, the
-// store down, and a stalled log: the supervision loop logs as it acquires
-// and starts work, so a key the stalled replica acquires (or is handed)
-// waits for the log before it runs. That is a limit of liveness, not of
-// safety, which the log-stall checks cover. A graceful restart or
-// source-down, a slow store that answers in time and an abandoned
-// singleton must not.
+// store down. A graceful restart or source-down, a slow store that
+// answers in time, a stalled log (its blip is a partition of its own) and
+// an abandoned singleton must not.
 var stopsWork = map[string]bool{
 	FaultKill: true, FaultPause: true, FaultFreezeWrapper: true, FaultPartition: true, FaultHold: true,
-	FaultLoseReplies: true, FaultLatency: true, FaultSameOwner: true, FaultStoreRestart: true, FaultLogStall: true,
+	FaultLoseReplies: true, FaultLatency: true, FaultSameOwner: true, FaultStoreRestart: true,
 }
 
 // poolRuns checks InvPoolRuns. From the run's start to its end, the
