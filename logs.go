@@ -5,14 +5,12 @@ import (
 	"log/slog"
 )
 
-// logQueueSize is how many log records wait for a slow log handler while
-// Run runs, before more are dropped (and counted). The loops that renew
+// While Run runs, the supervisor's records wait in a queue
+// (internal/logqueue) of logqueue.DefaultSize, written by a goroutine of
+// its own, before more are dropped (and counted). The loops that renew
 // leases and start work log as they go; with a handler that blocks (a
 // full stderr pipe, a stuck log shipper) they would stop with it, and a
-// replica whose store answers would lose every key at its deadline. The
-// queue holds a burst of acquisitions of a large pool (about 300 bytes a
-// record, 5 MB in all) without dropping any.
-const logQueueSize = 1 << 14
+// replica whose store answers would lose every key at its deadline.
 
 // Log records and observer calls made under the supervisor's lock run only
 // once the lock is released (unlock): a log handler may block — a full

@@ -1,7 +1,9 @@
 package tenure_test
 
 import (
+	"context"
 	"errors"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -50,6 +52,71 @@ func TestAStalledLogSinkCostsNoLease(t *testing.T) {
 			if len(got) != 1 || got[0].replica != "A" || !got[0].ended.IsZero() {
 				t.Fatalf("runs of %s with A's log stalled: %+v, want one run on A, still going", key, got)
 			}
+		}
+	})
+}
+
+// hookObs runs hook, once, when Run reports that nothing is held any more
+// (as it ends).
+type hookObs struct {
+	tenure.NopObserver
+	mu   sync.Mutex
+	hook func()
+}
+
+func (h *hookObs) Keys(k []tenure.KeyState) {
+	h.mu.Lock()
+	f := h.hook
+	h.hook = nil
+	h.mu.Unlock()
+	if k == nil && f != nil {
+		f()
+	}
+}
+
+// A Run is not over until it is done with its log queue: one started
+// while the last winds down is refused, and one started after it returns
+// has a queue of its own, so a stalled sink holds up none of its starts.
+func TestARunAfterAnotherKeepsItsLogQueue(t *testing.T) {
+	bubble(t, func(t *testing.T, st *memstore.Store) {
+		var g gate
+		obs := &hookObs{}
+		runs := &runLog{}
+		a := newReplica(t, st, "A", withLogger(g.logger()), func(c *tenure.Config) { c.Observer = obs })
+		a.Set("telegram", tenure.Job{Runner: runs.runner("A")})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- a.Run(ctx) }()
+		advance(renew)
+
+		var during error
+		obs.mu.Lock()
+		obs.hook = func() {
+			ctx, cancel := context.WithTimeout(context.Background(), renew) // ends if it does run
+			defer cancel()
+			during = a.Run(ctx)
+		}
+		obs.mu.Unlock()
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if !errors.Is(during, tenure.ErrAlreadyRunning) {
+			t.Fatalf("a Run started while the last one ended: %v, want ErrAlreadyRunning", during)
+		}
+
+		ctx, cancel = context.WithCancel(context.Background())
+		go func() { done <- a.Run(ctx) }()
+		defer func() {
+			g.open()
+			cancel()
+			<-done
+		}()
+		g.stall()
+		a.Set("discord", tenure.Job{Runner: runs.runner("A")})
+		advance(3 * renew)
+		if got := runs.of("discord"); len(got) != 1 {
+			t.Fatalf("with A's log stalled in its second Run, discord's runs: %+v; want it started", got)
 		}
 	})
 }

@@ -50,7 +50,9 @@ type Observer interface {
 	// LogRecordsDropped: n log records were dropped because the
 	// Config.Logger's handler did not take them as fast as they came
 	// (it blocked, or fell behind a burst). Work never waits for the log
-	// handler; a record saying how many were dropped follows them.
+	// handler. Called as records are dropped, from the goroutine that
+	// logged them; a record saying how many follows once the handler
+	// takes records again.
 	LogRecordsDropped(n int)
 }
 

@@ -151,7 +151,7 @@ func New(cfg Config) (*Supervisor, error) {
 		suspended: clock.Suspended,
 		table:     newTableReads(cfg.Prefix),
 	}
-	s.logs = logqueue.New(logQueueSize, s.obs.LogRecordsDropped)
+	s.logs = logqueue.New(logqueue.DefaultSize, s.obs.LogRecordsDropped)
 	s.log = slog.New(s.logs.Handler(cfg.Logger.Handler())).With("owner", owner)
 	s.dogs = newWatchdogs(s.watchdogsFired)
 	if leased {
@@ -203,12 +203,10 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	s.active, s.stopping, s.runCtx = true, false, runCtx
 	// A Run after a give-up (the grants fixed) starts counting afresh.
 	s.refusedRounds, s.sawRefusal, s.sawAnswer, s.storeErr = 0, false, false, nil
-	s.unlock()
 	// From here a record is queued, not written by whoever logs (see
-	// logQueueSize); what is queued when Run ends is written out first,
-	// for as long as a runner is given to stop.
+	// logs.go), until this Run is done with the queue and ends.
 	s.logs.Start()
-	defer s.logs.Stop(s.cfg.StopTimeout)
+	s.unlock()
 
 	var watchers sync.WaitGroup
 	watchCtx, stopWatch := context.WithCancel(ctx)
@@ -241,28 +239,29 @@ func (s *Supervisor) Run(ctx context.Context) error {
 	renewals.Wait()
 	stopWatch()
 	watchers.Wait()
-	s.mu.Lock()
-	s.active, s.runCtx = false, nil
-	s.unlock()
 	// Nothing is held or runs any more: a process that goes on serving
 	// metrics must not export the last round's state.
 	s.obs.Keys(nil)
 	s.mu.Lock()
 	none := make(map[string]int, len(s.pools.byName))
-	for name := range s.pools.byName {
-		none[name] = 0
-	}
 	sources := make([]PoolSource, 0, len(s.pools.byName))
 	for name := range s.pools.byName {
+		none[name] = 0
 		sources = append(sources, PoolSource{Pool: name}) // no read, no keys, no membership
 	}
 	s.unlock()
 	s.obs.Pools(none)
 	s.obs.PoolSources(sources)
 	if gaveUp != nil {
-		// Only now: nothing is held or runs, so a blocked log waits for nothing.
 		s.log.Error("giving up: the store keeps refusing the calls for good", "err", gaveUp)
 	}
+	// Last, so that a Run that starts once this one is marked done finds
+	// the log queue stopped and starts it afresh: what is queued is
+	// written out first, for as long as a runner is given to stop.
+	s.logs.Stop(s.cfg.StopTimeout)
+	s.mu.Lock()
+	s.active, s.runCtx = false, nil
+	s.unlock()
 	return errors.Join(gaveUp, err)
 }
 

@@ -19,6 +19,7 @@ import (
 	"github.com/tenure-dev/tenure"
 	"github.com/tenure-dev/tenure/internal/cli/storeurl"
 	"github.com/tenure-dev/tenure/internal/console"
+	"github.com/tenure-dev/tenure/internal/logqueue"
 	"github.com/tenure-dev/tenure/store/memstore"
 )
 
@@ -184,6 +185,16 @@ func (e *env) serve(ctx context.Context, stop context.CancelFunc, rep *replica) 
 	defer st.Close()
 
 	metrics := tmetrics.New()
+	// Nothing tenure does waits for stderr: the commands' runner, the
+	// console and the signal handler log through a queue, as the
+	// supervisor does (a runner that waited on its log could not hand its
+	// lease over, nor a command that exited be restarted), and what is
+	// queued is written out before the process exits.
+	logs := logqueue.New(logqueue.DefaultSize, metrics.LogRecordsDropped)
+	rep.log = slog.New(logs.Handler(rep.log.Handler()))
+	rep.runner.log = rep.log
+	logs.Start()
+	defer logs.Stop(rep.flags.stopTimeout + killWait)
 	cfg := rep.cfg
 	cfg.Store, cfg.Logger, cfg.Observer = st, rep.log, metrics
 	sup, err := tenure.New(cfg)

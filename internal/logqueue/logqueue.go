@@ -10,9 +10,10 @@
 // deadline although the store answered. Through a Queue, a record is
 // copied into a bounded queue and the caller goes on; one goroutine hands
 // the records to the sink in order. When the queue is full, records are
-// dropped and counted, and the count is written (and reported) as soon as
-// the sink takes records again: a stalled sink costs log lines, never
-// work, and never more memory than the queue holds.
+// dropped and reported as they are (a metric must not wait for the sink),
+// and their count is written once the sink takes records again: a stalled
+// sink costs log lines, never work, and never more memory than the queue
+// holds, which grows only as records wait.
 package logqueue
 
 import (
@@ -21,6 +22,11 @@ import (
 	"sync"
 	"time"
 )
+
+// DefaultSize is a queue's size for a process's log: it holds a burst of
+// acquisitions of a large pool without dropping any, and takes memory only
+// as records wait (about 300 bytes each, 5 MB when full).
+const DefaultSize = 1 << 14
 
 // DroppedMessage is the message of the record that says how many records
 // were dropped; its "dropped" attribute holds the count.
@@ -32,11 +38,15 @@ const DroppedMessage = "log records dropped: the log handler did not keep up"
 type Queue struct {
 	size   int
 	onDrop func(n int)
+	wake   chan struct{} // a record was queued, or Stop was called; never blocks
 
-	mu      sync.Mutex
-	items   chan item     // nil while stopped
-	done    chan struct{} // closed when the writer of items has written them all
-	dropped int           // dropped since the last report
+	mu       sync.Mutex
+	started  bool
+	pending  []item        // queued, not yet taken by the writer
+	inFlight int           // taken by the writer, not yet written
+	dropped  int           // dropped since the writer last said so
+	last     slog.Handler  // the handler of the last record taken, which says so
+	writer   chan struct{} // closed when the running writer goroutine exits; nil when none runs
 }
 
 // item is one record and the handler (with its attributes) to write it to.
@@ -47,96 +57,126 @@ type item struct {
 }
 
 // New returns a stopped Queue that holds up to size records while it runs.
-// onDrop, if not nil, is told each count of dropped records as it is
-// written; it is called from the writing goroutine.
+// onDrop, if not nil, is told of each record dropped, as it is dropped (by
+// the goroutine that logged it): a count of drops must not wait for the
+// sink that causes them.
 func New(size int, onDrop func(n int)) *Queue {
-	return &Queue{size: max(size, 1), onDrop: onDrop}
+	return &Queue{size: max(size, 1), onDrop: onDrop, wake: make(chan struct{}, 1)}
 }
 
 // Handler returns a slog.Handler that writes through q to h.
 func (q *Queue) Handler(h slog.Handler) slog.Handler { return handler{q: q, inner: h} }
 
-// Start starts the writing goroutine; from now on a record waits in the
-// queue, or is dropped when it is full. Starting a started Queue does
-// nothing.
+// Start makes records wait in the queue, or be dropped when it is full,
+// and starts the writing goroutine unless the one a timed-out Stop left
+// behind still runs (it goes on). Starting a started Queue does nothing.
 func (q *Queue) Start() {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if q.items != nil {
-		return
+	q.started = true
+	if q.writer == nil {
+		q.writer = make(chan struct{})
+		go q.write(q.writer)
 	}
-	q.items, q.done = make(chan item, q.size), make(chan struct{})
-	go q.write(q.items, q.done)
 }
 
 // Stop makes records be written by their caller again and waits, up to
 // wait, until every record queued so far has been written. It reports
 // whether they were; if not, the goroutine goes on writing them when the
-// sink takes them. Stopping a stopped Queue returns true.
+// sink takes them. Stopping a stopped Queue waits for that goroutine.
 func (q *Queue) Stop(wait time.Duration) bool {
 	q.mu.Lock()
-	items, done := q.items, q.done
-	q.items = nil
+	q.started = false
+	writer := q.writer
 	q.mu.Unlock()
-	if items == nil {
+	if writer == nil {
 		return true
 	}
-	close(items) // no Handle sends to it any more: it is nil under mu
+	q.poke()
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
-	case <-done:
+	case <-writer:
 		return true
 	case <-t.C:
 		return false
 	}
 }
 
-// enqueue queues it, or counts it dropped; it reports false when q is
-// stopped, for the caller to write it itself.
+func (q *Queue) poke() {
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+// enqueue queues it, or drops it when the queue is full; it reports false
+// when q is stopped, for the caller to write it itself.
 func (q *Queue) enqueue(it item) bool {
 	q.mu.Lock()
-	defer q.mu.Unlock()
-	if q.items == nil {
+	if !q.started {
+		q.mu.Unlock()
 		return false
 	}
-	select {
-	case q.items <- it:
-	default:
+	full := len(q.pending)+q.inFlight >= q.size
+	if full {
 		q.dropped++
+	} else {
+		q.pending = append(q.pending, it)
+	}
+	q.mu.Unlock()
+	if full {
+		if q.onDrop != nil {
+			q.onDrop(1)
+		}
+	} else {
+		q.poke()
 	}
 	return true
 }
 
-// write hands every record of items to its handler, in order. After a
-// record, if records were dropped and either the queue is empty or more
-// than a whole queue's worth was written since the last report, it writes
-// how many: a
-// sink that has just come back first gets what was kept, then the count,
-// and a sink that keeps falling behind hears of it at least once a queue.
-func (q *Queue) write(items <-chan item, done chan<- struct{}) {
-	defer close(done)
-	written := 0
-	for it := range items {
-		_ = it.h.Handle(it.ctx, it.r)
-		written++
-		if len(items) > 0 && written <= q.size {
-			continue
-		}
-		written = 0
+// write hands the queued records to their handlers, in order, a batch at
+// a time (what was queued when it looked), and after a batch, says how
+// many records were dropped while it waited: a sink that has just come
+// back first gets what was kept, then the count. It returns once q is
+// stopped and nothing is left to write.
+func (q *Queue) write(done chan struct{}) {
+	for {
 		q.mu.Lock()
-		n := q.dropped
-		q.dropped = 0
+		for len(q.pending) == 0 && q.dropped == 0 {
+			if !q.started {
+				q.writer = nil
+				q.mu.Unlock()
+				close(done)
+				return
+			}
+			q.mu.Unlock()
+			<-q.wake
+			q.mu.Lock()
+		}
+		// Records are dropped only while the queue is full, so those
+		// counted now came after (nearly) every record of the batch: the
+		// count is written after it.
+		batch, n := q.pending, q.dropped
+		q.pending, q.inFlight, q.dropped = nil, len(batch), 0
+		if len(batch) > 0 {
+			q.last = batch[len(batch)-1].h
+		}
+		last := q.last
 		q.mu.Unlock()
-		if n == 0 {
-			continue
+
+		for i, it := range batch {
+			_ = it.h.Handle(it.ctx, it.r)
+			batch[i] = item{} // let the record go
+			q.mu.Lock()
+			q.inFlight--
+			q.mu.Unlock()
 		}
-		if q.onDrop != nil {
-			q.onDrop(n)
+		if n > 0 && last.Enabled(context.Background(), slog.LevelWarn) {
+			r := slog.NewRecord(time.Now(), slog.LevelWarn, DroppedMessage, 0)
+			r.AddAttrs(slog.Int("dropped", n))
+			_ = last.Handle(context.Background(), r)
 		}
-		r := slog.NewRecord(time.Now(), slog.LevelWarn, DroppedMessage, 0)
-		r.AddAttrs(slog.Int("dropped", n))
-		_ = it.h.Handle(context.Background(), r)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -17,6 +18,9 @@ import (
 // sink records what it is handed, as "message k=v ...", and blocks while
 // stalled, as a full stderr pipe does.
 type sink struct {
+	level   slog.Level   // records below it are not enabled
+	inside  atomic.Int32 // Handle calls under way
+	most    atomic.Int32 // the most Handle calls ever under way at once
 	mu      sync.Mutex
 	lines   []string
 	stalled chan struct{} // non-nil while stalled
@@ -41,9 +45,13 @@ func (s *sink) open() {
 	}
 }
 
-func (s *sink) Enabled(context.Context, slog.Level) bool { return true }
+func (s *sink) Enabled(_ context.Context, l slog.Level) bool { return l >= s.shared.level }
 
 func (s *sink) Handle(_ context.Context, r slog.Record) error {
+	n := s.shared.inside.Add(1)
+	defer s.shared.inside.Add(-1)
+	for m := s.shared.most.Load(); n > m && !s.shared.most.CompareAndSwap(m, n); m = s.shared.most.Load() {
+	}
 	s.shared.mu.Lock()
 	c := s.shared.stalled
 	s.shared.mu.Unlock()
@@ -78,15 +86,16 @@ func (s *sink) got() []string {
 }
 
 // A stalled sink costs records, never the caller's time: the first record
-// waits in the sink, the queue keeps the next ones, the rest are dropped,
+// waits in the sink, the queue keeps the next ones up to its size (the
+// one in the sink included), the rest are dropped and counted at once,
 // and once the sink takes records again it gets the kept ones in order,
 // then how many were dropped.
 func TestAStalledSinkDropsRecordsAndNeverBlocksTheCaller(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const size = 3
 		s := newSink()
-		var reported []int
-		q := logqueue.New(size, func(n int) { reported = append(reported, n) })
+		var reported atomic.Int64
+		q := logqueue.New(size, func(n int) { reported.Add(int64(n)) })
 		log := slog.New(q.Handler(s)).With("owner", "a")
 		q.Start()
 		t.Cleanup(func() { s.open(); q.Stop(time.Second) })
@@ -99,14 +108,14 @@ func TestAStalledSinkDropsRecordsAndNeverBlocksTheCaller(t *testing.T) {
 		if got := s.got(); len(got) != 0 {
 			t.Fatalf("the stalled sink wrote %q", got)
 		}
+		if n := reported.Load(); n != 5 {
+			t.Fatalf("%d drops reported while the sink is stalled, want 5, as they happen", n)
+		}
 		s.open()
 		synctest.Wait()
-		want := []string{"r owner=a i=0", "r owner=a i=1", "r owner=a i=2", "r owner=a i=3", logqueue.DroppedMessage + " owner=a dropped=4"}
+		want := []string{"r owner=a i=0", "r owner=a i=1", "r owner=a i=2", logqueue.DroppedMessage + " owner=a dropped=5"}
 		if got := s.got(); !slices.Equal(got, want) {
 			t.Fatalf("the sink got\n%q\nwant\n%q", got, want)
-		}
-		if !slices.Equal(reported, []int{4}) {
-			t.Fatalf("drops reported %v, want [4]", reported)
 		}
 		log.Info("after", "i", 9)
 		if !q.Stop(time.Second) {
@@ -168,4 +177,79 @@ func TestAStoppedQueueWritesAtOnce(t *testing.T) {
 	if got := s.got(); !slices.Equal(got, []string{"before", "queued", "after", "again"}) {
 		t.Fatalf("the sink got %q", got)
 	}
+}
+
+// A Run that starts again after a Stop that gave up on a stalled sink
+// shares the one writer left behind: the sink never gets two records at
+// once, and gets them in order.
+func TestAStartAfterAStopThatGaveUpKeepsOneWriter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSink()
+		q := logqueue.New(8, nil)
+		log := slog.New(q.Handler(s))
+		t.Cleanup(s.open)
+		q.Start()
+		s.stall()
+		log.Info("one")
+		if q.Stop(time.Second) {
+			t.Fatal("Stop reported a flush through a stalled sink")
+		}
+		q.Start()
+		log.Info("two")
+		s.open()
+		synctest.Wait()
+		if !q.Stop(time.Second) {
+			t.Fatal("Stop did not flush once the sink came back")
+		}
+		if got := s.got(); !slices.Equal(got, []string{"one", "two"}) || s.most.Load() != 1 {
+			t.Fatalf("the sink got %q, at most %d at once; want both in order, one at a time", got, s.most.Load())
+		}
+	})
+}
+
+// The count of dropped records is a warning: a handler that takes only
+// errors does not get it (slog's own handlers do not filter in Handle).
+func TestTheDropCountRespectsTheHandlersLevel(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSink()
+		s.level = slog.LevelError
+		q := logqueue.New(1, nil)
+		log := slog.New(q.Handler(s))
+		q.Start()
+		t.Cleanup(s.open)
+		s.stall()
+		log.Error("one")
+		synctest.Wait()
+		log.Error("two") // dropped: the queue of one holds "one"
+		s.open()
+		if !q.Stop(time.Second) {
+			t.Fatal("Stop did not flush")
+		}
+		if got := s.got(); !slices.Equal(got, []string{"one"}) {
+			t.Fatalf("a handler of errors only got %q, want the one record kept", got)
+		}
+	})
+}
+
+// Records dropped after the last one kept are reported too, by Stop at the
+// latest, although nothing is logged after them.
+func TestADropAfterTheLastRecordKeptIsStillReported(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSink()
+		q := logqueue.New(1, nil)
+		log := slog.New(q.Handler(s))
+		q.Start()
+		t.Cleanup(s.open)
+		s.stall()
+		log.Info("one")
+		synctest.Wait()
+		log.Info("two") // dropped
+		s.open()
+		if !q.Stop(time.Second) {
+			t.Fatal("Stop did not flush")
+		}
+		if got := s.got(); !slices.Equal(got, []string{"one", logqueue.DroppedMessage + " dropped=1"}) {
+			t.Fatalf("the sink got %q, want the record kept, then the count of the one dropped", got)
+		}
+	})
 }

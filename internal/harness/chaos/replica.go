@@ -16,6 +16,7 @@ import (
 
 	"github.com/tenure-dev/tenure"
 	"github.com/tenure-dev/tenure/internal/cli/child"
+	"github.com/tenure-dev/tenure/internal/logqueue"
 )
 
 // ReplicaEnv is the environment variable that turns a process into a
@@ -143,7 +144,12 @@ func runReplica(ctx context.Context, spec replicaSpec) error {
 	defer gate.follow(log)()
 	log.add(Event{Ev: evProc, PID: os.Getpid(), Owner: sup.Owner(), Configured: spec.Owner})
 	w := &workload{log: log, res: res, think: 2 * t.RenewEvery, seed: spec.Seed, lateStop: spec.LateStop}
-	cw, err := newChildWork(spec, log, logger.With("replica", spec.Name))
+	// As tenure run's runner does, the child work's logs through a queue:
+	// a runner that waited on a stalled log could not hand its key over.
+	childLogs := logqueue.New(logqueue.DefaultSize, nil)
+	childLogs.Start()
+	defer childLogs.Stop(t.StopTimeout)
+	cw, err := newChildWork(spec, log, slog.New(childLogs.Handler(logger.Handler())).With("replica", spec.Name))
 	if err != nil {
 		return err
 	}
