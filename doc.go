@@ -62,7 +62,11 @@
 // may take it no earlier than expiry + Grace on the store's clock. The
 // holder treats the lease as held only while now + RenewEvery < t + TTL, so
 // its runner is cancelled at least RenewEvery + Grace before a peer can
-// start. Only the local monotonic clock is read — one that counts the time
+// start. A store may date a grant earlier than its send (etcd, whose
+// session its last keep-alive found alive that long before, and is spared
+// another): t is then that earlier moment, at most TTL - 2·RenewEvery -
+// CallTimeout back, so the first renewal still lands in time. Only the
+// local monotonic clock is read — one that counts the time
 // the host spends suspended (CLOCK_BOOTTIME on Linux), so a machine or VM
 // resumed after its deadline passed stops its runners at once — and clocks
 // of different hosts are never compared. Every store call is bounded by

@@ -122,6 +122,14 @@ type AcquireRequest struct {
 	Grace time.Duration
 	// Running is recorded as the runner state of the new term.
 	Running bool
+	// MaxElapsed lets the store date the new term up to this long before
+	// the call began, when that saves it a round trip: a store that keeps
+	// one session per owner (etcd) knows its session alive until the
+	// moment its last keep-alive was sent + TTL, and can put the term on
+	// it as it is, instead of sending another keep-alive and waiting for
+	// it. Zero (the default) dates every term from the call's start. It
+	// must be less than TTL.
+	MaxElapsed time.Duration
 }
 
 // AcquireResult is the answer to an acquisition.
@@ -133,6 +141,11 @@ type AcquireResult struct {
 	// Holder is the blocking lease when not Acquired: a live term of a
 	// peer or one that expired less than grace ago.
 	Holder Lease
+	// Elapsed is how long before the call began the new term is dated
+	// from, at most the request's MaxElapsed: the term lives until at
+	// least the call's start - Elapsed + TTL (+ grace for peers), and its
+	// holder counts its deadline from there. Zero for most stores.
+	Elapsed time.Duration
 }
 
 // RenewItem names one term to renew.

@@ -105,6 +105,8 @@ func ValidateAcquire(req AcquireRequest) error {
 		return fmt.Errorf("grace %v is negative: %w", req.Grace, ErrInvalidDuration)
 	case req.Grace > MaxTTL:
 		return fmt.Errorf("grace %v is longer than %v (ten years): %w", req.Grace, MaxTTL, ErrInvalidDuration)
+	case req.MaxElapsed < 0 || req.MaxElapsed >= req.TTL:
+		return fmt.Errorf("max elapsed %v is not in [0, ttl %v): %w", req.MaxElapsed, req.TTL, ErrInvalidDuration)
 	}
 	return nil
 }

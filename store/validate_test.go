@@ -52,10 +52,15 @@ func TestAcquireRequestsNeedAPositiveTTLAndNoNegativeGrace(t *testing.T) {
 	if err := store.ValidateAcquire(base); err != nil {
 		t.Fatal(err)
 	}
+	if err := store.ValidateAcquire(store.AcquireRequest{Key: "k", Owner: "o", TTL: time.Second, MaxElapsed: time.Second - 1}); err != nil {
+		t.Fatal(err)
+	}
 	for _, req := range []store.AcquireRequest{
 		{Key: "k", Owner: "o", TTL: 0},
 		{Key: "k", Owner: "o", TTL: time.Microsecond},
 		{Key: "k", Owner: "o", TTL: time.Second, Grace: -1},
+		{Key: "k", Owner: "o", TTL: time.Second, MaxElapsed: -1},
+		{Key: "k", Owner: "o", TTL: time.Second, MaxElapsed: time.Second}, // a term dated a whole TTL back is over
 	} {
 		if err := store.ValidateAcquire(req); !errors.Is(err, store.ErrInvalidDuration) {
 			t.Errorf("ValidateAcquire(%+v) = %v, want ErrInvalidDuration", req, err)

@@ -38,9 +38,10 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 	if s.isClosed() {
 		return store.AcquireResult{}, store.ErrClosed
 	}
+	start := time.Now()
 	ttlSecs, graceSecs := s.ttlSeconds(req.TTL), ceilSeconds(req.Grace)
 	if h, ok := s.takeHint(req.Key); ok {
-		res, done, err := s.acquireReleased(ctx, req, h, ttlSecs, graceSecs)
+		res, done, err := s.acquireReleased(ctx, req, h, ttlSecs, graceSecs, start)
 		if err != nil {
 			return store.AcquireResult{}, s.wrap("acquire", err)
 		}
@@ -53,7 +54,7 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 	// read is where the loop starts.
 	var read *acquireRead
 	if sess := s.lookupSession(req.Owner, ttlSecs, graceSecs); sess != nil && s.renewedLately(sess) {
-		res, r, err := s.acquireUnread(ctx, req, sess, graceSecs)
+		res, r, err := s.acquireUnread(ctx, req, sess, graceSecs, start)
 		if err != nil {
 			return store.AcquireResult{}, s.wrap("acquire", err)
 		}

@@ -45,7 +45,12 @@
 // after a keep-alive of it).
 //
 // Acquire keeps the session alive while it works, so the new term ends no
-// earlier than the call's start + ttl. When the owner has a session a
+// earlier than the call's start + ttl, unless the caller lets it date the
+// term back (AcquireRequest.MaxElapsed): a session whose last keep-alive
+// (a renewal's or an acquisition's) was sent that recently and found it
+// alive lives until at least that send + ttl + grace, so the term goes on
+// it as it is, dated from that send (AcquireResult.Elapsed), with no
+// keep-alive to wait for, as a mutex goes on its session. When the owner has a session a
 // renewal kept alive lately, a key with no record is claimed in one
 // transaction, as etcd's mutex claims one: it creates the record and puts
 // the live key on the session if the key has none of its keys, and reads

@@ -3,6 +3,7 @@ package etcd
 import (
 	"context"
 	"errors"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -57,8 +58,10 @@ func (s *Store) takeHint(key string) (hint, bool) {
 // is still the released one (a released record's term has no live or
 // grace key left, so the key is free), and the owner's session is kept
 // alive at the same time. It reports false, with no error, when the key
-// changed since or the session had ended: Acquire then reads as usual.
-func (s *Store) acquireReleased(ctx context.Context, req store.AcquireRequest, h hint, ttl, grace int64) (store.AcquireResult, bool, error) {
+// changed since or the session had ended: Acquire then reads as usual. A
+// session found alive within req.MaxElapsed of start is not kept alive:
+// the term is dated from then instead (AcquireResult.Elapsed).
+func (s *Store) acquireReleased(ctx context.Context, req store.AcquireRequest, h hint, ttl, grace int64, start time.Time) (store.AcquireResult, bool, error) {
 	// A session a renewal kept alive lately is kept alive with the write;
 	// otherwise one is made ready first.
 	sess := s.lookupSession(req.Owner, ttl, grace)
@@ -71,9 +74,11 @@ func (s *Store) acquireReleased(ctx context.Context, req store.AcquireRequest, h
 	}
 	epoch := max(h.rec.epoch+1, h.recRev+1) // see doc.go: epochs
 	rec := record{epoch: epoch, owner: req.Owner, state: stateHeld, running: req.Running, grace: grace}
-	kept := sess
+	kept, elapsed := sess, time.Duration(0)
 	if ready {
 		kept = nil
+	} else if el, ok := s.aliveWithin(sess, start, req.MaxElapsed); ok {
+		kept, elapsed = nil, el
 	}
 	resp, alive, err := s.commitKeptAlive(ctx, kept, s.client.Txn(ctx).If(
 		clientv3.Compare(clientv3.ModRevision(s.recordKey(req.Key)), "=", h.recRev),
@@ -98,5 +103,5 @@ func (s *Store) acquireReleased(ctx context.Context, req store.AcquireRequest, h
 		return store.AcquireResult{}, false, nil
 	}
 	s.join(sess, req.Key, member{epoch: epoch, running: req.Running})
-	return store.AcquireResult{Acquired: true, Epoch: epoch}, true, nil
+	return store.AcquireResult{Acquired: true, Epoch: epoch, Elapsed: elapsed}, true, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 )
@@ -98,6 +99,7 @@ func (s *Store) sendKeepAlives(sess *session) {
 			return
 		}
 		k.mu.Unlock()
+		sent := time.Now()
 		_, err := s.client.KeepAliveOnce(f.ctx, sess.lease)
 		f.cancel()
 		switch {
@@ -107,6 +109,7 @@ func (s *Store) sendKeepAlives(sess *session) {
 			f.err = err
 		default:
 			f.alive = true
+			s.keptAlive(sess, sent)
 		}
 		close(f.done)
 	}

@@ -3,6 +3,7 @@ package etcd
 import (
 	"context"
 	"errors"
+	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -29,8 +30,10 @@ type acquireRead struct {
 // epoch the key ever had, since each was at most the revision that wrote
 // it, even if its record was deleted since. A read is returned when the
 // key had keys already, for Acquire to go on from; neither a result nor a
-// read when the session had ended.
-func (s *Store) acquireUnread(ctx context.Context, req store.AcquireRequest, sess *session, grace int64) (store.AcquireResult, *acquireRead, error) {
+// read when the session had ended. A session found alive within
+// req.MaxElapsed of start (the call's start) is not kept alive: the term
+// is dated from then instead (AcquireResult.Elapsed).
+func (s *Store) acquireUnread(ctx context.Context, req store.AcquireRequest, sess *session, grace int64, start time.Time) (store.AcquireResult, *acquireRead, error) {
 	rk, live := s.recordKey(req.Key), s.liveKey(req.Key)
 	// A term of the key this owner held before may still be a member: no
 	// renewal may take the new live key's presence on the lease for it.
@@ -44,7 +47,11 @@ func (s *Store) acquireUnread(ctx context.Context, req store.AcquireRequest, ses
 		clientv3.OpPut(rk, rec.encode()),
 		clientv3.OpPut(live, liveValue(0, req.Owner), clientv3.WithLease(sess.lease)),
 	).Else(clientv3.OpGet(s.keyPrefix(req.Key), clientv3.WithPrefix()))
-	resp, alive, err := s.commitKeptAlive(ctx, sess, txn)
+	kept, elapsed := sess, time.Duration(0)
+	if el, ok := s.aliveWithin(sess, start, req.MaxElapsed); ok {
+		kept, elapsed = nil, el
+	}
+	resp, alive, err := s.commitKeptAlive(ctx, kept, txn)
 	switch {
 	case errors.Is(err, rpctypes.ErrLeaseNotFound):
 		s.dropSession(sess) // it ended between its last renewal and the write
@@ -57,8 +64,8 @@ func (s *Store) acquireUnread(ctx context.Context, req store.AcquireRequest, ses
 			return store.AcquireResult{}, nil, err
 		}
 		read := &acquireRead{v: v, rev: resp.Header.Revision}
-		if alive {
-			read.sess = sess
+		if alive && kept != nil {
+			read.sess = sess // kept alive since start: a write may use it as it is
 		}
 		return store.AcquireResult{}, read, nil
 	case !alive:
@@ -68,7 +75,7 @@ func (s *Store) acquireUnread(ctx context.Context, req store.AcquireRequest, ses
 	}
 	epoch := resp.Header.Revision
 	s.join(sess, req.Key, member{epoch: epoch, running: req.Running, implicit: true})
-	return store.AcquireResult{Acquired: true, Epoch: epoch}, nil, nil
+	return store.AcquireResult{Acquired: true, Epoch: epoch, Elapsed: elapsed}, nil, nil
 }
 
 // commitKeptAlive commits txn while sess is kept alive (whileKeptAlive),

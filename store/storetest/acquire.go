@@ -262,6 +262,12 @@ func (c *suite) testInvalidInputIsRejected(t *testing.T) {
 		_, err := s.Acquire(ctx, req)
 		wantErr(t, fmt.Sprintf("Acquire with grace %v", grace), err, store.ErrInvalidDuration)
 	}
+	for _, maxElapsed := range []time.Duration{-time.Millisecond, c.ttl} {
+		req := good
+		req.MaxElapsed = maxElapsed
+		_, err := s.Acquire(ctx, req)
+		wantErr(t, fmt.Sprintf("Acquire with max elapsed %v", maxElapsed), err, store.ErrInvalidDuration)
+	}
 
 	if ls := c.list(t, s, ""); len(ls) != 0 {
 		t.Errorf("rejected calls left records behind: %v", leaseKeys(ls))
@@ -350,4 +356,29 @@ func leaseKeys(ls []store.Lease) []string {
 		keys[i] = l.Key
 	}
 	return keys
+}
+
+// testADatedTermKeepsItsPromise: a store may date a new term back by up
+// to the request's MaxElapsed (AcquireResult.Elapsed), never more, and
+// the term then lives until at least the call's start - Elapsed + TTL.
+// The first acquisition may start a store's session; the later ones may
+// find it alive and date their terms from then.
+func (c *suite) testADatedTermKeepsItsPromise(t *testing.T) {
+	s := c.fresh(t)
+	maxElapsed := c.ttl / 2
+	for _, key := range []string{"d1", "d2", "d3"} {
+		req := c.request(key, "a")
+		req.MaxElapsed = maxElapsed
+		began := time.Now()
+		res := c.acquire(t, s, req)
+		if !res.Acquired || res.Elapsed < 0 || res.Elapsed > maxElapsed {
+			t.Fatalf("Acquire of free key %q with MaxElapsed %v = %+v; want granted, Elapsed in [0, %v]", key, maxElapsed, res, maxElapsed)
+		}
+		h := c.mustBeRefused(t, s, key, "b")
+		// A unit of slack: the time the calls took, and stores that count
+		// time left in whole units.
+		if promised := c.ttl - res.Elapsed - time.Since(began) - c.unit; h.TimeLeft < promised {
+			t.Errorf("term of %q dated back by %v has %v left, less than the %v it promised", key, res.Elapsed, h.TimeLeft, promised)
+		}
+	}
 }

@@ -51,6 +51,7 @@ func Run(t *testing.T, h Harness) {
 		{"LongestKeysAndOwnersAreKept", c.testLongestKeysAndOwnersAreKept},
 		{"InvalidInputIsRejected", c.testInvalidInputIsRejected},
 		{"DoneContextNeverSucceeds", c.testDoneContextNeverSucceeds},
+		{"ADatedTermKeepsItsPromise", c.testADatedTermKeepsItsPromise},
 		// renew.go
 		{"RenewalExtendsTheTerm", c.testRenewalExtendsTheTerm},
 		{"RenewalOfAnotherEpochIsLost", c.testRenewalOfAnotherEpochIsLost},

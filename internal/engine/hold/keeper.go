@@ -9,6 +9,12 @@
 // least RenewEvery + Grace before any peer may start, whether or not the
 // store answers. Only the rate of the local monotonic clock matters; clocks
 // of different hosts are never compared.
+//
+// A store may date a grant earlier than its send, by the Elapsed it
+// reports (etcd, whose session was found alive that long before, and is
+// spared a keep-alive): the deadline is then t - Elapsed + TTL. The
+// keeper allows at most maxElapsed, so that a new term is still held when
+// its first renewal, sent within RenewEvery, answers within CallTimeout.
 package hold
 
 import (
@@ -32,6 +38,13 @@ type Timing struct {
 	Grace       time.Duration
 	RenewEvery  time.Duration
 	CallTimeout time.Duration
+}
+
+// maxElapsed is how far back a store may date a grant (see the package
+// doc): TTL - 2·RenewEvery - CallTimeout, or nothing when that is not
+// positive.
+func (t Timing) maxElapsed() time.Duration {
+	return max(t.TTL-2*t.RenewEvery-t.CallTimeout, 0)
 }
 
 // Outcome is the result of one renewal.
@@ -261,6 +274,7 @@ func (k *Keeper) Acquire(ctx context.Context, key string, running bool) (Acquire
 	res, err := bounded(ctx, k.timing.CallTimeout, func(ctx context.Context) (store.AcquireResult, error) {
 		return k.st.Acquire(ctx, store.AcquireRequest{
 			Key: key, Owner: k.owner, TTL: k.timing.TTL, Grace: k.timing.Grace, Running: running,
+			MaxElapsed: k.timing.maxElapsed(),
 		})
 	})
 	if err != nil {
@@ -298,7 +312,7 @@ func (k *Keeper) Acquire(ctx context.Context, key string, running bool) (Acquire
 	if cur, ok := k.held[key]; ok {
 		k.superseded(key, cur.Epoch)
 	}
-	k.held[key] = Term{Key: key, Epoch: res.Epoch, Deadline: sent.Add(k.timing.TTL)}
+	k.held[key] = Term{Key: key, Epoch: res.Epoch, Deadline: sent.Add(k.timing.TTL - max(res.Elapsed, 0))}
 	k.forget(key)
 	delete(k.unreleased, key) // a newer term: the old one is over
 	return Acquired{OK: true, New: true, Epoch: res.Epoch}, nil

@@ -422,3 +422,48 @@ func TestObservedUnnumberedWherePicksPeersLeasesAndAgesThem(t *testing.T) {
 		}
 	})
 }
+
+// datingStore dates every grant back by elapsed (as etcd does when its
+// session was found alive that long before), and keeps the MaxElapsed it
+// was last asked with.
+type datingStore struct {
+	store.Store
+	elapsed time.Duration
+	asked   time.Duration
+}
+
+func (d *datingStore) Acquire(ctx context.Context, req store.AcquireRequest) (store.AcquireResult, error) {
+	d.asked = req.MaxElapsed
+	res, err := d.Store.Acquire(ctx, req)
+	if res.Acquired {
+		res.Elapsed = d.elapsed
+	}
+	return res, err
+}
+
+// A grant dated back counts its deadline from then, and the keeper lets a
+// store date it back only so far that the term is still held when its
+// first renewal, sent within RenewEvery, answers within CallTimeout.
+func TestAGrantDatedBackCountsItsDeadlineFromThen(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		st := &datingStore{Store: memstore.New(memstore.Options{}), elapsed: 3 * time.Second}
+		k := newKeeper(st, "A")
+		sent := time.Now()
+		mustAcquire(t, k, "job")
+		if want := timing.TTL - 2*timing.RenewEvery - timing.CallTimeout; st.asked != want {
+			t.Fatalf("asked the store for MaxElapsed %v, want TTL - 2·RenewEvery - CallTimeout = %v", st.asked, want)
+		}
+		term, _ := k.Term("job")
+		if want := sent.Add(timing.TTL - st.elapsed); !term.Deadline.Equal(want) {
+			t.Fatalf("deadline %v after the send, want TTL - Elapsed = %v", term.Deadline.Sub(sent), timing.TTL-st.elapsed)
+		}
+		// The worst a store may do: dated back by all it was allowed, the
+		// term is still held until its first renewal has had its time.
+		time.Sleep(timing.RenewEvery + timing.CallTimeout - time.Millisecond)
+		st.elapsed = st.asked
+		mustAcquire(t, k, "worst")
+		if !k.HoldsAt("worst", time.Now().Add(timing.RenewEvery+timing.CallTimeout-time.Millisecond)) {
+			t.Fatal("a grant dated back by MaxElapsed is not held until its first renewal answers")
+		}
+	})
+}

@@ -127,7 +127,11 @@ func (r *replicaInfo) lastConfirmed(key string, epoch, by int64, t Timing) int64
 		if cur != 0 && e.T > cur+int64(t.TTL-t.RenewEvery) {
 			break
 		}
-		cur = max(cur, e.Sent)
+		if e.Ev == evAcquire {
+			cur = max(cur, e.from())
+		} else {
+			cur = max(cur, e.Sent)
+		}
 	}
 	return cur
 }

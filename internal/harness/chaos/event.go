@@ -83,7 +83,10 @@ type Event struct {
 	// stores and Redis stamp expiries with, against CLOCK_MONOTONIC.
 	Wall int64 `json:"wall,omitempty"`
 	// Sent is when a store call or a fenced transaction began.
-	Sent    int64  `json:"sent,omitempty"`
+	Sent int64 `json:"sent,omitempty"`
+	// Dated is when a granted term is counted from, when the store dated
+	// it before Sent (store.AcquireResult.Elapsed); see from.
+	Dated   int64  `json:"dated,omitempty"`
 	Outcome string `json:"out,omitempty"`
 	// Cause is why a runner stopped: deadline, lost, stopping, …
 	Cause string `json:"cause,omitempty"`
@@ -196,4 +199,13 @@ func readLog(path string) ([]Event, error) {
 // after the other.
 func clockEvent(ev string) Event {
 	return Event{Ev: ev, T: Now(), Wall: time.Now().UnixNano()}
+}
+
+// from is when an acquisition's term is counted from: the call's start, or
+// earlier when the store dated the term back.
+func (e Event) from() int64 {
+	if e.Dated != 0 {
+		return e.Dated
+	}
+	return e.Sent
 }

@@ -222,7 +222,7 @@ func buildModel(h *History) *model {
 				t.lastListed = max(t.lastListed, e.Sent)
 				if e.Outcome == outOK {
 					t.granted = e.T
-					t.lastConfirmed = max(t.lastConfirmed, e.Sent)
+					t.lastConfirmed = max(t.lastConfirmed, e.from())
 					m.acquires[e.Key] = append(m.acquires[e.Key], e)
 				}
 			}

@@ -113,6 +113,9 @@ func (r *recorder) Acquire(ctx context.Context, req store.AcquireRequest) (store
 	}
 	res, err := r.inner.Acquire(ctx, req)
 	e := Event{Ev: evAcquire, Key: req.Key, Sent: sent, Outcome: outHeld, Epoch: res.Epoch}
+	if res.Elapsed > 0 {
+		e.Dated = sent - int64(res.Elapsed)
+	}
 	switch held := r.ctl.after(ctx, err); {
 	case err != nil:
 		e.Outcome, e.Err = outError, err.Error()
