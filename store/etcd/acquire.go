@@ -38,7 +38,7 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 	if s.isClosed() {
 		return store.AcquireResult{}, store.ErrClosed
 	}
-	start := time.Now()
+	start := s.now()
 	ttlSecs, graceSecs := s.ttlSeconds(req.TTL), ceilSeconds(req.Grace)
 	if h, ok := s.takeHint(req.Key); ok {
 		res, done, err := s.acquireReleased(ctx, req, h, ttlSecs, graceSecs, start)
@@ -70,7 +70,7 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 				return store.AcquireResult{}, s.wrap("acquire", err)
 			}
 		}
-		sess, v, rev := read.sess, read.v, read.rev
+		sess, v, rev, dated := read.sess, read.v, read.rev, read.dated
 		read = nil
 		if !free(v, req.Owner) {
 			if v.rec == nil {
@@ -88,6 +88,7 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 			if sess, err = s.liveSession(ctx, req.Owner, ttlSecs, graceSecs, false); err != nil {
 				return store.AcquireResult{}, s.wrap("acquire", err)
 			}
+			dated = false
 		}
 		epoch := rev + 1 // see doc.go: epochs outlive a deleted namespace
 		cmp := clientv3.Compare(clientv3.CreateRevision(s.recordKey(req.Key)), "=", 0)
@@ -115,10 +116,21 @@ func (s *Store) Acquire(ctx context.Context, req store.AcquireRequest) (store.Ac
 		if err != nil {
 			return store.AcquireResult{}, s.wrap("acquire", err)
 		}
-		if resp.Succeeded {
-			s.join(sess, req.Key, member{epoch: epoch, running: req.Running})
-			return store.AcquireResult{Acquired: true, Epoch: epoch}, nil
+		if !resp.Succeeded {
+			continue
 		}
+		var elapsed time.Duration
+		if dated {
+			var alive bool
+			if elapsed, alive, err = s.settleDated(ctx, sess, start, req.MaxElapsed); err != nil {
+				return store.AcquireResult{}, s.wrap("acquire", err)
+			}
+			if !alive {
+				continue // the session ended, with the term on it
+			}
+		}
+		s.join(sess, req.Key, member{epoch: epoch, running: req.Running})
+		return store.AcquireResult{Acquired: true, Epoch: epoch, Elapsed: elapsed}, nil
 	}
 	return store.AcquireResult{}, fmt.Errorf("etcd: acquire %q: the record or the session kept changing over %d attempts", req.Key, maxAttempts)
 }

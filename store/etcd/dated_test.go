@@ -1,9 +1,11 @@
 package etcd
 
 import (
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/tenure-dev/tenure/internal/engine/clock"
 	"github.com/tenure-dev/tenure/internal/harness/testenv"
 	"github.com/tenure-dev/tenure/store"
 )
@@ -77,5 +79,50 @@ func TestAPeerThatHeardOfAReleaseDatesItsTermBack(t *testing.T) {
 	res, n := claim(t, peer, calls, "job", 30*time.Second)
 	if n != 1 || res.Elapsed <= 0 || res.Epoch <= e {
 		t.Errorf("acquiring a key heard released: %d calls, %+v; want 1 call, a dated term above epoch %d", n, res, e)
+	}
+}
+
+// A key with a record (here one released) is read by the claim's
+// transaction, and the write that follows goes on the session found alive
+// lately as it is: two calls, no keep-alive between them, and a dated
+// term.
+func TestAClaimOfAKeyWithARecordIsDatedBackToo(t *testing.T) {
+	s, calls := countingStore(t)
+	e := testenv.MustAcquire(t, s, "job", "a", time.Minute, time.Second)
+	testenv.Release(t, s, "a", store.Term{Key: "job", Epoch: e})
+	res, n := claim(t, s, calls, "job", 30*time.Second)
+	if n != 2 || res.Elapsed <= 0 || res.Epoch <= e {
+		t.Errorf("claiming a released key: %d calls, %+v; want 2 (the transaction that read it, the write), a dated term above %d", n, res, e)
+	}
+}
+
+// The session's last keep-alive is timed on a clock that counts the time
+// the host spends suspended, as the server's lease clock does: after a
+// suspend longer than MaxElapsed, a claim keeps the session alive and is
+// not dated, though the process's own clock saw no time pass. So is a
+// claim whose write took so long that the keep-alive it is dated from is
+// older than MaxElapsed when it returns (its first renewal may come a
+// period after that).
+func TestNeitherASuspendNorASlowWriteLetsAClaimBeDatedPastMaxElapsed(t *testing.T) {
+	s, calls := countingStore(t)
+	testenv.MustAcquire(t, s, "first", "a", time.Minute, time.Second)
+	var slept atomic.Int64
+	s.now = func() time.Time { return clock.Now().Add(time.Duration(slept.Load())) }
+	slept.Store(int64(20 * time.Second)) // the host was suspended for 20s
+	if res, n := claim(t, s, calls, "after-a-suspend", 10*time.Second); n != 2 || res.Elapsed != 0 {
+		t.Errorf("a claim after a suspend past MaxElapsed: %d calls, Elapsed %v; want 2 (transaction, keep-alive), 0", n, res.Elapsed)
+	}
+
+	// The write "takes" 20s: every reading after the claim's start is 20s
+	// later.
+	var readings atomic.Int64
+	s.now = func() time.Time {
+		if readings.Add(1) > 1 {
+			return clock.Now().Add(40 * time.Second)
+		}
+		return clock.Now().Add(20 * time.Second)
+	}
+	if res, n := claim(t, s, calls, "slow", 10*time.Second); n != 2 || res.Elapsed != 0 {
+		t.Errorf("a claim whose write ended past MaxElapsed: %d calls, Elapsed %v; want 2 (transaction, then a keep-alive), 0", n, res.Elapsed)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/tenure-dev/tenure/internal/engine/clock"
 	"github.com/tenure-dev/tenure/store"
 	"github.com/tenure-dev/tenure/store/internal/watchset"
 )
@@ -67,6 +68,11 @@ type Store struct {
 	// watches is the closed state and every running Watch, which Close
 	// ends.
 	watches watchset.Set
+
+	// now reads the clock a claim is dated on (dated.go): one that counts
+	// the time the host spends suspended, as the server's lease clock
+	// does, and as the engine's deadlines do. A test may stage a suspend.
+	now func() time.Time
 }
 
 var (
@@ -180,6 +186,7 @@ func newStore(client *clientv3.Client, opts Options, owns bool) (*Store, error) 
 		writeChunk: maxOps - maxNestedOps,
 		sessions:   map[sessionID]*session{},
 		hints:      map[string]hint{},
+		now:        clock.Now,
 	}
 	s.minTTL.Store(1)
 	return s, nil

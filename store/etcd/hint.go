@@ -60,7 +60,7 @@ func (s *Store) takeHint(key string) (hint, bool) {
 // alive at the same time. It reports false, with no error, when the key
 // changed since or the session had ended: Acquire then reads as usual. A
 // session found alive within req.MaxElapsed of start is not kept alive:
-// the term is dated from then instead (AcquireResult.Elapsed).
+// the term is dated instead (dated.go).
 func (s *Store) acquireReleased(ctx context.Context, req store.AcquireRequest, h hint, ttl, grace int64, start time.Time) (store.AcquireResult, bool, error) {
 	// A session a renewal kept alive lately is kept alive with the write;
 	// otherwise one is made ready first.
@@ -74,11 +74,10 @@ func (s *Store) acquireReleased(ctx context.Context, req store.AcquireRequest, h
 	}
 	epoch := max(h.rec.epoch+1, h.recRev+1) // see doc.go: epochs
 	rec := record{epoch: epoch, owner: req.Owner, state: stateHeld, running: req.Running, grace: grace}
-	kept, elapsed := sess, time.Duration(0)
-	if ready {
+	dated := !ready && s.datable(sess, start, req.MaxElapsed)
+	kept := sess
+	if ready || dated {
 		kept = nil
-	} else if el, ok := s.aliveWithin(sess, start, req.MaxElapsed); ok {
-		kept, elapsed = nil, el
 	}
 	resp, alive, err := s.commitKeptAlive(ctx, kept, s.client.Txn(ctx).If(
 		clientv3.Compare(clientv3.ModRevision(s.recordKey(req.Key)), "=", h.recRev),
@@ -101,6 +100,12 @@ func (s *Store) acquireReleased(ctx context.Context, req store.AcquireRequest, h
 		// The session ended as the term was put on it, and took the live
 		// key along: the term is over before it began. Acquire again.
 		return store.AcquireResult{}, false, nil
+	}
+	var elapsed time.Duration
+	if dated {
+		if elapsed, alive, err = s.settleDated(ctx, sess, start, req.MaxElapsed); err != nil || !alive {
+			return store.AcquireResult{}, false, err // unconfirmed, or over with its session
+		}
 	}
 	s.join(sess, req.Key, member{epoch: epoch, running: req.Running})
 	return store.AcquireResult{Acquired: true, Epoch: epoch, Elapsed: elapsed}, true, nil

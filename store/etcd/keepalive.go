@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"sync"
-	"time"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 )
@@ -99,7 +98,7 @@ func (s *Store) sendKeepAlives(sess *session) {
 			return
 		}
 		k.mu.Unlock()
-		sent := time.Now()
+		sent := s.now()
 		_, err := s.client.KeepAliveOnce(f.ctx, sess.lease)
 		f.cancel()
 		switch {

@@ -47,10 +47,10 @@ type session struct {
 	renewedAt time.Time
 	// aliveAt is when the latest keep-alive that found the lease alive was
 	// sent (the grant's request, for a fresh one), whoever sent it: a
-	// renewal or an acquisition. The server reset the lease's time to ttl
-	// + grace when it answered, so its live part lasts until at least
-	// aliveAt + ttl. An acquisition asked for it (MaxElapsed) dates a term
-	// from aliveAt instead of sending a keep-alive of its own.
+	// renewal or an acquisition, on Store.now's clock. The server reset
+	// the lease's time to ttl + grace when it answered, so its live part
+	// lasts until at least aliveAt + ttl. A claim may date its term from
+	// it instead of sending a keep-alive of its own (dated.go).
 	aliveAt time.Time
 	// listed is, for each key on the lease, when a renewal last listed it
 	// (or first found it there unlisted); see unlisted.
@@ -85,10 +85,10 @@ func (s *Store) session(ctx context.Context, owner string, ttl, grace int64) (se
 	}
 	s.sessMu.Unlock()
 	if fresh {
-		sent := time.Now()
+		sent, aliveSent := time.Now(), s.now()
 		resp, err := s.client.Grant(ctx, ttl+grace)
 		if err == nil {
-			sess.lease, sess.renewedAt, sess.aliveAt = resp.ID, sent, sent
+			sess.lease, sess.renewedAt, sess.aliveAt = resp.ID, sent, aliveSent
 			if resp.TTL > ttl+grace {
 				// The server's floor: a later session asks for it.
 				s.minTTL.Store(resp.TTL - grace)
@@ -206,22 +206,6 @@ func (s *Store) keptAlive(sess *session, sent time.Time) {
 	if sent.After(sess.aliveAt) {
 		sess.aliveAt = sent
 	}
-}
-
-// aliveWithin reports how long before start sess was last found alive,
-// and whether that is at most maxElapsed (never, when it is zero): an
-// acquisition that began at start may then put a term on it without a
-// keep-alive, dated that much earlier, since the session lives until at
-// least start - elapsed + ttl + grace.
-func (s *Store) aliveWithin(sess *session, start time.Time, maxElapsed time.Duration) (time.Duration, bool) {
-	if maxElapsed <= 0 {
-		return 0, false
-	}
-	s.sessMu.Lock()
-	at := sess.aliveAt
-	s.sessMu.Unlock()
-	elapsed := max(start.Sub(at), 0)
-	return elapsed, !at.IsZero() && elapsed <= maxElapsed
 }
 
 // renewedLately reports whether a renewal kept sess alive less than its

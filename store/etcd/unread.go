@@ -13,11 +13,15 @@ import (
 
 // acquireRead is what Acquire goes on from: a read of the key, the store
 // revision it was read at, and the owner's session when it was kept alive
-// with the read (nil otherwise).
+// with the read, or found alive lately enough to date a term on it (nil
+// otherwise).
 type acquireRead struct {
 	sess *session
 	v    *view
 	rev  int64
+	// dated: sess was not kept alive but found alive lately enough to
+	// date a term written on it (dated.go).
+	dated bool
 }
 
 // acquireUnread tries to start a new term of a key that has no record in
@@ -31,8 +35,8 @@ type acquireRead struct {
 // it, even if its record was deleted since. A read is returned when the
 // key had keys already, for Acquire to go on from; neither a result nor a
 // read when the session had ended. A session found alive within
-// req.MaxElapsed of start (the call's start) is not kept alive: the term
-// is dated from then instead (AcquireResult.Elapsed).
+// req.MaxElapsed of start (the call's start, on Store.now's clock) is
+// not kept alive: the term is dated instead (dated.go).
 func (s *Store) acquireUnread(ctx context.Context, req store.AcquireRequest, sess *session, grace int64, start time.Time) (store.AcquireResult, *acquireRead, error) {
 	rk, live := s.recordKey(req.Key), s.liveKey(req.Key)
 	// A term of the key this owner held before may still be a member: no
@@ -47,9 +51,9 @@ func (s *Store) acquireUnread(ctx context.Context, req store.AcquireRequest, ses
 		clientv3.OpPut(rk, rec.encode()),
 		clientv3.OpPut(live, liveValue(0, req.Owner), clientv3.WithLease(sess.lease)),
 	).Else(clientv3.OpGet(s.keyPrefix(req.Key), clientv3.WithPrefix()))
-	kept, elapsed := sess, time.Duration(0)
-	if el, ok := s.aliveWithin(sess, start, req.MaxElapsed); ok {
-		kept, elapsed = nil, el
+	dated, kept := s.datable(sess, start, req.MaxElapsed), sess
+	if dated {
+		kept = nil
 	}
 	resp, alive, err := s.commitKeptAlive(ctx, kept, txn)
 	switch {
@@ -63,15 +67,21 @@ func (s *Store) acquireUnread(ctx context.Context, req store.AcquireRequest, ses
 		if err != nil {
 			return store.AcquireResult{}, nil, err
 		}
-		read := &acquireRead{v: v, rev: resp.Header.Revision}
-		if alive && kept != nil {
-			read.sess = sess // kept alive since start: a write may use it as it is
+		read := &acquireRead{v: v, rev: resp.Header.Revision, dated: dated}
+		if alive {
+			read.sess = sess // kept alive since start, or to be dated once written
 		}
 		return store.AcquireResult{}, read, nil
 	case !alive:
 		// The session ended as the term was put on it, and took the live
 		// key along: the term is over before it began. Acquire again.
 		return store.AcquireResult{}, nil, nil
+	}
+	var elapsed time.Duration
+	if dated {
+		if elapsed, alive, err = s.settleDated(ctx, sess, start, req.MaxElapsed); err != nil || !alive {
+			return store.AcquireResult{}, nil, err // unconfirmed, or over with its session
+		}
 	}
 	epoch := resp.Header.Revision
 	s.join(sess, req.Key, member{epoch: epoch, running: req.Running, implicit: true})
