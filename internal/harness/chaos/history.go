@@ -280,21 +280,7 @@ func buildModel(h *History) *model {
 // live returns the parts of [from, to] during which iv's work was not
 // frozen.
 func (iv *interval) live(from, to int64) []span {
-	out := []span{}
-	cur := from
-	for _, p := range iv.pauses() {
-		if p.to <= cur || p.from >= to {
-			continue
-		}
-		if p.from > cur {
-			out = append(out, span{cur, p.from})
-		}
-		cur = max(cur, p.to)
-	}
-	if cur < to {
-		out = append(out, span{cur, to})
-	}
-	return out
+	return cutSpans(span{from, to}, iv.pauses())
 }
 
 // pausedDuring reports whether r was frozen at any moment of [from, to].
