@@ -399,6 +399,12 @@ type PoolStatus struct {
 	Error  string `json:"error,omitempty"`
 }
 
+// isMember reports whether this replica holds its membership of ps at
+// now, so takes part in the pool; s.mu is held.
+func (s *Supervisor) isMember(ps *poolState, now time.Time) bool {
+	return s.leased && s.keeper.HoldsAt(ps.coord.MemberKey(), now)
+}
+
 // Pools reports every pool: its keys, this replica's share and the keys
 // each live worker holds.
 func (s *Supervisor) Pools() []PoolStatus {
@@ -408,7 +414,7 @@ func (s *Supervisor) Pools() []PoolStatus {
 	for _, ps := range s.pools.byName {
 		c := ps.coord.Status(s.leaseTable(false))
 		out = append(out, PoolStatus{Name: c.Name, Keys: c.Keys, Held: c.Held, Target: c.Target, Cap: c.Cap, Workers: c.Workers,
-			Member: s.leased && s.keeper.HoldsAt(ps.coord.MemberKey(), s.loopClock().now())})
+			Member: s.isMember(ps, s.loopClock().now())})
 		errs = append(errs, c.Error)
 	}
 	s.unlock()

@@ -379,7 +379,7 @@ func (s *Supervisor) reportKeys() {
 	for name, ps := range s.pools.byName {
 		keys, err := ps.coord.Source()
 		sources = append(sources, PoolSource{Pool: name, Keys: keys, Failing: err != nil,
-			Member: s.keeper.HoldsAt(ps.coord.MemberKey(), keeperNow)})
+			Member: s.isMember(ps, keeperNow)})
 	}
 	s.observeLocked(func(o Observer) {
 		o.Keys(keys)
