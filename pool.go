@@ -2,6 +2,7 @@ package tenure
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"iter"
 	"log/slog"
@@ -66,8 +67,9 @@ type Pool struct {
 	RefreshEvery time.Duration
 	// SourceTimeout bounds each read of Source; a read that fails or times
 	// out is logged and the last good key set stays in force. Default
-	// RefreshEvery. A Source must return once its context is done: Run
-	// waits for a read in flight (after releasing every lease).
+	// RefreshEvery. A Source must return once its context is done; one
+	// that does not within a second more is counted as failing, is not
+	// read again until it returns, and does not hold up Run's end.
 	SourceTimeout time.Duration
 	// Weight scales this replica's share: a finite positive number,
 	// default 1.
@@ -141,6 +143,15 @@ type poolState struct {
 	job     *Job // every key's: one, not 80 bytes in each of 100,000 keys
 	coord   *poolcoord.Coordinator
 	refresh chan struct{}
+	// stuck is the answer of a read of Source that outlived its timeout
+	// (a source that ignores its context), when it has not come yet; only
+	// the goroutine that reads the source touches it.
+	stuck <-chan sourceAnswer
+}
+
+type sourceAnswer struct {
+	keys []string
+	err  error
 }
 
 // AddPool adds a pool to the supervisor, before Run. Leases must be on.
@@ -235,9 +246,7 @@ func (s *Supervisor) RefreshPool(name string) error {
 // outside the supervision loop so a slow source never delays a renewal.
 func (s *Supervisor) refreshPool(ctx context.Context, ps *poolState) {
 	for {
-		rctx, cancel := context.WithTimeout(ctx, ps.cfg.SourceTimeout)
-		keys, err := ps.cfg.Source.Keys(rctx)
-		cancel()
+		keys, err := ps.read(ctx)
 		s.mu.Lock()
 		var dups int
 		newDups := false
@@ -274,6 +283,52 @@ func (s *Supervisor) refreshPool(ctx context.Context, ps *poolState) {
 		}
 	}
 }
+
+// sourceGrace is how long past SourceTimeout a read of a pool's source is
+// waited for: a source that honours its context returns within it.
+const sourceGrace = time.Second
+
+// read reads the pool's keys within SourceTimeout. A source that ignores
+// its context (a call made without it) is not waited for past that and
+// sourceGrace: the read fails, so the replica says its source is failing
+// instead of "not read yet" forever, and Run can end. Until that read
+// returns, none is started after it: a source that hangs for good holds
+// one goroutine, not one more every RefreshEvery.
+func (ps *poolState) read(ctx context.Context) ([]string, error) {
+	if ps.stuck != nil {
+		select {
+		case <-ps.stuck: // returned at last, too late to count
+			ps.stuck = nil
+		default:
+			return nil, errSourceStuck
+		}
+	}
+	rctx, cancel := context.WithTimeout(ctx, ps.cfg.SourceTimeout)
+	defer cancel()
+	answer := make(chan sourceAnswer, 1)
+	go func() {
+		keys, err := ps.cfg.Source.Keys(rctx)
+		answer <- sourceAnswer{keys, err}
+	}()
+	select {
+	case a := <-answer:
+		return a.keys, a.err
+	case <-rctx.Done():
+	}
+	grace := time.NewTimer(sourceGrace)
+	defer grace.Stop()
+	select {
+	case a := <-answer:
+		return a.keys, a.err
+	case <-grace.C:
+		ps.stuck = answer
+		return nil, errSourceStuck
+	}
+}
+
+// errSourceStuck is a read of a pool's source that did not return once its
+// context was done.
+var errSourceStuck = errors.New("the key source did not return within its timeout and after: it must return once its context is done")
 
 // planPools runs every pool's policy on the last observed lease table and
 // marks the keys to claim and to give back.

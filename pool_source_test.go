@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/tenure-dev/tenure"
 	"github.com/tenure-dev/tenure/store/memstore"
@@ -153,4 +154,46 @@ func (o *sourceObserver) last() tenure.PoolSource {
 		return tenure.PoolSource{Pool: fmt.Sprintf("%d pools", len(o.sources))}
 	}
 	return o.sources[0]
+}
+
+// A key source that ignores its context (an HTTP call made without it)
+// never returned: the replica said "not read yet" for ever, without
+// saying its source was failing, and Run, which waits for the source's
+// reader, never returned. A read is given up a second past its timeout,
+// counted as failing, and not started again until the stuck one returns.
+func TestAKeySourceThatIgnoresItsContextFailsAndHoldsNothingUp(t *testing.T) {
+	bubble(t, func(t *testing.T, st *memstore.Store) {
+		release := make(chan struct{})
+		var reads atomic.Int32
+		obs := &sourceObserver{}
+		r := newReplica(t, st, "w", func(cfg *tenure.Config) { cfg.Observer = obs })
+		if err := r.AddPool(tenure.Pool{Name: "mail", Runner: newLedger(t).runner(), RefreshEvery: renew,
+			Source: tenure.KeySourceFunc(func(context.Context) ([]string, error) {
+				reads.Add(1)
+				<-release
+				return []string{"a"}, nil
+			})}); err != nil {
+			t.Fatal(err)
+		}
+		defer close(release)
+		r.start()
+		advance(5 * renew)
+		if got, want := obs.last(), (tenure.PoolSource{Pool: "mail", Failing: true}); got != want {
+			t.Errorf("observed %+v with the source stuck; want %+v", got, want)
+		}
+		if n := reads.Load(); n != 1 {
+			t.Errorf("%d reads started while the first is stuck; want 1", n)
+		}
+		stopped := make(chan error, 1)
+		go func() { stopped <- r.stop() }()
+		advance(2 * time.Second)
+		select {
+		case err := <-stopped:
+			if err != nil {
+				t.Fatal(err)
+			}
+		default:
+			t.Fatal("Run did not return with its key source stuck")
+		}
+	})
 }
