@@ -68,8 +68,9 @@ type Pool struct {
 	// SourceTimeout bounds each read of Source; a read that fails or times
 	// out is logged and the last good key set stays in force. Default
 	// RefreshEvery. A Source must return once its context is done; one
-	// that does not within a second more is counted as failing, is not
-	// read again until it returns, and does not hold up Run's end.
+	// that does not within a second more is counted as failing until it
+	// does (its answer then counts), is not read again meanwhile, and does
+	// not hold up Run's end.
 	SourceTimeout time.Duration
 	// Weight scales this replica's share: a finite positive number,
 	// default 1.
@@ -143,9 +144,9 @@ type poolState struct {
 	job     *Job // every key's: one, not 80 bytes in each of 100,000 keys
 	coord   *poolcoord.Coordinator
 	refresh chan struct{}
-	// stuck is the answer of a read of Source that outlived its timeout
-	// (a source that ignores its context), when it has not come yet; only
-	// the goroutine that reads the source touches it.
+	// stuck is where the answer of a read of Source that outlived its
+	// timeout (a source that ignores its context) will come, until it has;
+	// only the goroutine that reads the source touches it.
 	stuck <-chan sourceAnswer
 }
 
@@ -245,8 +246,15 @@ func (s *Supervisor) RefreshPool(name string) error {
 // refreshPools reads every pool's key source periodically and on demand,
 // outside the supervision loop so a slow source never delays a renewal.
 func (s *Supervisor) refreshPool(ctx context.Context, ps *poolState) {
+	var late *sourceAnswer // a stuck read's answer, come at last
 	for {
-		keys, err := ps.read(ctx)
+		var keys []string
+		var err error
+		if late != nil {
+			keys, err, late = late.keys, late.err, nil
+		} else {
+			keys, err = ps.read(ctx)
+		}
 		s.mu.Lock()
 		var dups int
 		newDups := false
@@ -260,6 +268,8 @@ func (s *Supervisor) refreshPool(ctx context.Context, ps *poolState) {
 			ps.coord.SourceFailed(err)
 		}
 		switch {
+		case errors.Is(err, errSourceStuck):
+			s.logLocked(slog.LevelWarn, "could not read the pool's keys; reading them again once the read under way returns", "pool", ps.cfg.Name, "err", err, "joined", ps.coord.Loaded())
 		case err != nil && !ps.coord.Loaded():
 			s.logLocked(slog.LevelWarn, "could not read the pool's keys; not joining the pool until they can be read", "pool", ps.cfg.Name, "err", err, "next_read_in", ps.cfg.RefreshEvery)
 		case err != nil:
@@ -280,6 +290,9 @@ func (s *Supervisor) refreshPool(ctx context.Context, ps *poolState) {
 		case <-t.C:
 		case <-ps.refresh:
 			t.Stop()
+		case a := <-ps.stuck: // nil, so never ready, unless a read is stuck
+			t.Stop()
+			ps.stuck, late = nil, &a
 		}
 	}
 }
@@ -290,15 +303,17 @@ const sourceGrace = time.Second
 
 // read reads the pool's keys within SourceTimeout. A source that ignores
 // its context (a call made without it) is not waited for past that and
-// sourceGrace: the read fails, so the replica says its source is failing
-// instead of "not read yet" forever, and Run can end. Until that read
-// returns, none is started after it: a source that hangs for good holds
-// one goroutine, not one more every RefreshEvery.
+// sourceGrace, nor once ctx ends: the read fails, so the replica says its
+// source is failing instead of "not read yet" forever, and Run can end.
+// Until that read returns, none is started after it (a source that hangs
+// for good holds one goroutine, not one more every RefreshEvery), and its
+// answer counts when it comes (refreshPool waits for it too).
 func (ps *poolState) read(ctx context.Context) ([]string, error) {
 	if ps.stuck != nil {
 		select {
-		case <-ps.stuck: // returned at last, too late to count
+		case a := <-ps.stuck:
 			ps.stuck = nil
+			return a.keys, a.err
 		default:
 			return nil, errSourceStuck
 		}
@@ -321,9 +336,10 @@ func (ps *poolState) read(ctx context.Context) ([]string, error) {
 	case a := <-answer:
 		return a.keys, a.err
 	case <-grace.C:
-		ps.stuck = answer
-		return nil, errSourceStuck
+	case <-ctx.Done(): // Run is ending: it waits for no source
 	}
+	ps.stuck = answer
+	return nil, errSourceStuck
 }
 
 // errSourceStuck is a read of a pool's source that did not return once its

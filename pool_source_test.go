@@ -197,3 +197,59 @@ func TestAKeySourceThatIgnoresItsContextFailsAndHoldsNothingUp(t *testing.T) {
 		}
 	})
 }
+
+// A source that ignores its context but answers, late, is used when it
+// answers: its keys count, and the replica joins.
+func TestALateAnswerOfAKeySourceCounts(t *testing.T) {
+	bubble(t, func(t *testing.T, st *memstore.Store) {
+		obs := &sourceObserver{}
+		r := newReplica(t, st, "w", func(cfg *tenure.Config) { cfg.Observer = obs })
+		if err := r.AddPool(tenure.Pool{Name: "mail", Runner: newLedger(t).runner(), RefreshEvery: time.Hour, SourceTimeout: time.Second,
+			Source: tenure.KeySourceFunc(func(context.Context) ([]string, error) {
+				time.Sleep(5 * time.Second) // past the timeout and its grace
+				return poolKeys(4), nil
+			})}); err != nil {
+			t.Fatal(err)
+		}
+		r.start()
+		defer r.stop()
+		advance(3 * time.Second)
+		if ps := r.Pools(); len(ps) != 1 || ps[0].Member || !strings.Contains(ps[0].Error, "did not return") {
+			t.Errorf("Pools() = %+v before the late answer; want mail failing, not a member", ps)
+		}
+		advance(3 * renew)
+		if got, want := obs.last(), (tenure.PoolSource{Pool: "mail", Keys: 4, Member: true}); got != want {
+			t.Errorf("observed %+v after the late answer; want %+v: its keys read, and a member", got, want)
+		}
+	})
+}
+
+// Run ends without waiting for a read of a key source that ignores its
+// context, even one still within its timeout.
+func TestRunEndsWithoutWaitingForAStuckKeySourceRead(t *testing.T) {
+	bubble(t, func(t *testing.T, st *memstore.Store) {
+		release := make(chan struct{})
+		defer close(release)
+		r := newReplica(t, st, "w")
+		if err := r.AddPool(tenure.Pool{Name: "mail", Runner: newLedger(t).runner(),
+			Source: tenure.KeySourceFunc(func(context.Context) ([]string, error) {
+				<-release
+				return nil, nil
+			})}); err != nil {
+			t.Fatal(err)
+		}
+		r.start()
+		advance(renew / 2) // the first read is under way, within its timeout
+		stopped := make(chan error, 1)
+		go func() { stopped <- r.stop() }()
+		advance(time.Millisecond)
+		select {
+		case err := <-stopped:
+			if err != nil {
+				t.Fatal(err)
+			}
+		default:
+			t.Fatal("Run waited for a key source read that ignores its context")
+		}
+	})
+}
