@@ -193,8 +193,17 @@ func (e *env) serve(ctx context.Context, stop context.CancelFunc, rep *replica) 
 	logs := logqueue.New(logqueue.DefaultSize, metrics.LogRecordsDropped)
 	rep.log = slog.New(logs.Handler(rep.log.Handler()))
 	rep.runner.log = rep.log
+	// The signal handler, once started below, runs until the log is
+	// written out: a second signal then cuts that wait short, as it cuts
+	// the commands' stop short.
+	var stopHandling func()
+	defer func() {
+		if stopHandling != nil {
+			stopHandling()
+		}
+	}()
 	logs.Start()
-	defer logs.Stop(rep.flags.stopTimeout + killWait)
+	defer logs.StopOrGiveUp(rep.flags.stopTimeout+killWait, rep.runner.hurry)
 	cfg := rep.cfg
 	cfg.Store, cfg.Logger, cfg.Observer = st, rep.log, metrics
 	sup, err := tenure.New(cfg)
@@ -241,10 +250,10 @@ func (e *env) serve(ctx context.Context, stop context.CancelFunc, rep *replica) 
 	done := make(chan struct{})
 	var handling sync.WaitGroup
 	handling.Go(func() { sh.handle(sigs, done) })
-	defer func() {
+	stopHandling = func() {
 		close(done)
 		handling.Wait()
-	}()
+	}
 
 	if err := sup.Run(ctx); err != nil {
 		if errors.Is(err, tenure.ErrStoreRefused) {

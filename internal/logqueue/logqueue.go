@@ -84,7 +84,11 @@ func (q *Queue) Start() {
 // wait, until every record queued so far has been written. It reports
 // whether they were; if not, the goroutine goes on writing them when the
 // sink takes them. Stopping a stopped Queue waits for that goroutine.
-func (q *Queue) Stop(wait time.Duration) bool {
+func (q *Queue) Stop(wait time.Duration) bool { return q.StopOrGiveUp(wait, nil) }
+
+// StopOrGiveUp is Stop that also stops waiting once giveUp is closed: an
+// operator who asks twice for a process to end does not wait for its log.
+func (q *Queue) StopOrGiveUp(wait time.Duration, giveUp <-chan struct{}) bool {
 	q.mu.Lock()
 	q.started = false
 	writer := q.writer
@@ -99,6 +103,8 @@ func (q *Queue) Stop(wait time.Duration) bool {
 	case <-writer:
 		return true
 	case <-t.C:
+		return false
+	case <-giveUp:
 		return false
 	}
 }

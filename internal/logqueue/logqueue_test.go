@@ -253,3 +253,25 @@ func TestADropAfterTheLastRecordKeptIsStillReported(t *testing.T) {
 		}
 	})
 }
+
+// StopOrGiveUp stops waiting for a stalled sink once told to give up.
+func TestStopOrGiveUpStopsWaitingWhenToldTo(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := newSink()
+		q := logqueue.New(8, nil)
+		log := slog.New(q.Handler(s))
+		t.Cleanup(s.open)
+		q.Start()
+		s.stall()
+		log.Info("one")
+		giveUp := make(chan struct{})
+		time.AfterFunc(time.Second, func() { close(giveUp) })
+		began := time.Now()
+		if q.StopOrGiveUp(time.Hour, giveUp) {
+			t.Fatal("StopOrGiveUp reported a flush through a stalled sink")
+		}
+		if waited := time.Since(began); waited != time.Second {
+			t.Fatalf("waited %v, want the second until it was told to give up", waited)
+		}
+	})
+}

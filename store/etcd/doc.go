@@ -57,9 +57,10 @@
 // the key otherwise (unread.go). A key with a record is read (by that
 // transaction, or by a read of its own), and one transaction then writes
 // the record and puts the live key on the session. Claiming many keys
-// costs one write each and no lease grant. Calls that overlap share
-// keep-alives: each waits for one sent after it began (keepalive.go), so
-// a burst of acquisitions sends about one per round trip, not one each.
+// costs one write each and no lease grant. Calls that keep the session
+// alive and overlap share keep-alives: each waits for one sent after it
+// began (keepalive.go), so a burst of acquisitions that may not be dated
+// sends about one per round trip, not one each.
 // Only a session a renewal kept alive within the last ttl is kept alive
 // by an acquisition; otherwise a free key gets a new session (a refused
 // acquisition grants none). So a session its renewals left ends, with
