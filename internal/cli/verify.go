@@ -84,6 +84,10 @@ store calls). The kinds (--faults):
                   that cannot read the pool's keys (a command missing from
                   a new image), and mend its source after 5–7 TTL: it must
                   take no share of keys it cannot run
+  low-max         with a pool: restart a holder gracefully as a replica
+                  that takes at most one of the pool's keys (--max 1)
+                  among peers without a limit: they must take the rest,
+                  with no key left to nobody
 
 Every replica logs its work, its store calls and its fenced writes;
 afterwards verify checks that no two replicas' work on a key overlapped,
@@ -202,7 +206,7 @@ could not be carried out; 2 usage error.`,
 	f.StringVar(&timeline, "timeline", "", "write an SVG timeline of the run to FILE")
 	f.StringVar(&history, "history", "", "keep the run's history (logs, schedule) in DIR, a new or empty one")
 	f.StringSliceVar(&faults, "faults", nil, "fault kinds to inject, comma-separated (default all: "+
-		strings.Join(verifyFaults(false, true), ",")+", and store-restart with --failover-cmd; source-down only with a pool)")
+		strings.Join(verifyFaults(false, true), ",")+", and store-restart with --failover-cmd; source-down and low-max only with a pool)")
 	f.StringVar(&failoverCmd, "failover-cmd", "", "shell command that fails the store over (store-restart faults)")
 	return cmd
 }
@@ -211,7 +215,7 @@ could not be carried out; 2 usage error.`,
 // store only when told how, a pool's source only with a pool.
 func verifyFaults(canFailOver, pool bool) []string {
 	return slices.DeleteFunc(slices.Clone(chaos.FaultKinds), func(k string) bool {
-		return k == chaos.FaultStoreRestart && !canFailOver || k == chaos.FaultSourceDown && !pool
+		return k == chaos.FaultStoreRestart && !canFailOver || (k == chaos.FaultSourceDown || k == chaos.FaultLowMax) && !pool
 	})
 }
 

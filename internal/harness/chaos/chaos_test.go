@@ -54,14 +54,16 @@ func TestChaosEtcd(t *testing.T) {
 // one restarted unable to read the pool's keys (source-down), which must
 // take no share of them (when it took one, its peers stopped claiming at
 // their lowered caps and keys ran nowhere while its source failed), and
-// one whose log stalls, which must go on taking and running its share.
+// one whose log stalls, which must go on taking and running its share,
+// and one restarted to take at most one key (low-max), whose peers must
+// take the rest.
 func TestChaosPool(t *testing.T) {
 	rep := runChaosWith(t, "sqlite:"+filepath.Join(t.TempDir(), "leases.db"), 30*time.Second, func(o *Options) {
 		o.PoolKeys = 12
-		o.Faults = []string{FaultSourceDown, FaultKill, FaultPause, FaultRestart, FaultLogStall}
+		o.Faults = []string{FaultSourceDown, FaultLowMax, FaultKill, FaultPause, FaultRestart, FaultLogStall}
 	})
-	if rep != nil && (rep.Faults[FaultSourceDown] == 0 || rep.PoolChecked == 0) {
-		t.Errorf("no source-down fault ran (%v), or the pool check applied to none of the run (%v)", rep.Faults, rep.PoolChecked)
+	if rep != nil && (rep.Faults[FaultSourceDown] == 0 || rep.Faults[FaultLowMax] == 0 || rep.PoolChecked == 0) {
+		t.Errorf("no source-down or low-max fault ran (%v), or the pool check applied to none of the run (%v)", rep.Faults, rep.PoolChecked)
 	}
 }
 

@@ -123,6 +123,12 @@
 //     share of keys it cannot run: when it joined the pool anyway, its
 //     peers stopped claiming at their lowered caps and keys went from
 //     one to another with none running them.
+//   - low-max (with a pool only): a holder is restarted gracefully as a
+//     replica whose pool takes at most one key (--max 1), among peers
+//     without a limit, and stays so. Every replica must plan with each
+//     worker's own limit: when each used its own for all, the uncapped
+//     ones kept handing the capped one keys it shed again, and keys ran
+//     nowhere meanwhile.
 //
 // PostgreSQL, MySQL, Redis and etcd are reached through in-process TCP
 // proxies, one per replica and store endpoint, and nothing else: the SQL

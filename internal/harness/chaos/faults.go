@@ -29,7 +29,13 @@ func (h *harness) apply(ctx context.Context, s Step, targets []*proc) {
 	case FaultAbandon:
 		h.abandon(ctx, p, s)
 	case FaultSourceDown:
-		h.sourceDownFault(ctx, p, s)
+		h.restartAs(ctx, p, s, spawnOpts{sourceDown: true, busy: true}, func(q *proc) {
+			if err := q.setSourceDown(false); err != nil {
+				h.log.Error("could not mend a replica's pool source", "replica", q.name, "err", err)
+			}
+		})
+	case FaultLowMax:
+		h.restartAs(ctx, p, s, spawnOpts{poolMax: 1, busy: true}, nil)
 	case FaultStoreRestart:
 		h.hl.add(Event{Ev: evFaultBegin, Fault: s.Fault, Target: "*", Dur: int64(s.Dur)})
 		if err := h.opts.RestartStore(ctx, s.Dur); err != nil {

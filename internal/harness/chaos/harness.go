@@ -141,7 +141,7 @@ func (o Options) withDefaults() (Options, error) {
 	}
 	if len(o.Faults) == 0 {
 		o.Faults = slices.DeleteFunc(slices.Clone(FaultKinds), func(f string) bool {
-			return f == FaultStoreRestart && o.RestartStore == nil || f == FaultSourceDown && o.PoolKeys == 0
+			return f == FaultStoreRestart && o.RestartStore == nil || needsPool(f) && o.PoolKeys == 0
 		})
 	}
 	for _, f := range o.Faults {
@@ -151,8 +151,8 @@ func (o Options) withDefaults() (Options, error) {
 		if f == FaultStoreRestart && o.RestartStore == nil {
 			return o, errors.New("chaos: the store-restart fault needs Options.RestartStore")
 		}
-		if f == FaultSourceDown && o.PoolKeys == 0 {
-			return o, errors.New("chaos: the source-down fault needs a pool (Options.PoolKeys)")
+		if needsPool(f) && o.PoolKeys == 0 {
+			return o, fmt.Errorf("chaos: the %s fault needs a pool (Options.PoolKeys)", f)
 		}
 	}
 	switch {

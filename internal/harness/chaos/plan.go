@@ -52,18 +52,23 @@ const (
 	// key source fails, and mends the source later (runs with a pool
 	// only: Options.PoolKeys).
 	FaultSourceDown = "source-down"
+	// FaultLowMax restarts a replica (gracefully) as one whose pool takes
+	// at most one key (tenure pool --max 1), among peers without a limit
+	// (runs with a pool only).
+	FaultLowMax = "low-max"
 )
 
 // FaultKinds lists every fault kind, in report order.
 var FaultKinds = []string{FaultKill, FaultPause, FaultPartition, FaultHold, FaultLoseReplies, FaultLatency, FaultRestart,
-	FaultLogStall, FaultSlowStore, FaultSameOwner, FaultFreezeWrapper, FaultAbandon, FaultStoreRestart, FaultSourceDown}
+	FaultLogStall, FaultSlowStore, FaultSameOwner, FaultFreezeWrapper, FaultAbandon, FaultStoreRestart, FaultSourceDown,
+	FaultLowMax}
 
 // faultWeights are the kinds' relative frequencies once every enabled
 // kind has been drawn once.
 var faultWeights = map[string]int{
 	FaultKill: 22, FaultPause: 22, FaultPartition: 16, FaultHold: 10, FaultLoseReplies: 10, FaultLatency: 10, FaultRestart: 20,
 	FaultLogStall: 14, FaultSlowStore: 14, FaultSameOwner: 12, FaultFreezeWrapper: 16, FaultAbandon: 12, FaultStoreRestart: 10,
-	FaultSourceDown: 10,
+	FaultSourceDown: 10, FaultLowMax: 8,
 }
 
 // Step is one fault of a schedule. Its target is resolved when it runs:
@@ -139,7 +144,7 @@ func (p *planner) next() Step {
 		s.Dur = between(0.5, 4)
 	case FaultStoreRestart:
 		s.Dur = between(0.25, 2) // how long the store stays down
-	case FaultSourceDown:
+	case FaultSourceDown, FaultLowMax:
 		// Well past the pool bound (under 4 TTL with the harness's
 		// timing), so that keys left to nobody show as a violation.
 		s.Dur = between(5, 7)

@@ -15,8 +15,8 @@ import (
 // replicas in a pool. Their work is the singletons' workload, so every
 // check of overlaps, epochs and fencing covers the pool's hand-overs too;
 // one more check asks that each pool key run somewhere (InvPoolRuns),
-// and the source-down fault plays a replica that cannot read the pool's
-// keys.
+// the source-down fault plays a replica that cannot read the pool's keys,
+// and low-max one that takes at most one of them.
 
 // poolName is the run's pool.
 const poolName = "chaos"
@@ -43,6 +43,7 @@ func chaosPool(spec replicaSpec, w *workload) tenure.Pool {
 		}),
 		RefreshEvery: spec.Timing.RenewEvery,
 		MinHold:      5 * spec.Timing.RenewEvery,
+		MaxKeys:      spec.PoolMaxKeys,
 		// A pool's runner is given the key as the source lists it; the
 		// work is recorded under its lease key, as the store calls are,
 		// so that each check finds a term's calls and work together.
@@ -66,30 +67,35 @@ func (p *proc) setSourceDown(down bool) error {
 	return nil
 }
 
-// sourceDownFault restarts p gracefully as a replica whose pool source
-// fails (a command missing from a new image, a database it cannot
-// reach), and mends the source after the step's duration. The window
-// lasts until then.
-func (h *harness) sourceDownFault(ctx context.Context, p *proc, s Step) {
+// needsPool reports whether fault kind f plays a pool's replica.
+func needsPool(f string) bool { return f == FaultSourceDown || f == FaultLowMax }
+
+// restartAs restarts p gracefully as a replica started as o says, and
+// after the step's duration mends it with mend, if not nil; the window
+// lasts until then. source-down starts one whose pool source fails (a
+// command missing from a new image, a database it cannot reach) and
+// mends the source; low-max starts one that takes at most one of the
+// pool's keys, among peers without a limit, and leaves it so.
+func (h *harness) restartAs(ctx context.Context, p *proc, s Step, o spawnOpts, mend func(q *proc)) {
 	p.expected.Store(true)
-	h.hl.add(Event{Ev: evFaultBegin, Fault: FaultSourceDown, Target: p.name, PID: p.pid, Dur: int64(s.Dur)})
+	h.hl.add(Event{Ev: evFaultBegin, Fault: s.Fault, Target: p.name, PID: p.pid, Dur: int64(s.Dur)})
 	h.halt(p, false)
 	h.retire(p)
-	// Claimed until its source is mended: another fault (with
+	// Claimed (o.busy) until the step is done: another fault (with
 	// Concurrency above one) would cut the scenario short.
-	q, err := h.spawnWith(spawnOpts{sourceDown: true, busy: true})
+	q, err := h.spawnWith(o)
 	if err != nil {
 		h.log.Error("could not start a replacement replica", "err", err)
 	} else {
 		_ = sleepCtx(ctx, s.Dur)
-		if err := q.setSourceDown(false); err != nil {
-			h.log.Error("could not mend a replica's pool source", "replica", q.name, "err", err)
+		if mend != nil {
+			mend(q)
 		}
 		h.mu.Lock()
 		q.busy = false
 		h.mu.Unlock()
 	}
-	h.hl.add(Event{Ev: evFaultEnd, Fault: FaultSourceDown, Target: p.name})
+	h.hl.add(Event{Ev: evFaultEnd, Fault: s.Fault, Target: p.name})
 }
 
 // poolBound is how long a pool key may run nowhere outside other faults:

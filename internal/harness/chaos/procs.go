@@ -92,6 +92,8 @@ type spawnOpts struct {
 	busy bool
 	// sourceDown starts it with its pool's key source failing.
 	sourceDown bool
+	// poolMax is its pool's MaxKeys; 0 for no limit.
+	poolMax int
 }
 
 // spawnWith starts a replica as o says.
@@ -147,7 +149,7 @@ func (h *harness) spawnWith(o spawnOpts) (p *proc, err error) {
 		Timing: h.opts.Timing, Log: p.log, Control: p.control,
 		Resource: h.res, Seed: h.opts.Seed ^ uint64(n)*0x9e3779b97f4a7c15, LateStop: h.opts.lateStop,
 		Children: childKeys(h.hist.Keys), ChildNoDeadline: h.opts.childNoDeadline,
-		Pool: h.poolKeys, SourceDown: p.sourceDown(),
+		Pool: h.poolKeys, SourceDown: p.sourceDown(), PoolMaxKeys: o.poolMax,
 	}
 	if h.opts.uniqueIDs {
 		spec.IDSuffix = fmt.Sprintf("#%s.%d", h.runID, n)

@@ -59,6 +59,8 @@ type replicaSpec struct {
 	// SourceDown is a file whose existence makes the pool's key source
 	// fail (the source-down fault).
 	SourceDown string `json:"source_down,omitempty"`
+	// PoolMaxKeys is the pool's MaxKeys (the low-max fault).
+	PoolMaxKeys int `json:"pool_max_keys,omitempty"`
 }
 
 // IsReplica reports whether this process was started by the harness as a
