@@ -181,6 +181,11 @@ func (s *Supervisor) reconcile() {
 // runner starts only if start, reading the clock afresh, finds the lease
 // still held.
 func (s *Supervisor) reconcileKey(ks *keyState, now, keeperNow time.Time) {
+	if s.keys[ks.key] != ks {
+		// A record forgotten while an action of its was in flight: the
+		// key's lease, if held, now belongs to the key's current record.
+		return
+	}
 	switch ks.phase() {
 	case running, stopping:
 		s.reconcileRun(ks, keeperNow)

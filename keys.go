@@ -90,7 +90,15 @@ func (s *Supervisor) Remove(ctx context.Context, key string) error {
 	}
 	removed := ks.removed
 	if !s.active {
-		s.finishRemoval(ks)
+		// Between Runs. A runner that outlived the last Run's stop (it
+		// took longer than StopTimeout) still runs on its term: the record
+		// stays until it has returned and the next Run has released the
+		// term, so that a Set of the key meanwhile finds it, and never
+		// starts a second runner beside it, whose lease the old record
+		// would then release.
+		if ks.phase() == idle {
+			s.finishRemoval(ks)
+		}
 		s.unlock()
 		return nil
 	}
