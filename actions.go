@@ -391,7 +391,7 @@ func (s *Supervisor) startLocked(ks *keyState, runner Runner) error {
 		return nil // already running
 	}
 	leased := s.leased && ks.job.Mode == Exclusive
-	lease := Lease{Key: ks.key, Owner: s.owner}
+	lease := Lease{Key: ks.key, FenceKey: ks.key, Owner: s.owner}
 	if ks.pool != nil {
 		lease.Key = ks.poolKey // the runner works on the source's key
 	}

@@ -8,12 +8,21 @@ import (
 )
 
 // Lease is what a runner is given: the key it runs for and the term that
-// lets it. Pass Epoch to the fence helpers so a downstream database can
-// reject writes made after a newer term began.
+// lets it. Pass FenceKey and Epoch to the fence helpers so a downstream
+// database can reject writes made after a newer term began.
 type Lease struct {
-	Key   string
-	Epoch int64
-	Owner string
+	// Key is the key the runner works on: a pool's key as its source
+	// lists it.
+	Key string
+	// FenceKey is the key to fence writes made for this lease with
+	// (package fence): Key for a singleton, and for a pool's key its lease
+	// key, in the pool's namespace. Every lease series has its own, so two
+	// pools over one set of keys (a pool and a singleton of one name) never
+	// share a fence row, where one series' epochs would refuse the other's
+	// live holder as stale.
+	FenceKey string
+	Epoch    int64
+	Owner    string
 
 	run *runState // the run this lease was handed to; see StopAt
 }

@@ -21,10 +21,11 @@
 // Create the table once ([Pgx.Migrate], [SQL.Migrate], or the DDL from
 // CreateTableSQL in your migration files). Then make [Pgx.Check] or
 // [SQL.Check] the first statement of every transaction written on behalf of
-// the lease, with the key and epoch the runner was given:
+// the lease, with the lease's FenceKey and Epoch (a command run by tenure
+// run or tenure pool gets them in TENURE_FENCE_KEY and TENURE_EPOCH):
 //
 //	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-//		if err := fence.Pgx{}.Check(ctx, tx, lease.Key, lease.Epoch); err != nil {
+//		if err := fence.Pgx{}.Check(ctx, tx, lease.FenceKey, lease.Epoch); err != nil {
 //			return err // rolls back; errors.Is(err, fence.ErrStaleEpoch) means: stop, the lease is gone
 //		}
 //		_, err := tx.Exec(ctx, "UPDATE accounts SET synced_at = now() WHERE id = $1", id)
@@ -69,6 +70,13 @@
 //     so that epochs restart, delete the fence rows too, or every new holder
 //     is refused as stale. Conversely, never delete a fence row while an old
 //     holder might still be alive.
+//   - Two lease series on one row. Each key's epochs count on their own,
+//     so a row must belong to one series: fence with Lease.FenceKey, not
+//     Lease.Key, which a pool's key shares with a singleton of that name
+//     and with the same key of every other pool. (Earlier versions
+//     documented Key. To move a pool that fences with Key while it runs,
+//     check both keys in each transaction, Key and then FenceKey, until
+//     every replica does; only then drop the check of Key.)
 //
 // # Isolation levels
 //

@@ -121,16 +121,16 @@ func TestChildEnvironmentCarriesTheLeaseAndTheStoreWithoutItsCredentials(t *test
 		t.Fatal(err)
 	}
 	env, dropped := commandEnv([]string{
-		"PATH=/bin", "TENURE_KEY=old", "TENURE_EPOCH=1", "TENURE_OWNER=parent",
+		"PATH=/bin", "TENURE_KEY=old", "TENURE_FENCE_KEY=old", "TENURE_EPOCH=1", "TENURE_OWNER=parent",
 		"TENURE_STORE=postgres://app:p@ss:w0rd@db/ops", "TENURE_TTL=9s",
 		"TENURE_KEYS_CMD=psql -Atc 'select id' postgres://app:p@ss:w0rd@db/ops", // the store's password
 		"TENURE_RESOURCE=redis://:other@cache/0",                                // a credential of its own
 		"TENURE_HOOK=PGPASSWORD=x ./hook",
 		"DATABASE_URL=postgres://app:own@db/app", // not tenure's: the user's to pass
 	}, spec)
-	got := childEnv(context.Background(), env, tenure.Lease{Key: "new", Epoch: 42, Owner: "me"})
+	got := childEnv(context.Background(), env, tenure.Lease{Key: "new", FenceKey: "~pool/p/new", Epoch: 42, Owner: "me"})
 	want := []string{"PATH=/bin", "TENURE_TTL=9s", "DATABASE_URL=postgres://app:own@db/app",
-		"TENURE_STORE=postgres://app@db/ops?sslmode=disable&table=jobs", "TENURE_KEY=new", "TENURE_EPOCH=42", "TENURE_OWNER=me"}
+		"TENURE_STORE=postgres://app@db/ops?sslmode=disable&table=jobs", "TENURE_KEY=new", "TENURE_FENCE_KEY=~pool/p/new", "TENURE_EPOCH=42", "TENURE_OWNER=me"}
 	if !slices.Equal(got, want) {
 		t.Errorf("childEnv = %q, want %q", got, want)
 	}

@@ -257,8 +257,8 @@ var credentialRE = regexp.MustCompile(`(?i)(password|passwd|pwd|secret|token)\s*
 // TENURE_STORE naming the store in use without its credentials, so that a
 // tenure status there looks at the same store, never at the default one,
 // and a client of the store brings its own credentials (.pgpass,
-// PGPASSWORD); without TENURE_KEY, TENURE_EPOCH and TENURE_OWNER, which
-// are set per lease; and without any other TENURE_ variable that holds a
+// PGPASSWORD); without TENURE_KEY, TENURE_FENCE_KEY, TENURE_EPOCH and
+// TENURE_OWNER, which are set per lease; and without any other TENURE_ variable that holds a
 // secret — the store's password, or a credential of its own. dropped
 // names the variables left out for holding one.
 func commandEnv(environ []string, spec storeurl.Spec) (env, dropped []string) {
@@ -266,7 +266,7 @@ func commandEnv(environ []string, spec storeurl.Spec) (env, dropped []string) {
 	for _, kv := range environ {
 		name, value, _ := strings.Cut(kv, "=")
 		switch {
-		case name == "TENURE_STORE" || name == "TENURE_KEY" || name == "TENURE_EPOCH" || name == "TENURE_OWNER":
+		case name == "TENURE_STORE" || name == "TENURE_KEY" || name == "TENURE_FENCE_KEY" || name == "TENURE_EPOCH" || name == "TENURE_OWNER":
 			continue
 		case strings.HasPrefix(name, "TENURE_") && (store.RedactString(value, spec.Secrets...) != value ||
 			len(store.URLSecrets(value)) > 0 || credentialRE.MatchString(value)):
@@ -283,6 +283,7 @@ func commandEnv(environ []string, spec storeurl.Spec) (env, dropped []string) {
 func childEnv(ctx context.Context, env []string, lease tenure.Lease) []string {
 	out := append(slices.Clip(env),
 		"TENURE_KEY="+lease.Key,
+		"TENURE_FENCE_KEY="+lease.FenceKey,
 		"TENURE_EPOCH="+strconv.FormatInt(lease.Epoch, 10),
 		"TENURE_OWNER="+lease.Owner)
 	if p, ok := tenure.Period(ctx); ok {

@@ -50,8 +50,10 @@ reads them again at once, and with --pass-sighup is passed on to every
 running command; as with tenure run, it never stops or hands over.
 
 Each command runs as with tenure run: in its own process group, with
-TENURE_KEY, TENURE_EPOCH and TENURE_OWNER, and TENURE_STORE without its
-credentials, in its environment (--keys-cmd gets the same, without the
+TENURE_KEY, TENURE_EPOCH, TENURE_OWNER and TENURE_FENCE_KEY (the key's
+lease key: fence writes with it, never with TENURE_KEY, which another pool
+over the same keys shares), and TENURE_STORE without its credentials, in
+its environment (--keys-cmd gets the same, without the
 lease's variables), output to
 tenure's, input from /dev/null; SIGTERM to the group when the key is lost or
 handed over, SIGKILL after --stop-timeout; and a guard that kills every

@@ -28,7 +28,8 @@ line on every replica: one runs the command, the others wait and take over
 when it goes.
 
 The command runs in its own process group with TENURE_KEY, TENURE_EPOCH
-(the lease's fencing epoch) and TENURE_OWNER in its environment, and
+(the lease's fencing epoch), TENURE_FENCE_KEY (the key to fence with) and
+TENURE_OWNER in its environment, and
 TENURE_STORE naming the store in use (from --store, TENURE_STORE or the
 default) without its password or secret parameters, so that tenure status
 there looks at the same store; other TENURE_ variables that hold a
