@@ -33,6 +33,9 @@ func (s *Supervisor) Set(key string, job Job) error {
 	if job.Schedule != nil && !s.leased {
 		return fmt.Errorf("key %q: a scheduled job needs leases (a store): %w", key, ErrConfig)
 	}
+	if job.Schedule != nil && len(key) > MaxScheduledKeyBytes {
+		return fmt.Errorf("key %q is %d bytes; a scheduled key may have at most %d, to leave room for the records of its periods: %w", key, len(key), MaxScheduledKeyBytes, ErrConfig)
+	}
 	if err := job.validate(); err != nil {
 		return fmt.Errorf("key %q: %w", key, err)
 	}

@@ -38,6 +38,13 @@ const (
 	ScheduleOwner = "tenure-schedule"
 )
 
+// MaxScheduledKeyBytes is the longest key a scheduled job may have: its
+// period records (key + StartedInfix + a start of up to 20 digits) must
+// fit in a store key. A longer key's records could not be written, so a
+// new holder would run a finished period again, and with NoRetry no
+// period would run.
+const MaxScheduledKeyBytes = store.MaxKeyBytes - len(StartedInfix) - 20
+
 type periodKey struct{}
 
 // Period reports, in a scheduled job's runner, the start of the period it

@@ -2,7 +2,9 @@ package tenure_test
 
 import (
 	"context"
+	"errors"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -165,6 +167,16 @@ func TestScheduleSettingsAreValidated(t *testing.T) {
 	}
 	if err := sup.Set("k"+tenure.DoneInfix+"1", tenure.Job{Runner: runner}); err == nil {
 		t.Error("a key holding a record infix: nil error")
+	}
+	long := strings.Repeat("k", tenure.MaxScheduledKeyBytes)
+	if err := sup.Set(long, tenure.Job{Runner: runner, Schedule: scheduled(t, "@daily")}); err != nil {
+		t.Errorf("a scheduled key of %d bytes: %v", len(long), err)
+	}
+	if err := sup.Set(long+"k", tenure.Job{Runner: runner, Schedule: scheduled(t, "@daily")}); !errors.Is(err, tenure.ErrConfig) {
+		t.Errorf("a scheduled key too long for its period records: %v, want ErrConfig", err)
+	}
+	if err := sup.Set(long+"k", tenure.Job{Runner: runner}); err != nil {
+		t.Errorf("the same key without a schedule: %v", err)
 	}
 }
 
