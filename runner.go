@@ -93,7 +93,10 @@ type Job struct {
 	// crashes and restarts. A run cut off by a crash or a lost lease is
 	// run again by the next holder within its period; a runner that
 	// returns an error is retried with backoff within the period. Needs
-	// leases and Exclusive mode.
+	// leases and Exclusive mode, and a key of at most MaxScheduledKeyBytes.
+	// Periods are reckoned on each replica's wall clock: replicas' clocks
+	// may disagree by up to a period (each period's record lives that
+	// much past its end).
 	Schedule *Schedule
 	// NoRetry makes a scheduled key's runs at most once per period: a
 	// record written before each run keeps a run cut off by a crash from

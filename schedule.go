@@ -158,7 +158,11 @@ func (r scheduledRunner) records(ctx context.Context, key string, start time.Tim
 func (r scheduledRunner) record(ctx context.Context, key, infix string, start, end time.Time) error {
 	ctx, cancel := context.WithTimeout(ctx, r.s.cfg.CallTimeout)
 	defer cancel()
-	ttl := time.Until(end) + time.Minute
+	// The record outlives its period by a period (and a minute): each
+	// replica reckons periods on its own wall clock, and one whose clock
+	// runs behind this one's must still find the record while it thinks
+	// the period goes on. Replicas' clocks may disagree by up to a period.
+	ttl := time.Until(end) + end.Sub(start) + time.Minute
 	res, err := r.s.cfg.Store.Acquire(ctx, store.AcquireRequest{
 		Key: key + infix + strconv.FormatInt(start.Unix(), 10), Owner: ScheduleOwner, TTL: ttl,
 	})

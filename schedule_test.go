@@ -204,3 +204,34 @@ func TestARefusedScheduleRecordIsNotTakenAsWritten(t *testing.T) {
 		}
 	})
 }
+
+// Each replica reckons a schedule's periods on its own wall clock. A
+// period's records lived a minute past its end by the clock of the
+// replica that wrote them, so a peer whose clock ran more than a minute
+// behind found no record while it thought the period went on, and ran
+// it again. They live a whole period longer.
+func TestAPeriodsRecordOutlivesItByAPeriod(t *testing.T) {
+	bubble(t, func(t *testing.T, st *memstore.Store) {
+		runs := &periodRuns{t: t}
+		a := newReplica(t, st, "A")
+		if err := a.Set("report", tenure.Job{Runner: runs.runner("A", time.Minute), Schedule: scheduled(t, "@hourly")}); err != nil {
+			t.Fatal(err)
+		}
+		a.start()
+		defer a.stop()
+		advance(time.Until(time.Now().Truncate(time.Hour).Add(time.Hour)) + 10*time.Minute) // the next hour's run is done
+		end := time.Now().Truncate(time.Hour).Add(time.Hour)
+		var done *store.Lease
+		for _, l := range testenv.List(t, st, "") {
+			if strings.HasPrefix(l.Key, "report"+tenure.DoneInfix) {
+				done = &l
+			}
+		}
+		if done == nil {
+			t.Fatal("no record of the finished period")
+		}
+		if want := time.Until(end) + time.Hour; done.TimeLeft < want {
+			t.Errorf("the period's record has %v left, want at least %v: until a period past the period's end", done.TimeLeft, want)
+		}
+	})
+}
