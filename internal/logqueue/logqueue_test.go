@@ -127,17 +127,26 @@ func TestAStalledSinkDropsRecordsAndNeverBlocksTheCaller(t *testing.T) {
 	})
 }
 
+// stalledAfterOne starts a queue of size whose sink then stalls with the
+// record "one" stuck in it (or, with a size above one, queued).
+func stalledAfterOne(t *testing.T, size int, level slog.Level) (*sink, *logqueue.Queue, *slog.Logger) {
+	s := newSink()
+	s.level = level
+	q := logqueue.New(size, nil)
+	log := slog.New(q.Handler(s))
+	t.Cleanup(s.open)
+	q.Start()
+	s.stall()
+	log.Error("one")
+	synctest.Wait()
+	return s, q, log
+}
+
 // Stop writes out what is queued; with a sink still stalled it gives up
 // after its wait, and the records follow when the sink comes back.
 func TestStopWaitsForTheQueueUpToItsBound(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := newSink()
-		q := logqueue.New(8, nil)
-		log := slog.New(q.Handler(s))
-		q.Start()
-		t.Cleanup(s.open)
-		s.stall()
-		log.Info("one")
+		s, q, log := stalledAfterOne(t, 8, slog.LevelInfo)
 		log.Info("two")
 		began := time.Now()
 		if q.Stop(5 * time.Second) {
@@ -184,13 +193,7 @@ func TestAStoppedQueueWritesAtOnce(t *testing.T) {
 // once, and gets them in order.
 func TestAStartAfterAStopThatGaveUpKeepsOneWriter(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := newSink()
-		q := logqueue.New(8, nil)
-		log := slog.New(q.Handler(s))
-		t.Cleanup(s.open)
-		q.Start()
-		s.stall()
-		log.Info("one")
+		s, q, log := stalledAfterOne(t, 8, slog.LevelInfo)
 		if q.Stop(time.Second) {
 			t.Fatal("Stop reported a flush through a stalled sink")
 		}
@@ -207,63 +210,39 @@ func TestAStartAfterAStopThatGaveUpKeepsOneWriter(t *testing.T) {
 	})
 }
 
-// The count of dropped records is a warning: a handler that takes only
-// errors does not get it (slog's own handlers do not filter in Handle).
-func TestTheDropCountRespectsTheHandlersLevel(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		s := newSink()
-		s.level = slog.LevelError
-		q := logqueue.New(1, nil)
-		log := slog.New(q.Handler(s))
-		q.Start()
-		t.Cleanup(s.open)
-		s.stall()
-		log.Error("one")
-		synctest.Wait()
-		log.Error("two") // dropped: the queue of one holds "one"
-		s.open()
-		if !q.Stop(time.Second) {
-			t.Fatal("Stop did not flush")
-		}
-		if got := s.got(); !slices.Equal(got, []string{"one"}) {
-			t.Fatalf("a handler of errors only got %q, want the one record kept", got)
-		}
-	})
-}
-
 // Records dropped after the last one kept are reported too, by Stop at the
-// latest, although nothing is logged after them.
-func TestADropAfterTheLastRecordKeptIsStillReported(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		s := newSink()
-		q := logqueue.New(1, nil)
-		log := slog.New(q.Handler(s))
-		q.Start()
-		t.Cleanup(s.open)
-		s.stall()
-		log.Info("one")
-		synctest.Wait()
-		log.Info("two") // dropped
-		s.open()
-		if !q.Stop(time.Second) {
-			t.Fatal("Stop did not flush")
-		}
-		if got := s.got(); !slices.Equal(got, []string{"one", logqueue.DroppedMessage + " dropped=1"}) {
-			t.Fatalf("the sink got %q, want the record kept, then the count of the one dropped", got)
-		}
-	})
+// latest, although nothing is logged after them; and the count is a
+// warning, which a handler that takes only errors does not get (slog's own
+// handlers do not filter in Handle).
+func TestADropAfterTheLastRecordKeptIsReportedAsAWarning(t *testing.T) {
+	for _, c := range []struct {
+		level slog.Level
+		want  []string
+	}{
+		{slog.LevelInfo, []string{"one", logqueue.DroppedMessage + " dropped=1"}},
+		{slog.LevelError, []string{"one"}},
+	} {
+		// A subtest each: synctest.Test does not run on a t that failed.
+		t.Run(c.level.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				s, q, log := stalledAfterOne(t, 1, c.level)
+				log.Error("two") // dropped: the queue of one holds "one"
+				s.open()
+				if !q.Stop(time.Second) {
+					t.Fatal("Stop did not flush")
+				}
+				if got := s.got(); !slices.Equal(got, c.want) {
+					t.Fatalf("a sink of level %v got %q, want %q", c.level, got, c.want)
+				}
+			})
+		})
+	}
 }
 
 // StopOrGiveUp stops waiting for a stalled sink once told to give up.
 func TestStopOrGiveUpStopsWaitingWhenToldTo(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		s := newSink()
-		q := logqueue.New(8, nil)
-		log := slog.New(q.Handler(s))
-		t.Cleanup(s.open)
-		q.Start()
-		s.stall()
-		log.Info("one")
+		_, q, _ := stalledAfterOne(t, 8, slog.LevelInfo)
 		giveUp := make(chan struct{})
 		time.AfterFunc(time.Second, func() { close(giveUp) })
 		began := time.Now()
