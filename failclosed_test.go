@@ -22,20 +22,9 @@ import (
 // cancels first and never waits on logging or on the supervisor's lock.
 func TestAStalledLogSinkNeverDelaysTheDeadlineStop(t *testing.T) {
 	bubble(t, func(t *testing.T, st *memstore.Store) {
-		var g gate
-		runs := &runLog{}
 		cut := &testenv.Partition{Store: st}
-		a := newReplica(t, cut, "A", withLogger(g.logger()))
-		a.Set("telegram", tenure.Job{Runner: runs.runner("A")})
-		a.start()
-		b := newReplica(t, st, "B")
-		b.Set("telegram", tenure.Job{Runner: runs.runner("B")})
-		b.start()
-		defer func() {
-			g.open()
-			a.stop()
-			b.stop()
-		}()
+		g, runs, _, stop := aWithAStallableLog(t, cut, st)
+		defer stop()
 
 		advance(renew) // A's renewal at this moment is the last one confirmed
 		confirmed := time.Now()

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/tenure-dev/tenure"
+	"github.com/tenure-dev/tenure/store"
 	"github.com/tenure-dev/tenure/store/memstore"
 )
 
@@ -19,19 +20,8 @@ import (
 // start, although the loop that acquires it logs as it does.
 func TestAStalledLogSinkCostsNoLease(t *testing.T) {
 	bubble(t, func(t *testing.T, st *memstore.Store) {
-		var g gate
-		runs := &runLog{}
-		a := newReplica(t, st, "A", withLogger(g.logger()))
-		a.Set("telegram", tenure.Job{Runner: runs.runner("A")})
-		a.start()
-		b := newReplica(t, st, "B")
-		b.Set("telegram", tenure.Job{Runner: runs.runner("B")})
-		b.start()
-		defer func() {
-			g.open()
-			a.stop()
-			b.stop()
-		}()
+		g, runs, a, stop := aWithAStallableLog(t, st, st)
+		defer stop()
 
 		advance(renew) // A's renewal at this moment is confirmed
 		g.stall()
@@ -54,6 +44,24 @@ func TestAStalledLogSinkCostsNoLease(t *testing.T) {
 			}
 		}
 	})
+}
+
+// aWithAStallableLog starts A, on aStore, whose log sink g can stall, and
+// B, on st, both running telegram, recorded in runs; stop opens the sink
+// and stops both.
+func aWithAStallableLog(t *testing.T, aStore store.Store, st *memstore.Store) (g *gate, runs *runLog, a *replica, stop func()) {
+	g, runs = &gate{}, &runLog{}
+	a = newReplica(t, aStore, "A", withLogger(g.logger()))
+	a.Set("telegram", tenure.Job{Runner: runs.runner("A")})
+	a.start()
+	b := newReplica(t, st, "B")
+	b.Set("telegram", tenure.Job{Runner: runs.runner("B")})
+	b.start()
+	return g, runs, a, func() {
+		g.open()
+		a.stop()
+		b.stop()
+	}
 }
 
 // hookObs runs hook, once, when Run reports that nothing is held any more
