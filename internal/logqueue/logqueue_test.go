@@ -176,8 +176,11 @@ func TestAStoppedQueueWritesAtOnce(t *testing.T) {
 	q.Start()
 	q.Start()
 	log.Info("queued")
-	if !q.Stop(time.Minute) || !q.Stop(time.Minute) {
+	if !q.Stop(time.Minute) {
 		t.Fatal("Stop did not flush")
+	}
+	if !q.Stop(time.Minute) {
+		t.Fatal("stopping a stopped queue did not report it flushed")
 	}
 	log.Info("after")
 	q.Start()
